@@ -1,0 +1,45 @@
+//! The OpenAPI document and its offline docs page.
+
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+use super::{conversations, dev, health, tool_user_input};
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "toolgate", description = "Agent chat with tools that ask the user for what only they know."),
+    paths(
+        health::healthz,
+        health::readyz,
+        dev::create_dev_token,
+        conversations::create_conversation,
+        conversations::list_conversations,
+        tool_user_input::dispatch_action,
+    ),
+    components(schemas(
+        protocol::api::ErrorBody,
+        protocol::api::SubmitResponseResult,
+        protocol::api::PendingRequests,
+        protocol::api::SessionValues,
+        protocol::api::ClearedValues,
+    )),
+    modifiers(&BearerAuth)
+)]
+pub struct ApiDoc;
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format("JWT")
+                    .build(),
+            ),
+        );
+    }
+}

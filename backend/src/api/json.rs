@@ -1,0 +1,98 @@
+//! JSON bodies that fail with our error format: 400 naming the bad path, 413 when too
+//! large, instead of axum's plain-text rejections.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, OptionalFromRequest, Request};
+use axum::http::StatusCode;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::error::{Error, FieldErrors};
+use crate::state::AppState;
+
+pub struct ApiJson<T>(pub T);
+
+impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
+    type Rejection = Error;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, Error> {
+        let bytes = read_body(req, state).await?;
+        if is_blank(&bytes) {
+            return Err(Error::bad_request(
+                "the request body is empty; expected JSON",
+            ));
+        }
+        parse(&bytes).map(ApiJson)
+    }
+}
+
+/// An empty body reads as `None`, for endpoints whose body is optional.
+impl<T: DeserializeOwned> OptionalFromRequest<AppState> for ApiJson<T> {
+    type Rejection = Error;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Option<Self>, Error> {
+        let bytes = read_body(req, state).await?;
+        if is_blank(&bytes) {
+            return Ok(None);
+        }
+        parse(&bytes).map(|value| Some(ApiJson(value)))
+    }
+}
+
+fn is_blank(bytes: &Bytes) -> bool {
+    bytes.iter().all(u8::is_ascii_whitespace)
+}
+
+async fn read_body(req: Request, state: &AppState) -> Result<Bytes, Error> {
+    Bytes::from_request(req, state).await.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            Error::PayloadTooLarge {
+                limit: state.config.max_body_bytes,
+            }
+        } else {
+            Error::bad_request(format!("could not read the request body: {rejection}"))
+        }
+    })
+}
+
+fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Error> {
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    serde_path_to_error::deserialize(&mut deserializer).map_err(|err| {
+        let path = err.path().to_string();
+        let inner = err.into_inner();
+        if inner.is_data() {
+            field_error(&path, &inner.to_string())
+        } else {
+            Error::bad_request(format!("the request body is not valid JSON: {inner}"))
+        }
+    })
+}
+
+/// Reads parameters out of an already parsed JSON value, naming the bad path on error.
+pub fn from_value<T: DeserializeOwned>(value: Value) -> Result<T, Error> {
+    serde_path_to_error::deserialize(value).map_err(|err| {
+        let path = err.path().to_string();
+        field_error(&path, &err.into_inner().to_string())
+    })
+}
+
+fn field_error(path: &str, message: &str) -> Error {
+    // serde reports a missing or unknown field at the enclosing path; name the field.
+    let named = ["missing field `", "unknown field `"]
+        .iter()
+        .find_map(|prefix| message.strip_prefix(prefix))
+        .and_then(|rest| rest.split('`').next());
+    let key = match (path, named) {
+        (".", Some(field)) => field.to_owned(),
+        (path, Some(field)) => format!("{path}.{field}"),
+        (path, None) => path.to_owned(),
+    };
+    Error::BadRequest {
+        message: if key == "." {
+            format!("invalid request body: {message}")
+        } else {
+            format!("invalid request body at `{key}`: {message}")
+        },
+        fields: Some(FieldErrors::from([(key, message.to_owned())])),
+    }
+}

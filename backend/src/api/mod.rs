@@ -1,0 +1,71 @@
+//! HTTP routes, one file per resource.
+
+mod conversations;
+mod dev;
+mod docs;
+mod health;
+pub mod json;
+mod tool_user_input;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::extract::OriginalUri;
+use axum::http::Method;
+use axum::routing::{get, post};
+use tower_http::compression::CompressionLayer;
+use tower_http::services::{ServeDir, ServeFile};
+use tower_http::trace::TraceLayer;
+use utoipa::OpenApi;
+use utoipa_swagger_ui::SwaggerUi;
+
+pub use docs::ApiDoc;
+
+use crate::error::Error;
+use crate::state::AppState;
+
+/// The whole application: API under `/api`, probes, and the web chat at `/`.
+pub fn app(state: AppState) -> Router {
+    let mut api = Router::new()
+        .route(
+            "/conversations",
+            post(conversations::create_conversation).get(conversations::list_conversations),
+        )
+        .route("/tool-user-input", post(tool_user_input::dispatch_action));
+    if state.config.dev_auth {
+        api = api.route("/dev/token", post(dev::create_dev_token));
+    }
+    let api = api
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed);
+
+    let mut app = Router::new()
+        .nest("/api", api)
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .merge(SwaggerUi::new("/api/docs").url("/api/openapi.json", ApiDoc::openapi()));
+
+    app = match &state.config.web_dir {
+        Some(dir) => {
+            let index = ServeFile::new(dir.join("index.html"));
+            let files = ServeDir::new(dir).precompressed_gzip().fallback(index);
+            app.fallback_service(
+                tower::ServiceBuilder::new()
+                    .layer(CompressionLayer::new())
+                    .service(files),
+            )
+        }
+        None => app.fallback(not_found),
+    };
+
+    app.layer(DefaultBodyLimit::max(state.config.max_body_bytes))
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+async fn not_found(method: Method, OriginalUri(uri): OriginalUri) -> Error {
+    Error::NotFoundRoute(format!("no route for {method} {}", uri.path()))
+}
+
+async fn method_not_allowed(method: Method, OriginalUri(uri): OriginalUri) -> Error {
+    Error::MethodNotAllowed(format!("{method} is not allowed on {}", uri.path()))
+}

@@ -1,0 +1,107 @@
+use jsonwebtoken::errors::ErrorKind;
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use serde::{Deserialize, Serialize};
+
+use crate::config::Config;
+use crate::error::Error;
+
+/// Seconds of clock skew tolerated on `exp` and `nbf`.
+const LEEWAY_SECONDS: u64 = 5;
+/// Longest user id a token may carry.
+pub const MAX_USER_ID_LEN: usize = 128;
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Claims {
+    pub sub: String,
+    pub exp: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nbf: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iat: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aud: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iss: Option<String>,
+}
+
+/// Keys and validation rules, built once at start-up.
+#[derive(Clone)]
+pub struct JwtKeys {
+    encoding: EncodingKey,
+    decoding: DecodingKey,
+    validation: Validation,
+    audience: Option<String>,
+    issuer: Option<String>,
+}
+
+impl JwtKeys {
+    pub fn new(config: &Config) -> Self {
+        // Pinned to HS256; `exp` and `sub` required; `nbf` checked (it is not by default).
+        let mut validation = Validation::new(Algorithm::HS256);
+        validation.algorithms = vec![Algorithm::HS256];
+        validation.validate_exp = true;
+        validation.validate_nbf = true;
+        validation.leeway = LEEWAY_SECONDS;
+        validation.set_required_spec_claims(&["exp", "sub"]);
+        match &config.jwt_audience {
+            Some(audience) => validation.set_audience(&[audience]),
+            None => validation.validate_aud = false,
+        }
+        if let Some(issuer) = &config.jwt_issuer {
+            validation.set_issuer(&[issuer]);
+        }
+        JwtKeys {
+            encoding: EncodingKey::from_secret(&config.jwt_secret),
+            decoding: DecodingKey::from_secret(&config.jwt_secret),
+            validation,
+            audience: config.jwt_audience.clone(),
+            issuer: config.jwt_issuer.clone(),
+        }
+    }
+
+    /// Checks a token and returns its user id.
+    pub fn verify(&self, token: &str) -> Result<String, Error> {
+        let data = jsonwebtoken::decode::<Claims>(token, &self.decoding, &self.validation)
+            .map_err(|err| Error::Unauthorized(describe(err.kind()).to_owned()))?;
+        let sub = data.claims.sub;
+        if sub.trim().is_empty() || sub.len() > MAX_USER_ID_LEN {
+            return Err(Error::Unauthorized(
+                "token subject is empty or too long".into(),
+            ));
+        }
+        Ok(sub)
+    }
+
+    /// Signs a token for `user_id`, valid for `lifetime`.
+    pub fn sign(&self, user_id: &str, lifetime: chrono::Duration) -> anyhow::Result<(String, i64)> {
+        let now = chrono::Utc::now().timestamp();
+        let exp = now + lifetime.num_seconds();
+        let claims = Claims {
+            sub: user_id.to_owned(),
+            exp,
+            nbf: Some(now),
+            iat: Some(now),
+            aud: self.audience.clone(),
+            iss: self.issuer.clone(),
+        };
+        let token = jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)?;
+        Ok((token, exp))
+    }
+}
+
+fn describe(kind: &ErrorKind) -> &'static str {
+    match kind {
+        ErrorKind::ExpiredSignature => "token has expired",
+        ErrorKind::ImmatureSignature => "token is not valid yet (nbf)",
+        ErrorKind::InvalidSignature => "token signature is invalid",
+        ErrorKind::InvalidAlgorithm | ErrorKind::InvalidAlgorithmName => {
+            "token must be signed with HS256"
+        }
+        ErrorKind::MissingRequiredClaim(claim) if claim == "exp" => "token has no exp claim",
+        ErrorKind::MissingRequiredClaim(claim) if claim == "sub" => "token has no sub claim",
+        ErrorKind::MissingRequiredClaim(_) => "token is missing a required claim",
+        ErrorKind::InvalidAudience => "token audience is not accepted",
+        ErrorKind::InvalidIssuer => "token issuer is not accepted",
+        _ => "token is malformed",
+    }
+}

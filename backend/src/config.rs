@@ -1,0 +1,256 @@
+//! Settings, read once from the environment at start-up.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use rand::RngCore;
+use sha2::{Digest, Sha256};
+
+/// Everything the server is configured with. Secrets are redacted in `Debug`.
+#[derive(Clone)]
+pub struct Config {
+    pub database_url: String,
+    pub bind: SocketAddr,
+    pub jwt_secret: Vec<u8>,
+    pub jwt_audience: Option<String>,
+    pub jwt_issuer: Option<String>,
+    pub dev_auth: bool,
+    /// Key for secret values at rest (32 bytes, derived from `TOOLGATE_SECRET_KEY`).
+    pub secret_key: [u8; 32],
+    pub input_ttl: Duration,
+    pub data_dir: PathBuf,
+    pub web_dir: Option<PathBuf>,
+    pub tools_file: Option<PathBuf>,
+    pub max_body_bytes: usize,
+    pub db_max_connections: u32,
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("database_url", &redact_url(&self.database_url))
+            .field("bind", &self.bind)
+            .field("jwt_secret", &"[redacted]")
+            .field("jwt_audience", &self.jwt_audience)
+            .field("jwt_issuer", &self.jwt_issuer)
+            .field("dev_auth", &self.dev_auth)
+            .field("secret_key", &"[redacted]")
+            .field("input_ttl", &self.input_ttl)
+            .field("data_dir", &self.data_dir)
+            .field("web_dir", &self.web_dir)
+            .field("tools_file", &self.tools_file)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("db_max_connections", &self.db_max_connections)
+            .finish()
+    }
+}
+
+/// Hides the password of a connection URL.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let credentials = &url[scheme_end + 3..at];
+            match credentials.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme_end + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+impl Config {
+    /// Reads the process environment.
+    pub fn from_env() -> anyhow::Result<Self> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Reads settings through `lookup`, so tests can pass their own environment.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> anyhow::Result<Self> {
+        let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+        let database_url = get("DATABASE_URL").context(
+            "DATABASE_URL is not set; point it at Postgres, e.g. postgres://postgres@127.0.0.1:5432/toolgate",
+        )?;
+        let bind = get("TOOLGATE_BIND")
+            .unwrap_or_else(|| "127.0.0.1:3000".to_owned())
+            .parse()
+            .context("TOOLGATE_BIND must be an address like 127.0.0.1:3000")?;
+        let dev_auth = match get("TOOLGATE_DEV_AUTH").as_deref() {
+            None | Some("0") | Some("false") | Some("off") => false,
+            Some("1") | Some("true") | Some("on") => true,
+            Some(other) => bail!("TOOLGATE_DEV_AUTH must be 1 or 0, not `{other}`"),
+        };
+        let data_dir =
+            PathBuf::from(get("TOOLGATE_DATA_DIR").unwrap_or_else(|| ".toolgate".into()));
+        let jwt_secret = match get("TOOLGATE_JWT_SECRET") {
+            Some(secret) if secret.len() < 32 => {
+                bail!("TOOLGATE_JWT_SECRET must be at least 32 characters long")
+            }
+            Some(secret) => secret.into_bytes(),
+            None if dev_auth => kept_random_secret(&data_dir, "jwt_secret")?.into_bytes(),
+            None => {
+                bail!("TOOLGATE_JWT_SECRET is not set; it is required unless TOOLGATE_DEV_AUTH=1")
+            }
+        };
+        let secret_key_text = match get("TOOLGATE_SECRET_KEY") {
+            Some(key) if key.len() < 16 => {
+                bail!("TOOLGATE_SECRET_KEY must be at least 16 characters long")
+            }
+            Some(key) => key,
+            None if dev_auth => kept_random_secret(&data_dir, "secret_key")?,
+            None => bail!(
+                "TOOLGATE_SECRET_KEY is not set; it encrypts saved secret values and is required unless TOOLGATE_DEV_AUTH=1"
+            ),
+        };
+        let input_ttl = parse_duration(&get("TOOLGATE_INPUT_TTL").unwrap_or_else(|| "24h".into()))
+            .context("TOOLGATE_INPUT_TTL must be a duration like 90s, 30m, 24h or 7d")?;
+        let max_body_bytes = match get("TOOLGATE_MAX_BODY_BYTES") {
+            Some(text) => text
+                .parse()
+                .context("TOOLGATE_MAX_BODY_BYTES must be a whole number of bytes")?,
+            None => 1024 * 1024,
+        };
+        let db_max_connections = match get("TOOLGATE_DB_MAX_CONNECTIONS") {
+            Some(text) => text
+                .parse()
+                .context("TOOLGATE_DB_MAX_CONNECTIONS must be a whole number")?,
+            None => 16,
+        };
+        Ok(Config {
+            database_url,
+            bind,
+            jwt_secret,
+            jwt_audience: get("TOOLGATE_JWT_AUDIENCE"),
+            jwt_issuer: get("TOOLGATE_JWT_ISSUER"),
+            dev_auth,
+            secret_key: Sha256::digest(secret_key_text.as_bytes()).into(),
+            input_ttl,
+            data_dir,
+            web_dir: get("TOOLGATE_WEB_DIR").map(PathBuf::from),
+            tools_file: get("TOOLGATE_TOOLS").map(PathBuf::from),
+            max_body_bytes,
+            db_max_connections,
+        })
+    }
+}
+
+/// A random secret generated once and kept in the data folder, so dev tokens and
+/// encrypted values survive restarts.
+fn kept_random_secret(data_dir: &Path, name: &str) -> anyhow::Result<String> {
+    let path = data_dir.join(name);
+    if let Ok(existing) = std::fs::read_to_string(&path) {
+        let existing = existing.trim();
+        if existing.len() >= 32 {
+            return Ok(existing.to_owned());
+        }
+    }
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("creating the data folder {}", data_dir.display()))?;
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    let secret: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    write_private(&path, &secret).with_context(|| format!("writing {}", path.display()))?;
+    Ok(secret)
+}
+
+fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    options.open(path)?.write_all(contents.as_bytes())
+}
+
+/// `90s`, `30m`, `24h`, `7d`, or a bare number of seconds.
+pub fn parse_duration(text: &str) -> anyhow::Result<Duration> {
+    let text = text.trim();
+    let (digits, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(split) => text.split_at(split),
+        None => (text, "s"),
+    };
+    let amount: u64 = digits
+        .parse()
+        .with_context(|| format!("`{text}` has no number"))?;
+    let seconds = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        other => bail!("unknown unit `{other}` in `{text}`"),
+    };
+    if amount == 0 {
+        bail!("`{text}` must be longer than zero");
+    }
+    Ok(Duration::from_secs(amount * seconds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn config(vars: &[(&str, &str)]) -> anyhow::Result<Config> {
+        let vars: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_lookup(|name| vars.get(name).cloned())
+    }
+
+    #[test]
+    fn durations_read_units() {
+        assert_eq!(parse_duration("90s").ok(), Some(Duration::from_secs(90)));
+        assert_eq!(
+            parse_duration("24h").ok(),
+            Some(Duration::from_secs(86_400))
+        );
+        assert_eq!(
+            parse_duration("2d").ok(),
+            Some(Duration::from_secs(172_800))
+        );
+        assert_eq!(parse_duration("15").ok(), Some(Duration::from_secs(15)));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("5w").is_err());
+        assert!(parse_duration("0s").is_err());
+    }
+
+    #[test]
+    fn jwt_secret_is_required_without_dev_auth() {
+        let err = config(&[("DATABASE_URL", "postgres://x/y")]).expect_err("must fail");
+        assert!(err.to_string().contains("TOOLGATE_JWT_SECRET"), "{err}");
+    }
+
+    #[test]
+    fn defaults_apply() {
+        let config = config(&[
+            ("DATABASE_URL", "postgres://x/y"),
+            ("TOOLGATE_JWT_SECRET", "0123456789abcdef0123456789abcdef"),
+            ("TOOLGATE_SECRET_KEY", "another secret of enough length"),
+        ])
+        .expect("valid");
+        assert_eq!(config.bind.to_string(), "127.0.0.1:3000");
+        assert_eq!(config.input_ttl, Duration::from_secs(86_400));
+        assert!(!config.dev_auth);
+    }
+
+    #[test]
+    fn debug_output_hides_secrets() {
+        let config = config(&[
+            ("DATABASE_URL", "postgres://app:hunter2@db/toolgate"),
+            ("TOOLGATE_JWT_SECRET", "0123456789abcdef0123456789abcdef"),
+            ("TOOLGATE_SECRET_KEY", "another secret of enough length"),
+        ])
+        .expect("valid");
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("hunter2"));
+        assert!(!shown.contains("0123456789abcdef"));
+        assert!(shown.contains("postgres://app:***@db/toolgate"));
+    }
+}

@@ -1,0 +1,66 @@
+use chrono::{DateTime, Utc};
+use protocol::api::Conversation;
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+#[derive(sqlx::FromRow)]
+struct ConversationRow {
+    id: Uuid,
+    title: String,
+    created_at: DateTime<Utc>,
+}
+
+impl From<ConversationRow> for Conversation {
+    fn from(row: ConversationRow) -> Self {
+        Conversation {
+            id: row.id,
+            title: row.title,
+            created_at: row.created_at,
+        }
+    }
+}
+
+pub async fn insert(
+    conn: &mut PgConnection,
+    user_id: &str,
+    title: &str,
+) -> sqlx::Result<Conversation> {
+    sqlx::query_as::<_, ConversationRow>(
+        "insert into conversations (id, user_id, title) values ($1, $2, $3)
+         returning id, title, created_at",
+    )
+    .bind(Uuid::new_v4())
+    .bind(user_id)
+    .bind(title)
+    .fetch_one(conn)
+    .await
+    .map(Into::into)
+}
+
+/// The caller's conversations, most recently active first.
+pub async fn list(conn: &mut PgConnection) -> sqlx::Result<Vec<Conversation>> {
+    let rows = sqlx::query_as::<_, ConversationRow>(
+        "select id, title, created_at from conversations order by updated_at desc, created_at desc",
+    )
+    .fetch_all(conn)
+    .await?;
+    Ok(rows.into_iter().map(Into::into).collect())
+}
+
+pub async fn find(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<Conversation>> {
+    let row = sqlx::query_as::<_, ConversationRow>(
+        "select id, title, created_at from conversations where id = $1",
+    )
+    .bind(id)
+    .fetch_optional(conn)
+    .await?;
+    Ok(row.map(Into::into))
+}
+
+/// Whether the conversation exists and is visible to the caller.
+pub async fn exists(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<bool> {
+    sqlx::query_scalar("select exists (select 1 from conversations where id = $1)")
+        .bind(id)
+        .fetch_one(conn)
+        .await
+}

@@ -1,0 +1,152 @@
+//! `tool_user_input_requests`: what a tool asked the user, and what they answered.
+
+use chrono::{DateTime, Utc};
+use protocol::FieldSpec;
+use serde_json::{Map, Value};
+use sqlx::PgConnection;
+use sqlx::types::Json;
+use uuid::Uuid;
+
+const COLUMNS: &str = "id, user_id, conversation_id, run_id, tool_name, tool_call_id, tool_args, \
+     reason, required_fields, user_inputs, save_for, status, created_at, completed_at, expires_at";
+
+/// A stored request. `user_inputs` holds secret values sealed by the vault.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct InputRequestRow {
+    pub id: Uuid,
+    pub user_id: String,
+    pub conversation_id: Uuid,
+    pub run_id: Option<Uuid>,
+    pub tool_name: String,
+    pub tool_call_id: String,
+    pub tool_args: Json<Map<String, Value>>,
+    pub reason: String,
+    pub required_fields: Json<Vec<FieldSpec>>,
+    pub user_inputs: Option<Json<Map<String, Value>>>,
+    pub save_for: String,
+    pub status: String,
+    pub created_at: DateTime<Utc>,
+    pub completed_at: Option<DateTime<Utc>>,
+    pub expires_at: DateTime<Utc>,
+}
+
+pub struct NewInputRequest<'a> {
+    pub user_id: &'a str,
+    pub conversation_id: Uuid,
+    pub run_id: Option<Uuid>,
+    pub tool_name: &'a str,
+    pub tool_call_id: &'a str,
+    pub tool_args: &'a Map<String, Value>,
+    pub reason: &'a str,
+    pub fields: &'a [FieldSpec],
+    pub save_for: &'a str,
+    pub expires_at: DateTime<Utc>,
+}
+
+pub async fn insert(
+    conn: &mut PgConnection,
+    new: NewInputRequest<'_>,
+) -> sqlx::Result<InputRequestRow> {
+    sqlx::query_as::<_, InputRequestRow>(&format!(
+        "insert into tool_user_input_requests
+             (id, user_id, conversation_id, run_id, tool_name, tool_call_id, tool_args,
+              reason, required_fields, save_for, expires_at)
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+         returning {COLUMNS}"
+    ))
+    .bind(Uuid::new_v4())
+    .bind(new.user_id)
+    .bind(new.conversation_id)
+    .bind(new.run_id)
+    .bind(new.tool_name)
+    .bind(new.tool_call_id)
+    .bind(Json(new.tool_args))
+    .bind(new.reason)
+    .bind(Json(new.fields))
+    .bind(new.save_for)
+    .bind(new.expires_at)
+    .fetch_one(conn)
+    .await
+}
+
+/// Reads a request by its tool call id and locks it for the rest of the transaction,
+/// so two submits (or a submit and a cancel) on one request are serialised.
+pub async fn find_for_update(
+    conn: &mut PgConnection,
+    tool_call_id: &str,
+) -> sqlx::Result<Option<InputRequestRow>> {
+    sqlx::query_as::<_, InputRequestRow>(&format!(
+        "select {COLUMNS} from tool_user_input_requests where tool_call_id = $1 for update"
+    ))
+    .bind(tool_call_id)
+    .fetch_optional(conn)
+    .await
+}
+
+pub async fn find(
+    conn: &mut PgConnection,
+    tool_call_id: &str,
+) -> sqlx::Result<Option<InputRequestRow>> {
+    sqlx::query_as::<_, InputRequestRow>(&format!(
+        "select {COLUMNS} from tool_user_input_requests where tool_call_id = $1"
+    ))
+    .bind(tool_call_id)
+    .fetch_optional(conn)
+    .await
+}
+
+/// The conversation's requests still waiting for the user, oldest first.
+pub async fn list_pending(
+    conn: &mut PgConnection,
+    conversation_id: Uuid,
+) -> sqlx::Result<Vec<InputRequestRow>> {
+    sqlx::query_as::<_, InputRequestRow>(&format!(
+        "select {COLUMNS} from tool_user_input_requests
+         where conversation_id = $1 and status = 'pending' and expires_at > now()
+         order by created_at, id"
+    ))
+    .bind(conversation_id)
+    .fetch_all(conn)
+    .await
+}
+
+pub async fn complete(
+    conn: &mut PgConnection,
+    id: Uuid,
+    user_inputs: &Map<String, Value>,
+) -> sqlx::Result<InputRequestRow> {
+    sqlx::query_as::<_, InputRequestRow>(&format!(
+        "update tool_user_input_requests
+         set status = 'completed', user_inputs = $2, completed_at = now()
+         where id = $1
+         returning {COLUMNS}"
+    ))
+    .bind(id)
+    .bind(Json(user_inputs))
+    .fetch_one(conn)
+    .await
+}
+
+pub async fn cancel(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<InputRequestRow> {
+    sqlx::query_as::<_, InputRequestRow>(&format!(
+        "update tool_user_input_requests
+         set status = 'cancelled', completed_at = now()
+         where id = $1
+         returning {COLUMNS}"
+    ))
+    .bind(id)
+    .fetch_one(conn)
+    .await
+}
+
+/// Marks every pending request past its expiry as expired; returns them.
+pub async fn expire_overdue(conn: &mut PgConnection) -> sqlx::Result<Vec<InputRequestRow>> {
+    sqlx::query_as::<_, InputRequestRow>(&format!(
+        "update tool_user_input_requests
+         set status = 'expired', completed_at = now()
+         where status = 'pending' and expires_at <= now()
+         returning {COLUMNS}"
+    ))
+    .fetch_all(conn)
+    .await
+}

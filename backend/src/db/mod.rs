@@ -1,0 +1,68 @@
+//! Postgres: the pool, the per-request transaction that carries the caller's identity,
+//! and the queries, one file per table.
+
+pub mod conversations;
+pub mod input_requests;
+pub mod saved_inputs;
+pub mod tool_calls;
+
+use std::time::Duration;
+
+use anyhow::Context;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{PgPool, Postgres, Transaction};
+
+use crate::config::{Config, redact_url};
+
+pub type Tx = Transaction<'static, Postgres>;
+
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
+
+/// Opens the pool. Connections are made lazily so the server starts (and `/readyz`
+/// says why it is not ready) while the database is still coming up.
+pub async fn connect(config: &Config) -> anyhow::Result<PgPool> {
+    let options: PgConnectOptions = config.database_url.parse().with_context(|| {
+        format!(
+            "DATABASE_URL `{}` is not valid",
+            redact_url(&config.database_url)
+        )
+    })?;
+    let options = options.application_name("toolgate");
+    Ok(PgPoolOptions::new()
+        .max_connections(config.db_max_connections)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect_lazy_with(options))
+}
+
+/// Applies the migrations embedded in the binary.
+pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
+    MIGRATOR
+        .run(pool)
+        .await
+        .context("running database migrations")
+}
+
+/// Starts the transaction an API request runs in: switched to the `toolgate_app` role,
+/// with row-level security keyed on `user_id`. Role and user id are set in one
+/// statement, since each round trip here costs every request.
+pub async fn begin_as_user(pool: &PgPool, user_id: &str) -> sqlx::Result<Tx> {
+    let mut tx = pool.begin().await?;
+    sqlx::query(
+        "select set_config('role', 'toolgate_app', true), set_config('toolgate.user_id', $1, true)",
+    )
+    .bind(user_id)
+    .execute(&mut *tx)
+    .await?;
+    Ok(tx)
+}
+
+/// Starts a transaction for background work that spans users (expiry, resuming runs).
+/// It bypasses row-level security deliberately, so only code that is not serving a
+/// caller may use it.
+pub async fn begin_background(pool: &PgPool) -> sqlx::Result<Tx> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("select set_config('role', 'toolgate_worker', true)")
+        .execute(&mut *tx)
+        .await?;
+    Ok(tx)
+}

@@ -1,0 +1,38 @@
+//! `tool_call_log`: every tool call, with secrets already redacted by the caller.
+
+use serde_json::{Map, Value};
+use sqlx::PgConnection;
+use sqlx::types::Json;
+use uuid::Uuid;
+
+pub struct ToolCallRecord<'a> {
+    pub user_id: &'a str,
+    pub conversation_id: Uuid,
+    pub run_id: Option<Uuid>,
+    pub tool_name: &'a str,
+    pub tool_call_id: &'a str,
+    pub redacted_arguments: &'a Map<String, Value>,
+    pub outcome: &'a str,
+    pub error: Option<&'a str>,
+    pub duration_ms: f64,
+}
+
+pub async fn insert(conn: &mut PgConnection, record: ToolCallRecord<'_>) -> sqlx::Result<()> {
+    sqlx::query(
+        "insert into tool_call_log
+             (user_id, conversation_id, run_id, tool_name, tool_call_id, arguments, outcome, error, duration_ms)
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+    )
+    .bind(record.user_id)
+    .bind(record.conversation_id)
+    .bind(record.run_id)
+    .bind(record.tool_name)
+    .bind(record.tool_call_id)
+    .bind(Json(record.redacted_arguments))
+    .bind(record.outcome)
+    .bind(record.error)
+    .bind(record.duration_ms)
+    .execute(conn)
+    .await?;
+    Ok(())
+}

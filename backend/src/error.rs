@@ -1,0 +1,160 @@
+//! The server's one error type, and the one place it becomes an HTTP response.
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use protocol::api::{ErrorBody, ErrorDetail};
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Field name (or JSON path) → what is wrong with it.
+pub type FieldErrors = BTreeMap<String, String>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The request cannot be read: not JSON, wrong shape, unknown action.
+    #[error("bad request: {message}")]
+    BadRequest {
+        message: String,
+        fields: Option<FieldErrors>,
+    },
+    #[error("unauthorized: {0}")]
+    Unauthorized(String),
+    /// Absent, or owned by somebody else: the two are indistinguishable on purpose.
+    #[error("{0} not found")]
+    NotFound(&'static str),
+    #[error("{0}")]
+    NotFoundRoute(String),
+    #[error("{0}")]
+    MethodNotAllowed(String),
+    #[error("conflict: {message}")]
+    Conflict { code: &'static str, message: String },
+    #[error("request body is larger than {limit} bytes")]
+    PayloadTooLarge { limit: usize },
+    /// Readable, but the values break the rules.
+    #[error("validation failed: {message}")]
+    Unprocessable {
+        message: String,
+        fields: FieldErrors,
+    },
+    #[error("database unavailable")]
+    Unavailable(#[source] sqlx::Error),
+    #[error("database error")]
+    Database(#[source] sqlx::Error),
+    #[error(transparent)]
+    Internal(#[from] anyhow::Error),
+}
+
+impl Error {
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Error::BadRequest {
+            message: message.into(),
+            fields: None,
+        }
+    }
+
+    pub fn conflict(code: &'static str, message: impl Into<String>) -> Self {
+        Error::Conflict {
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub fn unprocessable(message: impl Into<String>, fields: FieldErrors) -> Self {
+        Error::Unprocessable {
+            message: message.into(),
+            fields,
+        }
+    }
+
+    fn status_and_code(&self) -> (StatusCode, &'static str) {
+        match self {
+            Error::BadRequest { .. } => (StatusCode::BAD_REQUEST, "bad_request"),
+            Error::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            Error::NotFound(_) | Error::NotFoundRoute(_) => (StatusCode::NOT_FOUND, "not_found"),
+            Error::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
+            Error::Conflict { code, .. } => (StatusCode::CONFLICT, code),
+            Error::PayloadTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            Error::Unprocessable { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "validation_failed"),
+            Error::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "database_unavailable"),
+            Error::Database(_) | Error::Internal(_) => {
+                (StatusCode::INTERNAL_SERVER_ERROR, "internal_error")
+            }
+        }
+    }
+}
+
+impl From<sqlx::Error> for Error {
+    fn from(err: sqlx::Error) -> Self {
+        match err {
+            sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => {
+                Error::Unavailable(err)
+            }
+            other => Error::Database(other),
+        }
+    }
+}
+
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
+        let (message, fields) = match self {
+            Error::BadRequest { message, fields } => (message, fields),
+            Error::Unauthorized(reason) => (reason, None),
+            Error::NotFound(what) => (format!("{what} not found"), None),
+            Error::NotFoundRoute(message) | Error::MethodNotAllowed(message) => (message, None),
+            Error::Conflict { message, .. } => (message, None),
+            Error::PayloadTooLarge { limit } => {
+                (format!("request body is larger than {limit} bytes"), None)
+            }
+            Error::Unprocessable { message, fields } => (message, Some(fields)),
+            Error::Unavailable(err) => {
+                tracing::error!(error = %err, "database unavailable");
+                (
+                    "the database is unavailable; try again shortly".to_owned(),
+                    None,
+                )
+            }
+            Error::Database(err) => {
+                tracing::error!(error = ?err, "database error");
+                ("internal error".to_owned(), None)
+            }
+            Error::Internal(err) => {
+                tracing::error!(error = ?err, "internal error");
+                ("internal error".to_owned(), None)
+            }
+        };
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: code.to_owned(),
+                message,
+                fields,
+            },
+        };
+        (status, Json(body)).into_response()
+    }
+}
+
+/// Turns a unique-constraint violation into a 409, by constraint name.
+pub trait ResultExt<T> {
+    fn on_constraint(
+        self,
+        name: &str,
+        map: impl FnOnce(Box<dyn sqlx::error::DatabaseError>) -> Error,
+    ) -> Result<T>;
+}
+
+impl<T, E: Into<Error>> ResultExt<T> for std::result::Result<T, E> {
+    fn on_constraint(
+        self,
+        name: &str,
+        map: impl FnOnce(Box<dyn sqlx::error::DatabaseError>) -> Error,
+    ) -> Result<T> {
+        self.map_err(|err| match err.into() {
+            Error::Database(sqlx::Error::Database(db)) if db.constraint() == Some(name) => map(db),
+            other => other,
+        })
+    }
+}

@@ -1,0 +1,68 @@
+//! toolgate's server: HTTP API, auth, the universal tool executor and the agent runtime.
+
+pub mod api;
+pub mod auth;
+pub mod config;
+pub mod db;
+pub mod error;
+pub mod state;
+pub mod tools;
+pub mod vault;
+
+pub use api::app;
+pub use config::Config;
+pub use error::{Error, Result};
+pub use state::AppState;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+
+/// Connects, migrates, starts background work and serves until SIGTERM or Ctrl-C.
+pub async fn serve(config: Config) -> anyhow::Result<()> {
+    let pool = db::connect(&config).await?;
+    db::migrate(&pool).await?;
+    let listener = TcpListener::bind(config.bind)
+        .await
+        .with_context(|| format!("binding {}", config.bind))?;
+    let address = listener.local_addr().context("reading the bound address")?;
+    tracing::info!(%address, dev_auth = config.dev_auth, "toolgate listening");
+
+    let sweeper = tokio::spawn(tools::expiry::run(pool.clone()));
+    let state = AppState::new(pool.clone(), config);
+    axum::serve(listener, app(state))
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .context("serving HTTP")?;
+    sweeper.abort();
+    pool.close().await;
+    tracing::info!("toolgate stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(err) = tokio::signal::ctrl_c().await {
+            tracing::warn!(error = %err, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+    tracing::info!("shutting down");
+}

@@ -1,0 +1,971 @@
+//! What a tool asks of the user, and the rules a value must follow.
+//!
+//! `check_field_specs` judges a definition (run when a tool is loaded and when a
+//! request is created); `validate_inputs` judges what the user typed (run in the card
+//! as they type and on the server when they submit).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Mutex;
+
+use regex::Regex;
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{Map, Value};
+
+/// Field name → what is wrong with it.
+pub type FieldErrors = BTreeMap<String, String>;
+
+/// What a tool needs from the user before it can run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct InputRequestSpec {
+    pub reason: String,
+    pub fields: Vec<FieldSpec>,
+    /// The seed's flag; `true` means `save_for: session`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub save_for_session: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub save_for: Option<SaveFor>,
+}
+
+impl InputRequestSpec {
+    /// How long submitted values are remembered unless a field says otherwise.
+    pub fn save_for(&self) -> SaveFor {
+        effective_save_for(self.save_for, self.save_for_session)
+    }
+}
+
+/// `save_for` wins over the seed's `save_for_session` flag; neither means `call`.
+pub fn effective_save_for(save_for: Option<SaveFor>, save_for_session: bool) -> SaveFor {
+    match (save_for, save_for_session) {
+        (Some(scope), _) => scope,
+        (None, true) => SaveFor::Session,
+        (None, false) => SaveFor::Call,
+    }
+}
+
+/// How long a submitted value is remembered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum SaveFor {
+    /// Only for the tool call that asked.
+    #[default]
+    Call,
+    /// For the rest of the conversation.
+    Session,
+    /// For every conversation of the user.
+    User,
+}
+
+impl SaveFor {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SaveFor::Call => "call",
+            SaveFor::Session => "session",
+            SaveFor::User => "user",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "call" => Some(SaveFor::Call),
+            "session" => Some(SaveFor::Session),
+            "user" => Some(SaveFor::User),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum FieldType {
+    #[default]
+    Text,
+    Number,
+    Select,
+    Boolean,
+    Date,
+    Email,
+    Url,
+    Textarea,
+    Secret,
+    Multiselect,
+}
+
+impl FieldType {
+    pub const ALL: [FieldType; 10] = [
+        FieldType::Text,
+        FieldType::Number,
+        FieldType::Select,
+        FieldType::Boolean,
+        FieldType::Date,
+        FieldType::Email,
+        FieldType::Url,
+        FieldType::Textarea,
+        FieldType::Secret,
+        FieldType::Multiselect,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FieldType::Text => "text",
+            FieldType::Number => "number",
+            FieldType::Select => "select",
+            FieldType::Boolean => "boolean",
+            FieldType::Date => "date",
+            FieldType::Email => "email",
+            FieldType::Url => "url",
+            FieldType::Textarea => "textarea",
+            FieldType::Secret => "secret",
+            FieldType::Multiselect => "multiselect",
+        }
+    }
+
+    fn has_options(self) -> bool {
+        matches!(self, FieldType::Select | FieldType::Multiselect)
+    }
+}
+
+/// One choice of a select or multiselect field. Written either as a bare string or
+/// as `{ "value": …, "label": … }`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SelectOption {
+    pub value: String,
+    pub label: String,
+}
+
+impl<'de> Deserialize<'de> for SelectOption {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Written {
+            Bare(String),
+            Full {
+                value: String,
+                #[serde(default)]
+                label: Option<String>,
+            },
+        }
+        Ok(match Written::deserialize(deserializer)? {
+            Written::Bare(value) => SelectOption {
+                label: value.clone(),
+                value,
+            },
+            Written::Full { value, label } => SelectOption {
+                label: label.unwrap_or_else(|| value.clone()),
+                value,
+            },
+        })
+    }
+}
+
+/// Shows a field only when another field has a given value (`equals`), one of several
+/// (`one_of`), or, with neither, any non-empty value other than `false`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct VisibleIf {
+    pub field: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub equals: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub one_of: Option<Vec<Value>>,
+}
+
+/// One value the user is asked for.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct FieldSpec {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(rename = "type", default)]
+    pub kind: FieldType,
+    #[serde(default = "required_by_default")]
+    pub required: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placeholder: Option<String>,
+    /// A regular expression the whole value must match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validation: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub options: Vec<SelectOption>,
+    /// Number: smallest value. Text, textarea, secret: fewest characters.
+    /// Multiselect: fewest choices.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min: Option<f64>,
+    /// Like `min`, the other way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub visible_if: Option<VisibleIf>,
+    /// Overrides the request's `save_for` for this field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub save_for: Option<SaveFor>,
+}
+
+fn required_by_default() -> bool {
+    true
+}
+
+impl FieldSpec {
+    /// A plain required text field; handy for tools defined in code and for tests.
+    pub fn text(name: &str) -> Self {
+        FieldSpec {
+            name: name.to_owned(),
+            label: None,
+            description: None,
+            kind: FieldType::Text,
+            required: true,
+            placeholder: None,
+            validation: None,
+            options: Vec::new(),
+            min: None,
+            max: None,
+            default: None,
+            visible_if: None,
+            save_for: None,
+        }
+    }
+
+    pub fn label(&self) -> &str {
+        self.label.as_deref().unwrap_or(&self.name)
+    }
+
+    pub fn is_secret(&self) -> bool {
+        self.kind == FieldType::Secret
+    }
+}
+
+/// Reads field definitions one by one, so a bad one is reported against its own name
+/// rather than failing the whole document, then checks them together.
+pub fn parse_field_specs(raw: &[Value]) -> Result<Vec<FieldSpec>, FieldErrors> {
+    let mut errors = FieldErrors::new();
+    let mut specs = Vec::with_capacity(raw.len());
+    for (index, value) in raw.iter().enumerate() {
+        let key = value
+            .get("name")
+            .and_then(Value::as_str)
+            .filter(|name| !name.is_empty())
+            .map(str::to_owned)
+            .unwrap_or_else(|| format!("fields[{index}]"));
+        if let Some(kind) = value.get("type") {
+            let known = kind
+                .as_str()
+                .is_some_and(|kind| FieldType::ALL.iter().any(|t| t.as_str() == kind));
+            if !known {
+                errors.insert(key, unknown_type_message(kind));
+                continue;
+            }
+        }
+        match serde_json::from_value::<FieldSpec>(value.clone()) {
+            Ok(spec) => specs.push(spec),
+            Err(err) => {
+                errors.insert(key, format!("invalid field definition: {err}"));
+            }
+        }
+    }
+    if let Err(more) = check_field_specs(&specs) {
+        for (name, message) in more {
+            errors.entry(name).or_insert(message);
+        }
+    }
+    if errors.is_empty() {
+        Ok(specs)
+    } else {
+        Err(errors)
+    }
+}
+
+fn unknown_type_message(kind: &Value) -> String {
+    let names: Vec<&str> = FieldType::ALL.iter().map(|t| t.as_str()).collect();
+    let shown = match kind {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    };
+    format!(
+        "unknown type `{shown}`; expected one of {}",
+        names.join(", ")
+    )
+}
+
+/// Checks a set of field definitions: names, regular expressions, options, bounds,
+/// `visible_if` references and defaults. Errors are keyed by field name.
+pub fn check_field_specs(fields: &[FieldSpec]) -> Result<(), FieldErrors> {
+    let mut errors = FieldErrors::new();
+    let mut seen = HashSet::new();
+    let names: HashSet<&str> = fields.iter().map(|f| f.name.as_str()).collect();
+    for (index, field) in fields.iter().enumerate() {
+        let key = if field.name.is_empty() {
+            format!("fields[{index}]")
+        } else {
+            field.name.clone()
+        };
+        let mut problem = None;
+        if field.name.is_empty() {
+            problem = Some("a field needs a name".to_owned());
+        } else if !field
+            .name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+        {
+            problem = Some("a field name may use only letters, digits, `_`, `-` and `.`".into());
+        } else if !seen.insert(field.name.as_str()) {
+            problem = Some("duplicate field name".to_owned());
+        } else if let Some(pattern) = &field.validation
+            && let Err(err) = compile_anchored(pattern)
+        {
+            problem = Some(format!(
+                "validation is not a valid regular expression: {err}"
+            ));
+        } else if field.kind.has_options() && field.options.is_empty() {
+            problem = Some(format!("a {} field needs options", field.kind.as_str()));
+        } else if !field.kind.has_options() && !field.options.is_empty() {
+            problem = Some(format!(
+                "options are only for select and multiselect fields, not {}",
+                field.kind.as_str()
+            ));
+        } else if let (Some(min), Some(max)) = (field.min, field.max)
+            && min > max
+        {
+            problem = Some(format!("min ({min}) is greater than max ({max})"));
+        } else if let Some(rule) = &field.visible_if {
+            if rule.field == field.name {
+                problem = Some("visible_if cannot name the field itself".to_owned());
+            } else if !names.contains(rule.field.as_str()) {
+                problem = Some(format!("visible_if names unknown field `{}`", rule.field));
+            }
+        }
+        if problem.is_none()
+            && let Some(default) = &field.default
+            && let Err(message) = validate_value(field, default)
+        {
+            problem = Some(format!("default is not valid: {message}"));
+        }
+        if let Some(problem) = problem {
+            errors.entry(key).or_insert(problem);
+        }
+    }
+    if errors.is_empty() {
+        if let Some(name) = visibility_cycle(fields) {
+            errors.insert(name, "visible_if rules form a cycle".to_owned());
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors)
+    }
+}
+
+fn visibility_cycle(fields: &[FieldSpec]) -> Option<String> {
+    let parent: HashMap<&str, &str> = fields
+        .iter()
+        .filter_map(|f| {
+            f.visible_if
+                .as_ref()
+                .map(|r| (f.name.as_str(), r.field.as_str()))
+        })
+        .collect();
+    for start in parent.keys() {
+        let mut current = *start;
+        for _ in 0..=fields.len() {
+            match parent.get(current) {
+                Some(next) if next == start => return Some((*start).to_owned()),
+                Some(next) => current = next,
+                None => break,
+            }
+        }
+    }
+    None
+}
+
+/// Whether a field is shown, given the values so far. A field hidden by a field that is
+/// itself hidden is hidden too.
+pub fn is_visible(fields: &[FieldSpec], field: &FieldSpec, values: &Map<String, Value>) -> bool {
+    let mut current = field;
+    for _ in 0..=fields.len() {
+        let Some(rule) = &current.visible_if else {
+            return true;
+        };
+        let actual = values.get(&rule.field);
+        let shown = if let Some(expected) = &rule.equals {
+            actual.is_some_and(|a| loosely_equal(a, expected))
+        } else if let Some(choices) = &rule.one_of {
+            actual.is_some_and(|a| choices.iter().any(|c| loosely_equal(a, c)))
+        } else {
+            actual.is_some_and(|a| !is_empty(a) && a != &Value::Bool(false))
+        };
+        if !shown {
+            return false;
+        }
+        match fields.iter().find(|f| f.name == rule.field) {
+            Some(parent) => current = parent,
+            None => return true,
+        }
+    }
+    // Only reachable through a cycle, which `check_field_specs` refuses.
+    false
+}
+
+/// `"true"` from a form equals `true` in a rule; `"3"` equals `3`.
+fn loosely_equal(actual: &Value, expected: &Value) -> bool {
+    actual == expected || scalar_text(actual) == scalar_text(expected)
+}
+
+fn scalar_text(value: &Value) -> Option<String> {
+    match value {
+        Value::String(text) => Some(text.clone()),
+        Value::Bool(flag) => Some(flag.to_string()),
+        Value::Number(number) => Some(number.to_string()),
+        _ => None,
+    }
+}
+
+/// A value the user has not really given: absent, null, blank text or an empty list.
+pub fn is_empty(value: &Value) -> bool {
+    match value {
+        Value::Null => true,
+        Value::String(text) => text.trim().is_empty(),
+        Value::Array(items) => items.is_empty(),
+        _ => false,
+    }
+}
+
+/// Validates one field's value. `Ok(None)` means an optional field left empty;
+/// `Ok(Some(v))` is the value in its normal form (numbers as numbers, booleans as
+/// booleans).
+pub fn validate_field(field: &FieldSpec, value: Option<&Value>) -> Result<Option<Value>, String> {
+    match value {
+        None => required_or_none(field),
+        Some(value) if is_empty(value) => required_or_none(field),
+        Some(value) => validate_value(field, value).map(Some),
+    }
+}
+
+fn required_or_none(field: &FieldSpec) -> Result<Option<Value>, String> {
+    if field.required {
+        Err("This field is required".to_owned())
+    } else {
+        Ok(None)
+    }
+}
+
+fn validate_value(field: &FieldSpec, value: &Value) -> Result<Value, String> {
+    let normal = match field.kind {
+        FieldType::Text | FieldType::Textarea | FieldType::Secret => {
+            let text = as_text(value).ok_or("Must be text")?;
+            let length = text.chars().count() as f64;
+            if let Some(min) = field.min
+                && length < min
+            {
+                return Err(format!("Must be at least {} characters", fmt_number(min)));
+            }
+            if let Some(max) = field.max
+                && length > max
+            {
+                return Err(format!("Must be at most {} characters", fmt_number(max)));
+            }
+            Value::String(text)
+        }
+        FieldType::Number => {
+            let number = as_number(value).ok_or("Must be a number")?;
+            if let Some(min) = field.min
+                && number < min
+            {
+                return Err(format!("Must be at least {}", fmt_number(min)));
+            }
+            if let Some(max) = field.max
+                && number > max
+            {
+                return Err(format!("Must be at most {}", fmt_number(max)));
+            }
+            number_value(number)
+        }
+        FieldType::Select => {
+            let text = as_text(value).ok_or("Must be one of the options")?;
+            if !field.options.iter().any(|o| o.value == text) {
+                return Err(one_of_message(field));
+            }
+            Value::String(text)
+        }
+        FieldType::Multiselect => {
+            let items = value.as_array().ok_or("Must be a list of options")?;
+            let mut chosen = Vec::with_capacity(items.len());
+            for item in items {
+                let text = as_text(item).ok_or("Must be a list of options")?;
+                if !field.options.iter().any(|o| o.value == text) {
+                    return Err(format!("`{text}` is not one of the options"));
+                }
+                if !chosen.contains(&text) {
+                    chosen.push(text);
+                }
+            }
+            let count = chosen.len() as f64;
+            if let Some(min) = field.min
+                && count < min
+            {
+                return Err(format!("Choose at least {}", fmt_number(min)));
+            }
+            if let Some(max) = field.max
+                && count > max
+            {
+                return Err(format!("Choose at most {}", fmt_number(max)));
+            }
+            Value::Array(chosen.into_iter().map(Value::String).collect())
+        }
+        FieldType::Boolean => Value::Bool(as_bool(value).ok_or("Must be true or false")?),
+        FieldType::Date => {
+            let text = as_text(value).ok_or("Must be a date (YYYY-MM-DD)")?;
+            if !is_date(text.trim()) {
+                return Err("Must be a date (YYYY-MM-DD)".to_owned());
+            }
+            Value::String(text.trim().to_owned())
+        }
+        FieldType::Email => {
+            let text = as_text(value).ok_or("Must be an email address")?;
+            if !is_email(text.trim()) {
+                return Err("Must be an email address".to_owned());
+            }
+            Value::String(text.trim().to_owned())
+        }
+        FieldType::Url => {
+            let text = as_text(value).ok_or("Must be a URL starting with http:// or https://")?;
+            if !is_url(text.trim()) {
+                return Err("Must be a URL starting with http:// or https://".to_owned());
+            }
+            Value::String(text.trim().to_owned())
+        }
+    };
+    if let Some(pattern) = &field.validation {
+        let subject = match &normal {
+            Value::String(text) => Some(text.clone()),
+            Value::Number(number) => Some(number.to_string()),
+            _ => None,
+        };
+        if let Some(subject) = subject {
+            let regex = compile_anchored(pattern)
+                .map_err(|_| "This field's format rule is broken".to_owned())?;
+            if !regex.is_match(&subject) {
+                return Err("Does not match the expected format".to_owned());
+            }
+        }
+    }
+    Ok(normal)
+}
+
+/// Validates everything the user submitted for a request. Defaults fill what was left
+/// out, hidden fields are dropped, and a name that is not a field is an error. On
+/// success the map holds each visible field's value in its normal form.
+pub fn validate_inputs(
+    fields: &[FieldSpec],
+    inputs: &Map<String, Value>,
+) -> Result<Map<String, Value>, FieldErrors> {
+    let mut errors = FieldErrors::new();
+    for name in inputs.keys() {
+        if !fields.iter().any(|f| &f.name == name) {
+            errors.insert(name.clone(), "Not a field of this request".to_owned());
+        }
+    }
+    let effective = with_defaults(fields, inputs);
+    let mut accepted = Map::new();
+    for field in fields {
+        if !is_visible(fields, field, &effective) {
+            continue;
+        }
+        match validate_field(field, effective.get(&field.name)) {
+            Ok(Some(value)) => {
+                accepted.insert(field.name.clone(), value);
+            }
+            Ok(None) => {}
+            Err(message) => {
+                errors.insert(field.name.clone(), message);
+            }
+        }
+    }
+    if errors.is_empty() {
+        Ok(accepted)
+    } else {
+        Err(errors)
+    }
+}
+
+/// The values with each field's default filled in where none was given.
+pub fn with_defaults(fields: &[FieldSpec], values: &Map<String, Value>) -> Map<String, Value> {
+    let mut effective = values.clone();
+    for field in fields {
+        let given = effective.get(&field.name).is_some_and(|v| !is_empty(v));
+        if !given && let Some(default) = &field.default {
+            effective.insert(field.name.clone(), default.clone());
+        }
+    }
+    effective
+}
+
+/// The required fields that are shown but still have no value.
+pub fn missing_fields<'a>(
+    fields: &'a [FieldSpec],
+    values: &Map<String, Value>,
+) -> Vec<&'a FieldSpec> {
+    fields
+        .iter()
+        .filter(|f| f.required && is_visible(fields, f, values))
+        .filter(|f| values.get(&f.name).is_none_or(is_empty))
+        .collect()
+}
+
+/// What a secret looks like anywhere but inside the tool that uses it.
+pub const MASKED: &str = "••••••••";
+
+/// Replaces the value of every secret field with [`MASKED`].
+pub fn mask_secrets(fields: &[FieldSpec], values: &Map<String, Value>) -> Map<String, Value> {
+    values
+        .iter()
+        .map(|(name, value)| {
+            let secret = fields.iter().any(|f| &f.name == name && f.is_secret());
+            let shown = if secret {
+                Value::String(MASKED.to_owned())
+            } else {
+                value.clone()
+            };
+            (name.clone(), shown)
+        })
+        .collect()
+}
+
+fn one_of_message(field: &FieldSpec) -> String {
+    let labels: Vec<&str> = field.options.iter().map(|o| o.label.as_str()).collect();
+    format!("Must be one of: {}", labels.join(", "))
+}
+
+fn as_text(value: &Value) -> Option<String> {
+    match value {
+        Value::String(text) => Some(text.clone()),
+        Value::Number(number) => Some(number.to_string()),
+        _ => None,
+    }
+}
+
+fn as_number(value: &Value) -> Option<f64> {
+    let number = match value {
+        Value::Number(number) => number.as_f64()?,
+        Value::String(text) => text.trim().parse::<f64>().ok()?,
+        _ => return None,
+    };
+    number.is_finite().then_some(number)
+}
+
+fn number_value(number: f64) -> Value {
+    if number.fract() == 0.0 && number.abs() < 9.0e15 {
+        Value::from(number as i64)
+    } else {
+        serde_json::Number::from_f64(number).map_or(Value::Null, Value::Number)
+    }
+}
+
+fn fmt_number(number: f64) -> String {
+    number_value(number).to_string()
+}
+
+fn as_bool(value: &Value) -> Option<bool> {
+    match value {
+        Value::Bool(flag) => Some(*flag),
+        Value::String(text) => match text.trim() {
+            "true" => Some(true),
+            "false" => Some(false),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+fn is_date(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    if bytes.len() != 10 || bytes[4] != b'-' || bytes[7] != b'-' {
+        return false;
+    }
+    let digits = |range: std::ops::Range<usize>| -> Option<u32> {
+        let part = &text[range];
+        part.bytes()
+            .all(|b| b.is_ascii_digit())
+            .then(|| part.parse().ok())
+            .flatten()
+    };
+    let (Some(year), Some(month), Some(day)) = (digits(0..4), digits(5..7), digits(8..10)) else {
+        return false;
+    };
+    let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+    let days_in_month = match month {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if leap => 29,
+        2 => 28,
+        _ => return false,
+    };
+    (1..=days_in_month).contains(&day)
+}
+
+fn is_email(text: &str) -> bool {
+    let Some((local, domain)) = text.rsplit_once('@') else {
+        return false;
+    };
+    let clean =
+        |part: &str| !part.is_empty() && !part.chars().any(|c| c.is_whitespace() || c == '@');
+    clean(local)
+        && clean(domain)
+        && domain.contains('.')
+        && !domain.starts_with('.')
+        && !domain.ends_with('.')
+        && !domain.contains("..")
+}
+
+fn is_url(text: &str) -> bool {
+    let rest = text
+        .strip_prefix("https://")
+        .or_else(|| text.strip_prefix("http://"));
+    let Some(rest) = rest else {
+        return false;
+    };
+    let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host = host.rsplit_once('@').map_or(host, |(_, host)| host);
+    !host.is_empty() && !host.starts_with(':') && !text.chars().any(char::is_whitespace)
+}
+
+/// Compiles `^(?:pattern)$` so the rule covers the whole value, caching the result:
+/// the same few patterns are checked on every keystroke and every submit.
+fn compile_anchored(pattern: &str) -> Result<Regex, regex::Error> {
+    static CACHE: Mutex<Option<HashMap<String, Regex>>> = Mutex::new(None);
+    let mut guard = CACHE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let cache = guard.get_or_insert_with(HashMap::new);
+    if let Some(regex) = cache.get(pattern) {
+        return Ok(regex.clone());
+    }
+    let regex = Regex::new(&format!("^(?:{pattern})$"))?;
+    if cache.len() >= 512 {
+        cache.clear();
+    }
+    cache.insert(pattern.to_owned(), regex.clone());
+    Ok(regex)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn field(value: Value) -> FieldSpec {
+        serde_json::from_value(value).expect("valid field")
+    }
+
+    fn inputs(value: Value) -> Map<String, Value> {
+        value.as_object().cloned().expect("object")
+    }
+
+    #[test]
+    fn seed_realm_id_field_matches_whole_value_only() {
+        let realm = field(
+            json!({"name": "quickbooks_realm_id", "label": "QuickBooks Company ID",
+            "type": "text", "required": true, "validation": "^[0-9]{10,20}$"}),
+        );
+        assert_eq!(
+            validate_field(&realm, Some(&json!("9130346988354456"))),
+            Ok(Some(json!("9130346988354456")))
+        );
+        let partial = field(json!({"name": "id", "validation": "[0-9]{3}"}));
+        assert_eq!(
+            validate_field(&partial, Some(&json!("abc1234"))),
+            Err("Does not match the expected format".to_owned())
+        );
+        assert!(validate_field(&partial, Some(&json!("123"))).is_ok());
+    }
+
+    #[test]
+    fn required_field_left_blank_is_refused_and_optional_is_not() {
+        let required = FieldSpec::text("a");
+        assert_eq!(
+            validate_field(&required, Some(&json!("  "))),
+            Err("This field is required".to_owned())
+        );
+        let optional = field(json!({"name": "b", "required": false}));
+        assert_eq!(validate_field(&optional, None), Ok(None));
+    }
+
+    #[test]
+    fn numbers_parse_from_text_and_respect_bounds() {
+        let n = field(json!({"name": "n", "type": "number", "min": 1, "max": 10}));
+        assert_eq!(validate_field(&n, Some(&json!("7"))), Ok(Some(json!(7))));
+        assert_eq!(validate_field(&n, Some(&json!(2.5))), Ok(Some(json!(2.5))));
+        assert_eq!(
+            validate_field(&n, Some(&json!("seven"))),
+            Err("Must be a number".into())
+        );
+        assert_eq!(
+            validate_field(&n, Some(&json!(0))),
+            Err("Must be at least 1".into())
+        );
+        assert_eq!(
+            validate_field(&n, Some(&json!(11))),
+            Err("Must be at most 10".into())
+        );
+    }
+
+    #[test]
+    fn well_formed_email_url_date_and_boolean() {
+        let email = field(json!({"name": "e", "type": "email"}));
+        assert!(validate_field(&email, Some(&json!("a@b.co"))).is_ok());
+        for bad in ["a@b", "ab.co", "a b@c.de", "a@.de"] {
+            assert!(validate_field(&email, Some(&json!(bad))).is_err(), "{bad}");
+        }
+        let url = field(json!({"name": "u", "type": "url"}));
+        assert!(validate_field(&url, Some(&json!("https://example.com/x"))).is_ok());
+        for bad in ["example.com", "ftp://x", "https://", "http://a b"] {
+            assert!(validate_field(&url, Some(&json!(bad))).is_err(), "{bad}");
+        }
+        let date = field(json!({"name": "d", "type": "date"}));
+        assert!(validate_field(&date, Some(&json!("2024-02-29"))).is_ok());
+        for bad in ["2023-02-29", "2024-13-01", "2024-1-01", "yesterday"] {
+            assert!(validate_field(&date, Some(&json!(bad))).is_err(), "{bad}");
+        }
+        let flag = field(json!({"name": "f", "type": "boolean"}));
+        assert_eq!(
+            validate_field(&flag, Some(&json!("false"))),
+            Ok(Some(json!(false)))
+        );
+        assert!(validate_field(&flag, Some(&json!("maybe"))).is_err());
+    }
+
+    #[test]
+    fn select_and_multiselect_accept_only_their_options() {
+        let db = field(json!({"name": "db", "type": "select",
+            "options": ["production", {"value": "staging", "label": "Staging"}]}));
+        assert!(validate_field(&db, Some(&json!("staging"))).is_ok());
+        assert_eq!(
+            validate_field(&db, Some(&json!("prod"))),
+            Err("Must be one of: production, Staging".into())
+        );
+        let tags = field(
+            json!({"name": "t", "type": "multiselect", "options": ["a", "b", "c"], "max": 2}),
+        );
+        assert_eq!(
+            validate_field(&tags, Some(&json!(["a", "b", "a"]))),
+            Ok(Some(json!(["a", "b"])))
+        );
+        assert!(validate_field(&tags, Some(&json!(["a", "z"]))).is_err());
+        assert_eq!(
+            validate_field(&tags, Some(&json!(["a", "b", "c"]))),
+            Err("Choose at most 2".into())
+        );
+    }
+
+    #[test]
+    fn text_bounds_count_characters() {
+        let pin = field(json!({"name": "pin", "type": "secret", "min": 4, "max": 6}));
+        assert!(validate_field(&pin, Some(&json!("1234"))).is_ok());
+        assert_eq!(
+            validate_field(&pin, Some(&json!("123"))),
+            Err("Must be at least 4 characters".into())
+        );
+    }
+
+    #[test]
+    fn definitions_with_mistakes_are_named() {
+        let raw = vec![
+            json!({"name": "a", "type": "colour"}),
+            json!({"name": "b", "validation": "([0-9]"}),
+            json!({"name": "c", "type": "select"}),
+            json!({"name": "d", "type": "number", "min": 5, "max": 1}),
+            json!({"name": "e", "visible_if": {"field": "nope"}}),
+        ];
+        let errors = parse_field_specs(&raw).expect_err("all bad");
+        assert!(
+            errors["a"].starts_with("unknown type `colour`"),
+            "{errors:?}"
+        );
+        assert!(errors["b"].starts_with("validation is not a valid regular expression"));
+        assert_eq!(errors["c"], "a select field needs options");
+        assert_eq!(errors["d"], "min (5) is greater than max (1)");
+        assert_eq!(errors["e"], "visible_if names unknown field `nope`");
+
+        let duplicate = vec![json!({"name": "x"}), json!({"name": "x"})];
+        assert_eq!(
+            parse_field_specs(&duplicate).expect_err("dup")["x"],
+            "duplicate field name"
+        );
+    }
+
+    #[test]
+    fn visible_if_hides_fields_and_their_dependants() {
+        let fields = parse_field_specs(&[
+            json!({"name": "auth", "type": "select", "options": ["none", "token"]}),
+            json!({"name": "token", "type": "secret", "visible_if": {"field": "auth", "equals": "token"}}),
+            json!({"name": "scope", "visible_if": {"field": "token"}}),
+        ])
+        .expect("valid");
+        let accepted =
+            validate_inputs(&fields, &inputs(json!({"auth": "none"}))).expect("hidden not asked");
+        assert_eq!(accepted, inputs(json!({"auth": "none"})));
+        let errors =
+            validate_inputs(&fields, &inputs(json!({"auth": "token"}))).expect_err("asked");
+        assert_eq!(errors["token"], "This field is required");
+        let values = inputs(json!({"auth": "none", "token": "t"}));
+        assert!(!is_visible(&fields, &fields[2], &values));
+    }
+
+    #[test]
+    fn submit_reports_every_bad_field_and_unknown_names() {
+        let fields = parse_field_specs(&[
+            json!({"name": "n", "type": "number"}),
+            json!({"name": "e", "type": "email"}),
+        ])
+        .expect("valid");
+        let errors = validate_inputs(&fields, &inputs(json!({"n": "x", "e": "y", "zz": 1})))
+            .expect_err("bad");
+        assert_eq!(errors.len(), 3);
+        assert_eq!(errors["zz"], "Not a field of this request");
+    }
+
+    #[test]
+    fn defaults_fill_and_missing_lists_only_visible_required() {
+        let fields = parse_field_specs(&[
+            json!({"name": "region", "type": "select", "options": ["eu", "us"], "default": "eu"}),
+            json!({"name": "id"}),
+        ])
+        .expect("valid");
+        let accepted = validate_inputs(&fields, &inputs(json!({"id": "7"}))).expect("ok");
+        assert_eq!(accepted["region"], json!("eu"));
+        let missing = missing_fields(&fields, &Map::new());
+        assert_eq!(
+            missing.iter().map(|f| f.name.as_str()).collect::<Vec<_>>(),
+            ["region", "id"]
+        );
+    }
+
+    #[test]
+    fn save_for_session_flag_means_session() {
+        let spec: InputRequestSpec =
+            serde_json::from_value(json!({"reason": "r", "fields": [], "save_for_session": true}))
+                .expect("valid");
+        assert_eq!(spec.save_for(), SaveFor::Session);
+        assert_eq!(effective_save_for(Some(SaveFor::User), true), SaveFor::User);
+        assert_eq!(effective_save_for(None, false), SaveFor::Call);
+    }
+
+    #[test]
+    fn secrets_are_masked() {
+        let fields =
+            parse_field_specs(&[json!({"name": "k", "type": "secret"}), json!({"name": "u"})])
+                .expect("valid");
+        let masked = mask_secrets(&fields, &inputs(json!({"k": "hunter2", "u": "bob"})));
+        assert_eq!(masked, inputs(json!({"k": MASKED, "u": "bob"})));
+    }
+}

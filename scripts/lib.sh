@@ -1,0 +1,545 @@
+# shellcheck shell=bash
+# Helpers shared by scripts/run.sh and scripts/test.sh. Source this file; do not run it.
+#
+# Functions
+#   repo_root                print the repository root (absolute path)
+#   ensure_wasm_toolchain    wasm32-unknown-unknown target + the pinned wasm-bindgen CLI
+#   ensure_chromium          chromium + chromedriver (Debian packages)
+#   ensure_postgres          find or start a Postgres, export DATABASE_URL, create its database:
+#                              1. DATABASE_URL if set (it must answer pg_isready)
+#                              2. a server on 127.0.0.1:5432 where user postgres logs in without
+#                                 a password -> postgres://postgres@127.0.0.1:5432/toolgate
+#                              3. a private cluster in $TOOLGATE_DATA_DIR/pgdata (trust auth,
+#                                 127.0.0.1 only, first free port from 55432, started if stopped)
+#   stop_private_postgres    stop that private cluster if it is running
+#   build_frontend KIND      build the browser bundle into frontend/dist (KIND: release | dev)
+#
+# Environment
+#   DATABASE_URL               used as is when set (must answer pg_isready)
+#   TOOLGATE_DATA_DIR          local state folder (default .toolgate, relative to the repo root);
+#                              a private Postgres cluster lives in $TOOLGATE_DATA_DIR/pgdata
+#   TOOLGATE_FORCE_PRIVATE_PG  =1: ignore DATABASE_URL and 127.0.0.1:5432 and always use the
+#                              private cluster (meant for testing ensure_postgres itself)
+#   WASM_BINDGEN_VERSION       override the wasm-bindgen version read from Cargo.lock
+#   CARGO_TARGET_DIR           respected when looking for build output
+
+# ---------------------------------------------------------------------------
+# Basics
+
+step() { printf '==> %s\n' "$*" >&2; }
+note() { printf '    %s\n' "$*" >&2; }
+die() {
+    printf 'error: %s\n' "$*" >&2
+    return 1
+}
+
+repo_root() {
+    local here
+    here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
+    printf '%s\n' "$here"
+}
+
+TOOLGATE_ROOT="$(repo_root)"
+
+# cargo installs binaries here; make sure they are found in this shell.
+_add_cargo_bin_to_path() {
+    local bin="${CARGO_HOME:-$HOME/.cargo}/bin"
+    case ":$PATH:" in
+        *":$bin:"*) ;;
+        *) if [ -d "$bin" ]; then PATH="$bin:$PATH"; export PATH; fi ;;
+    esac
+}
+
+_target_dir() {
+    local dir="${CARGO_TARGET_DIR:-target}"
+    case "$dir" in
+        /*) printf '%s\n' "$dir" ;;
+        *) printf '%s\n' "$TOOLGATE_ROOT/$dir" ;;
+    esac
+}
+
+# Run a command as root: directly when root, through sudo when available.
+_as_root() {
+    if [ "$(id -u)" -eq 0 ]; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo "$@"
+    else
+        return 127
+    fi
+}
+
+# apt_install PKG... — install Debian packages, or explain what to install.
+apt_install() {
+    if ! command -v apt-get >/dev/null 2>&1; then
+        die "apt-get not found; please install these packages yourself: $*"
+        return 1
+    fi
+    if [ "$(id -u)" -ne 0 ] && ! command -v sudo >/dev/null 2>&1; then
+        die "not root and no sudo; please install these packages yourself: sudo apt-get install -y $*"
+        return 1
+    fi
+    step "apt-get update"
+    _as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q >&2 ||
+        { die "apt-get update failed"; return 1; }
+    step "apt-get install -y $*"
+    _as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@" >&2 ||
+        { die "apt-get install failed; please install: $*"; return 1; }
+}
+
+# ---------------------------------------------------------------------------
+# Wasm toolchain
+
+# Print the wasm-bindgen version the workspace is pinned to.
+wasm_bindgen_version() {
+    local v=""
+    if [ -n "${WASM_BINDGEN_VERSION:-}" ]; then
+        printf '%s\n' "$WASM_BINDGEN_VERSION"
+        return 0
+    fi
+    if [ -f "$TOOLGATE_ROOT/Cargo.lock" ]; then
+        v="$(awk '
+            /^\[\[package\]\]/ { in_pkg = 0 }
+            /^name = "wasm-bindgen"$/ { in_pkg = 1; next }
+            in_pkg && /^version = / { gsub(/"/, "", $3); print $3; exit }
+        ' "$TOOLGATE_ROOT/Cargo.lock")"
+    fi
+    if [ -z "$v" ]; then
+        local f
+        for f in "$TOOLGATE_ROOT/frontend/Cargo.toml" "$TOOLGATE_ROOT/Cargo.toml"; do
+            [ -f "$f" ] || continue
+            # wasm-bindgen = "=0.2.130"   or   wasm-bindgen = { version = "=0.2.130", ... }
+            v="$(sed -n -E \
+                -e 's/^[[:space:]]*wasm-bindgen[[:space:]]*=[[:space:]]*"=?([0-9][0-9.]*)".*/\1/p' \
+                -e 's/^[[:space:]]*wasm-bindgen[[:space:]]*=[[:space:]]*\{.*version[[:space:]]*=[[:space:]]*"=?([0-9][0-9.]*)".*/\1/p' \
+                "$f" | head -n 1)"
+            [ -n "$v" ] && break
+        done
+    fi
+    if [ -z "$v" ]; then
+        die "cannot find the wasm-bindgen version in Cargo.lock or frontend/Cargo.toml (set WASM_BINDGEN_VERSION)"
+        return 1
+    fi
+    printf '%s\n' "$v"
+}
+
+ensure_wasm_toolchain() {
+    step "checking the wasm32-unknown-unknown target"
+    if ! command -v rustup >/dev/null 2>&1; then
+        die "rustup not found; install Rust from https://rustup.rs"
+        return 1
+    fi
+    if rustup target list --installed | grep -qx 'wasm32-unknown-unknown'; then
+        note "installed"
+    else
+        step "rustup target add wasm32-unknown-unknown"
+        rustup target add wasm32-unknown-unknown >&2 || return 1
+    fi
+
+    _add_cargo_bin_to_path
+    local want have=""
+    want="$(wasm_bindgen_version)" || return 1
+    step "checking wasm-bindgen CLI (want $want)"
+    if command -v wasm-bindgen >/dev/null 2>&1; then
+        have="$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')"
+    fi
+    if [ "$have" = "$want" ]; then
+        note "wasm-bindgen $have found"
+        return 0
+    fi
+    note "found: ${have:-none}"
+    # No --locked: the CLI's own lock file names crates some registries lack.
+    step "cargo install wasm-bindgen-cli --version $want (takes several minutes)"
+    cargo install wasm-bindgen-cli --version "$want" >&2 || return 1
+    _add_cargo_bin_to_path
+    have="$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')"
+    if [ "$have" != "$want" ]; then
+        die "wasm-bindgen on PATH reports '${have:-nothing}', expected $want ($(command -v wasm-bindgen || echo 'not on PATH'))"
+        return 1
+    fi
+}
+
+# ---------------------------------------------------------------------------
+# Browser
+
+ensure_chromium() {
+    step "checking chromium and chromedriver"
+    if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then
+        note "$(chromium --version 2>/dev/null | head -n 1)"
+        return 0
+    fi
+    apt_install chromium chromium-driver || return 1
+    if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+        die "chromium/chromedriver still missing; please install the Debian packages chromium and chromium-driver"
+        return 1
+    fi
+}
+
+# ---------------------------------------------------------------------------
+# Postgres
+
+# Make psql and pg_isready available (PATH, then the server's bin folders, then apt).
+_ensure_pg_client() {
+    command -v psql >/dev/null 2>&1 && command -v pg_isready >/dev/null 2>&1 && return 0
+    local d
+    for d in $(_pg_bin_dirs); do
+        if [ -x "$d/psql" ] && [ -x "$d/pg_isready" ]; then
+            PATH="$PATH:$d"
+            export PATH
+            return 0
+        fi
+    done
+    apt_install postgresql-client || return 1
+}
+
+# Candidate folders holding initdb + pg_ctl: PATH first, then /usr/lib/postgresql/*/bin, newest first.
+_pg_bin_dirs() {
+    local p
+    if p="$(command -v pg_ctl 2>/dev/null)" && command -v initdb >/dev/null 2>&1; then
+        dirname "$(readlink -f "$p")"
+    fi
+    local dirs=()
+    for p in /usr/lib/postgresql/*/bin; do
+        [ -x "$p/pg_ctl" ] && [ -x "$p/initdb" ] && dirs+=("$p")
+    done
+    if [ "${#dirs[@]}" -gt 0 ]; then
+        printf '%s\n' "${dirs[@]}" | sort -t/ -k5,5 -V -r
+    fi
+}
+
+# Major version printed by "<dir>/pg_ctl --version" (e.g. 15, or 9.6 for old releases).
+_pg_major() {
+    "$1/pg_ctl" --version 2>/dev/null | awk 'NR == 1 { print $3 }' | sed -E 's/^([0-9]+).*/\1/'
+}
+
+# Pick the bin folder to use; prefer one matching an existing cluster's PG_VERSION.
+_pg_pick_bin_dir() {
+    local pgdata="$1" want="" d first=""
+    [ -f "$pgdata/PG_VERSION" ] && want="$(cat "$pgdata/PG_VERSION")"
+    for d in $(_pg_bin_dirs); do
+        [ -z "$first" ] && first="$d"
+        if [ -z "$want" ] || [ "$(_pg_major "$d")" = "$want" ]; then
+            printf '%s\n' "$d"
+            return 0
+        fi
+    done
+    if [ -n "$want" ] && [ -n "$first" ]; then
+        die "the cluster in $pgdata is PostgreSQL $want but only $(_pg_major "$first") is installed; remove $pgdata or install PostgreSQL $want"
+        return 1
+    fi
+    return 1
+}
+
+_port_in_use() {
+    local port="$1"
+    if command -v ss >/dev/null 2>&1; then
+        if ss -ltnH "( sport = :$port )" 2>/dev/null | grep -q .; then
+            return 0
+        fi
+    fi
+    # Something accepting on loopback?
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+        return 0
+    fi
+    return 1
+}
+
+_free_port() {
+    local port
+    for port in $(seq 55432 55531); do
+        if ! _port_in_use "$port"; then
+            printf '%s\n' "$port"
+            return 0
+        fi
+    done
+    die "no free port found in 55432-55531"
+    return 1
+}
+
+# Run a command as the unprivileged owner of the cluster (initdb refuses to run as root).
+_PG_RUN_USER=""
+_pg_run() {
+    if [ -n "$_PG_RUN_USER" ]; then
+        if command -v runuser >/dev/null 2>&1; then
+            runuser -u "$_PG_RUN_USER" -- "$@"
+        else
+            local cmd
+            cmd="$(printf '%q ' "$@")"
+            su -s /bin/sh "$_PG_RUN_USER" -c "$cmd"
+        fi
+    else
+        "$@"
+    fi
+}
+
+# Write listen address, port and socket folder into the cluster's own config file.
+_pg_write_conf() {
+    local pgdata="$1" port="$2"
+    local conf
+    conf="$(printf "# Written by scripts/lib.sh on every start.\nlisten_addresses = '127.0.0.1'\nport = %s\nunix_socket_directories = '%s'\n" \
+        "$port" "${pgdata//\'/\'\'}")"
+    printf '%s\n' "$conf" | _pg_run tee "$pgdata/toolgate.conf" >/dev/null
+}
+
+# Start (or reuse) the private cluster under $TOOLGATE_DATA_DIR/pgdata; print its port.
+_pg_private_cluster() {
+    local data="${TOOLGATE_DATA_DIR:-.toolgate}"
+    case "$data" in
+        /*) ;;
+        *) data="$TOOLGATE_ROOT/$data" ;;
+    esac
+    local pgdata="$data/pgdata"
+    local portfile="$pgdata/toolgate.port"
+    local logfile="$pgdata/server.log"
+
+    local bindir
+    bindir="$(_pg_pick_bin_dir "$pgdata")" || {
+        if [ -f "$pgdata/PG_VERSION" ]; then return 1; fi
+        note "no initdb/pg_ctl found; installing the Debian postgresql package"
+        apt_install postgresql || return 1
+        bindir="$(_pg_pick_bin_dir "$pgdata")" ||
+            { die "initdb/pg_ctl still not found; please install PostgreSQL server binaries"; return 1; }
+    }
+    note "using $bindir ($("$bindir/pg_ctl" --version))"
+
+    mkdir -p "$pgdata" || return 1
+    data="$(cd "$data" && pwd -P)"
+    pgdata="$data/pgdata"
+    portfile="$pgdata/toolgate.port"
+    logfile="$pgdata/server.log"
+
+    _PG_RUN_USER=""
+    if [ "$(id -u)" -eq 0 ]; then
+        if [ -f "$pgdata/PG_VERSION" ]; then
+            _PG_RUN_USER="$(stat -c %U "$pgdata")"
+        elif id postgres >/dev/null 2>&1; then
+            _PG_RUN_USER=postgres
+        else
+            _PG_RUN_USER=nobody
+        fi
+        if [ "$_PG_RUN_USER" = root ]; then
+            die "$pgdata belongs to root; PostgreSQL will not run as root (remove it or chown it to an unprivileged user)"
+            return 1
+        fi
+        note "running as root: PostgreSQL runs as user '$_PG_RUN_USER'"
+        chown "$_PG_RUN_USER" "$pgdata" || return 1
+        chmod 700 "$pgdata" || return 1
+        if ! _pg_run test -w "$pgdata"; then
+            die "user '$_PG_RUN_USER' cannot reach $pgdata (a parent folder is not searchable); set TOOLGATE_DATA_DIR to a folder under a world-searchable path"
+            return 1
+        fi
+    fi
+
+    if [ ! -f "$pgdata/PG_VERSION" ]; then
+        step "initdb $pgdata (trust auth, superuser postgres)"
+        _pg_run "$bindir/initdb" -D "$pgdata" -U postgres --auth=trust -E UTF8 --locale=C >"$data/initdb.log" 2>&1 || {
+            cat "$data/initdb.log" >&2
+            die "initdb failed"
+            return 1
+        }
+        rm -f "$data/initdb.log"
+        printf "\ninclude_if_exists = 'toolgate.conf'\n" | _pg_run tee -a "$pgdata/postgresql.conf" >/dev/null || return 1
+    fi
+
+    local port=""
+    [ -f "$portfile" ] && port="$(tr -dc '0-9' <"$portfile")"
+
+    if _pg_run "$bindir/pg_ctl" -D "$pgdata" status >/dev/null 2>&1; then
+        if [ -n "$port" ] && pg_isready -q -h 127.0.0.1 -p "$port"; then
+            note "private cluster already running on 127.0.0.1:$port"
+            printf '%s\n' "$port"
+            return 0
+        fi
+        note "private cluster running but not answering on port '${port:-?}'; restarting it"
+        _pg_run "$bindir/pg_ctl" -D "$pgdata" -m fast -w stop >&2 || return 1
+    fi
+
+    if [ -z "$port" ] || _port_in_use "$port"; then
+        [ -n "$port" ] && note "remembered port $port is taken now; choosing another"
+        port="$(_free_port)" || return 1
+    fi
+    _pg_write_conf "$pgdata" "$port" || return 1
+    printf '%s\n' "$port" | _pg_run tee "$portfile" >/dev/null || return 1
+
+    step "starting private PostgreSQL on 127.0.0.1:$port (log: $logfile)"
+    if ! _pg_run "$bindir/pg_ctl" -D "$pgdata" -l "$logfile" -w -t 60 start >/dev/null; then
+        tail -n 20 "$logfile" >&2 2>/dev/null || true
+        die "pg_ctl start failed (see $logfile)"
+        return 1
+    fi
+    local i
+    for i in $(seq 1 30); do
+        pg_isready -q -h 127.0.0.1 -p "$port" && break
+        [ "$i" -eq 30 ] && { die "PostgreSQL did not become ready on port $port"; return 1; }
+        sleep 1
+    done
+    printf '%s\n' "$port"
+}
+
+# Stop the private cluster (if any) under $TOOLGATE_DATA_DIR/pgdata.
+stop_private_postgres() {
+    local data="${TOOLGATE_DATA_DIR:-.toolgate}"
+    case "$data" in
+        /*) ;;
+        *) data="$TOOLGATE_ROOT/$data" ;;
+    esac
+    local pgdata="$data/pgdata" bindir
+    [ -f "$pgdata/PG_VERSION" ] || return 0
+    bindir="$(_pg_pick_bin_dir "$pgdata")" || return 1
+    _PG_RUN_USER=""
+    if [ "$(id -u)" -eq 0 ]; then _PG_RUN_USER="$(stat -c %U "$pgdata")"; fi
+    if _pg_run "$bindir/pg_ctl" -D "$pgdata" status >/dev/null 2>&1; then
+        step "stopping private PostgreSQL in $pgdata"
+        _pg_run "$bindir/pg_ctl" -D "$pgdata" -m fast -w stop >&2
+    fi
+}
+
+# Database name in a postgres:// URL (empty when none).
+_url_dbname() {
+    local rest="${1#*://}"
+    rest="${rest%%\?*}"
+    rest="${rest%%#*}"
+    case "$rest" in
+        */*) printf '%s\n' "${rest#*/}" ;;
+        *) printf '\n' ;;
+    esac
+}
+
+# The same URL pointing at the maintenance database "postgres".
+_url_admin() {
+    local url="$1" scheme rest query=""
+    scheme="${url%%://*}"
+    rest="${url#*://}"
+    case "$rest" in *\?*) query="?${rest#*\?}"; rest="${rest%%\?*}" ;; esac
+    rest="${rest%%/*}"
+    printf '%s://%s/postgres%s\n' "$scheme" "$rest" "$query"
+}
+
+# Can we log in to the server behind URL (maintenance db) without a password prompt?
+_pg_can_login() {
+    PGCONNECT_TIMEOUT=5 psql -w -X -q -d "$(_url_admin "$1")" -tAc 'SELECT 1' >/dev/null 2>&1
+}
+
+# Create the database named in URL unless it exists.
+_pg_create_db() {
+    local url="$1" db admin exists
+    db="$(_url_dbname "$url")"
+    if [ -z "$db" ] || [ "$db" = postgres ]; then
+        return 0
+    fi
+    admin="$(_url_admin "$url")"
+    exists="$(printf 'SELECT 1 FROM pg_database WHERE datname = :%s;\n' "'db'" |
+        PGCONNECT_TIMEOUT=5 psql -w -X -q -tA -v ON_ERROR_STOP=1 -v db="$db" -d "$admin")" || {
+        die "cannot connect to $admin to check for database '$db'"
+        return 1
+    }
+    if [ "$exists" = 1 ]; then
+        note "database '$db' exists"
+        return 0
+    fi
+    step "creating database '$db'"
+    printf 'CREATE DATABASE :%s;\n' '"db"' |
+        PGCONNECT_TIMEOUT=5 psql -w -X -q -v ON_ERROR_STOP=1 -v db="$db" -d "$admin" >&2 || {
+        die "CREATE DATABASE $db failed"
+        return 1
+    }
+}
+
+ensure_postgres() {
+    step "looking for PostgreSQL"
+    _ensure_pg_client || return 1
+    local url=""
+
+    if [ "${TOOLGATE_FORCE_PRIVATE_PG:-0}" = 1 ]; then
+        note "TOOLGATE_FORCE_PRIVATE_PG=1: using the private cluster"
+    elif [ -n "${DATABASE_URL:-}" ]; then
+        note "DATABASE_URL is set"
+        if ! pg_isready -q -d "$DATABASE_URL"; then
+            die "DATABASE_URL is set but the server does not answer (pg_isready -d \"\$DATABASE_URL\")"
+            return 1
+        fi
+        url="$DATABASE_URL"
+    elif pg_isready -q -h 127.0.0.1 -p 5432; then
+        local candidate="postgres://postgres@127.0.0.1:5432/toolgate"
+        if _pg_can_login "$candidate"; then
+            note "PostgreSQL answers on 127.0.0.1:5432"
+            url="$candidate"
+        else
+            note "a server answers on 127.0.0.1:5432 but user postgres cannot log in without a password; using a private cluster (or set DATABASE_URL)"
+        fi
+    fi
+
+    if [ -z "$url" ]; then
+        local port
+        port="$(_pg_private_cluster)" || return 1
+        url="postgres://postgres@127.0.0.1:$port/toolgate"
+    fi
+
+    _pg_create_db "$url" || return 1
+    DATABASE_URL="$url"
+    export DATABASE_URL
+    step "DATABASE_URL=$DATABASE_URL"
+}
+
+# ---------------------------------------------------------------------------
+# Frontend bundle
+
+# Print the path of a wasm-opt recent enough to use (binaryen >= 116), or fail.
+_good_wasm_opt() {
+    local cand ver
+    for cand in "$(command -v wasm-opt 2>/dev/null)" "$TOOLGATE_ROOT/node_modules/.bin/wasm-opt"; do
+        if [ -z "$cand" ] || [ ! -x "$cand" ]; then continue; fi
+        ver="$("$cand" --version 2>/dev/null | sed -n -E 's/.*version[ _]([0-9]+).*/\1/p' | head -n 1)"
+        if [ -n "$ver" ] && [ "$ver" -ge 116 ]; then
+            printf '%s\n' "$cand"
+            return 0
+        fi
+        # Older binaryen (e.g. Debian's 108) emits wasm that Chromium rejects.
+        note "ignoring $cand (binaryen ${ver:-unknown} < 116)"
+    done
+    return 1
+}
+
+build_frontend() {
+    local kind="${1:-release}" profile_args=() profile_dir
+    case "$kind" in
+        release) profile_args=(--profile wasm-release); profile_dir="wasm-release" ;;
+        dev | debug) profile_args=(); profile_dir=debug ;;
+        *) die "build_frontend: unknown kind '$kind' (release | dev)"; return 1 ;;
+    esac
+    local root="$TOOLGATE_ROOT" target wasm dist
+    target="$(_target_dir)"
+    wasm="$target/wasm32-unknown-unknown/$profile_dir/frontend.wasm"
+    dist="$root/frontend/dist"
+
+    step "cargo build -p frontend --target wasm32-unknown-unknown ${profile_args[*]}"
+    (cd "$root" && cargo build -p frontend --target wasm32-unknown-unknown "${profile_args[@]}") || return 1
+
+    _add_cargo_bin_to_path
+    step "wasm-bindgen --target web -> frontend/dist/pkg"
+    rm -rf "$dist/pkg"
+    mkdir -p "$dist/pkg" || return 1
+    wasm-bindgen --target web --no-typescript --out-dir "$dist/pkg" "$wasm" || return 1
+
+    local opt bg="$dist/pkg/frontend_bg.wasm"
+    if [ "$kind" = release ] && opt="$(_good_wasm_opt)"; then
+        step "wasm-opt -Oz frontend_bg.wasm ($("$opt" --version | head -n 1))"
+        if "$opt" -Oz "$bg" -o "$bg.opt" 2>/dev/null ||
+            "$opt" -Oz --enable-bulk-memory --enable-reference-types --enable-nontrapping-float-to-int \
+                --enable-sign-ext --enable-mutable-globals --enable-multivalue "$bg" -o "$bg.opt"; then
+            mv "$bg.opt" "$bg"
+        else
+            rm -f "$bg.opt"
+            note "wasm-opt failed; keeping the unoptimised bundle"
+        fi
+    elif [ "$kind" = release ]; then
+        note "no wasm-opt >= 116 on PATH; skipping size optimisation"
+    fi
+
+    step "copying static files to frontend/dist"
+    cp "$root/frontend/index.html" "$dist/" || return 1
+    if [ -f "$root/frontend/style.css" ]; then
+        cp "$root/frontend/style.css" "$dist/" || return 1
+    fi
+    note "bundle: $(du -sh "$dist" | cut -f1) in frontend/dist"
+}
