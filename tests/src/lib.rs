@@ -1,1 +1,462 @@
-//! Shared helpers for the end-to-end tests.
+//! Shared helpers for the end-to-end tests: a real `toolgate` server process on its own
+//! port, against a database of this test run, and a small JSON client.
+
+use std::net::TcpListener as StdListener;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::OnceCell;
+
+/// The HS256 key every test server is started with, so tests can sign their own tokens.
+pub const JWT_SECRET: &str = "test-secret-0123456789-abcdefghijklmnop";
+pub const SECRET_KEY: &str = "test-secret-key-for-sealing-values";
+
+/// The admin URL: `DATABASE_URL`, or the local Postgres.
+pub fn admin_url() -> String {
+    std::env::var("DATABASE_URL")
+        .ok()
+        .filter(|url| !url.is_empty())
+        .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
+}
+
+/// `url` with its database name replaced.
+pub fn with_database(url: &str, database: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (url, None),
+    };
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let root = match base[scheme_end..].find('/') {
+        Some(slash) => &base[..scheme_end + slash],
+        None => base,
+    };
+    match query {
+        Some(query) => format!("{root}/{database}?{query}"),
+        None => format!("{root}/{database}"),
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(PathBuf::from)
+        .unwrap_or_default()
+}
+
+/// Builds the server binary once per test process and returns its path.
+pub fn server_binary() -> Result<PathBuf> {
+    static BUILT: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            if let Ok(path) = std::env::var("TOOLGATE_BIN") {
+                return Ok(PathBuf::from(path));
+            }
+            let root = workspace_root();
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+            let status = std::process::Command::new(cargo)
+                .args(["build", "--quiet", "-p", "backend", "--bin", "toolgate"])
+                .current_dir(&root)
+                .status()
+                .map_err(|err| format!("running cargo build: {err}"))?;
+            if !status.success() {
+                return Err("cargo build -p backend failed".to_owned());
+            }
+            let target = std::env::var("CARGO_TARGET_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|_| root.join("target"));
+            let target = if target.is_relative() {
+                root.join(target)
+            } else {
+                target
+            };
+            Ok(target.join("debug").join("toolgate"))
+        })
+        .clone()
+        .map_err(anyhow::Error::msg)
+}
+
+/// One database per test process, shared by its tests (they keep apart by using
+/// fresh user ids). Databases left by earlier, finished test processes are dropped.
+pub async fn test_database() -> Result<String> {
+    static DATABASE: OnceCell<String> = OnceCell::const_new();
+    DATABASE
+        .get_or_try_init(|| async {
+            let admin = admin_url();
+            let mut conn = sqlx_connect(&admin).await?;
+            let stale: Vec<String> = sqlx::query_scalar(
+                "select datname from pg_database where datname like 'toolgate_test_%'",
+            )
+            .fetch_all(&mut conn)
+            .await?;
+            for name in stale {
+                let pid = name.trim_start_matches("toolgate_test_");
+                let alive = pid
+                    .parse::<u32>()
+                    .is_ok_and(|pid| PathBuf::from(format!("/proc/{pid}")).exists());
+                if !alive {
+                    let _ =
+                        sqlx::query(&format!("drop database if exists \"{name}\" with (force)"))
+                            .execute(&mut conn)
+                            .await;
+                }
+            }
+            let name = format!("toolgate_test_{}", std::process::id());
+            sqlx::query(&format!("drop database if exists \"{name}\" with (force)"))
+                .execute(&mut conn)
+                .await?;
+            sqlx::query(&format!("create database \"{name}\""))
+                .execute(&mut conn)
+                .await?;
+            Ok::<_, anyhow::Error>(with_database(&admin, &name))
+        })
+        .await
+        .cloned()
+}
+
+async fn sqlx_connect(url: &str) -> Result<sqlx::PgConnection> {
+    use sqlx::Connection;
+    sqlx::PgConnection::connect(url)
+        .await
+        .with_context(|| format!("connecting to {url}"))
+}
+
+/// A direct (superuser) connection to the test database, for SQL-level checks.
+pub async fn db_connection() -> Result<sqlx::PgConnection> {
+    sqlx_connect(&test_database().await?).await
+}
+
+/// A running server process. It is killed when dropped.
+pub struct TestServer {
+    pub base: String,
+    pub client: reqwest::Client,
+    pub database_url: String,
+    child: Child,
+    log: Arc<Mutex<String>>,
+    _data_dir: TempDir,
+}
+
+/// A folder removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(prefix: &str) -> Self {
+        let path = std::env::temp_dir().join(format!("{prefix}-{}", uuid::Uuid::new_v4()));
+        let _ = std::fs::create_dir_all(&path);
+        TempDir(path)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn free_port() -> Result<u16> {
+    let listener = StdListener::bind("127.0.0.1:0").context("finding a free port")?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// What a server is started with; tests override single variables.
+pub struct ServerOptions {
+    pub env: Vec<(String, String)>,
+    pub database_url: Option<String>,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            env: vec![
+                ("TOOLGATE_DEV_AUTH".into(), "1".into()),
+                ("TOOLGATE_JWT_SECRET".into(), JWT_SECRET.into()),
+                ("TOOLGATE_SECRET_KEY".into(), SECRET_KEY.into()),
+                ("TOOLGATE_LOG".into(), "info,tower_http=debug".into()),
+            ],
+            database_url: None,
+        }
+    }
+}
+
+impl ServerOptions {
+    pub fn env(mut self, name: &str, value: &str) -> Self {
+        self.env.retain(|(n, _)| n != name);
+        self.env.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
+    pub fn without(mut self, name: &str) -> Self {
+        self.env.retain(|(n, _)| n != name);
+        self
+    }
+}
+
+/// Starts the server binary and returns the child and its captured output, without
+/// waiting for it to become healthy.
+pub async fn spawn_server(
+    options: &ServerOptions,
+    port: u16,
+    data_dir: &std::path::Path,
+) -> Result<(Child, Arc<Mutex<String>>, String)> {
+    let database_url = match &options.database_url {
+        Some(url) => url.clone(),
+        None => test_database().await?,
+    };
+    let mut command = Command::new(server_binary()?);
+    command
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("DATABASE_URL", &database_url)
+        .env("TOOLGATE_BIND", format!("127.0.0.1:{port}"))
+        .env("TOOLGATE_DATA_DIR", data_dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    for (name, value) in &options.env {
+        command.env(name, value);
+    }
+    let mut child = command.spawn().context("starting the toolgate binary")?;
+    let log = Arc::new(Mutex::new(String::new()));
+    if let Some(stdout) = child.stdout.take() {
+        collect(stdout, log.clone());
+    }
+    if let Some(stderr) = child.stderr.take() {
+        collect(stderr, log.clone());
+    }
+    Ok((child, log, database_url))
+}
+
+fn collect(stream: impl tokio::io::AsyncRead + Unpin + Send + 'static, log: Arc<Mutex<String>>) {
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stream).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Ok(mut log) = log.lock() {
+                log.push_str(&line);
+                log.push('\n');
+            }
+        }
+    });
+}
+
+impl TestServer {
+    pub async fn start() -> Self {
+        Self::start_with(ServerOptions::default()).await
+    }
+
+    pub async fn start_with(options: ServerOptions) -> Self {
+        match Self::try_start(options).await {
+            Ok(server) => server,
+            Err(err) => panic!("test server did not start: {err:#}"),
+        }
+    }
+
+    pub async fn try_start(options: ServerOptions) -> Result<Self> {
+        let data_dir = TempDir::new("toolgate-test-data");
+        let port = free_port()?;
+        let (child, log, database_url) = spawn_server(&options, port, &data_dir.0).await?;
+        let mut server = TestServer {
+            base: format!("http://127.0.0.1:{port}"),
+            client: reqwest::Client::new(),
+            database_url,
+            child,
+            log,
+            _data_dir: data_dir,
+        };
+        server.wait_healthy().await?;
+        Ok(server)
+    }
+
+    async fn wait_healthy(&mut self) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                bail!("server exited with {status}; output:\n{}", self.logs());
+            }
+            if let Ok(response) = self.client.get(self.url("/healthz")).send().await
+                && response.status().is_success()
+            {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("server not healthy after 60 s; output:\n{}", self.logs());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Everything the server printed so far.
+    pub fn logs(&self) -> String {
+        self.log.lock().map(|log| log.clone()).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// Sends SIGTERM and waits for the process to end.
+    pub async fn terminate(&mut self) -> Result<std::process::ExitStatus> {
+        let pid = self.pid().context("server already ended")?;
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .context("sending SIGTERM")?;
+        let status = tokio::time::timeout(Duration::from_secs(15), self.child.wait())
+            .await
+            .context("server did not stop within 15 s of SIGTERM")??;
+        Ok(status)
+    }
+
+    /// A token for `user_id` from the dev sign-in endpoint.
+    pub async fn token(&self, user_id: &str) -> String {
+        let (status, body) = self
+            .send(
+                "POST",
+                "/api/dev/token",
+                None,
+                Some(json!({ "user_id": user_id })),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "dev token: {body}");
+        body["token"].as_str().expect("token in body").to_owned()
+    }
+
+    /// Sends a JSON request and returns the status and the parsed body (`Null` when the
+    /// body is empty or not JSON).
+    pub async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
+        let mut request = self.client.request(method, self.url(path));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.expect("request sent");
+        let status = response.status();
+        let text = response.text().await.unwrap_or_default();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    /// `POST /api/tool-user-input` with an action body.
+    pub async fn action(&self, token: &str, body: Value) -> (StatusCode, Value) {
+        self.send("POST", "/api/tool-user-input", Some(token), Some(body))
+            .await
+    }
+
+    /// A fresh user: an id no other test uses, and its token.
+    pub async fn new_user(&self, prefix: &str) -> (String, String) {
+        let user_id = format!("{prefix}-{}", uuid::Uuid::new_v4().simple());
+        let token = self.token(&user_id).await;
+        (user_id, token)
+    }
+
+    pub async fn new_conversation(&self, token: &str) -> String {
+        let (status, body) = self
+            .send("POST", "/api/conversations", Some(token), Some(json!({})))
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "create conversation: {body}");
+        body["id"].as_str().expect("conversation id").to_owned()
+    }
+}
+
+/// Signs arbitrary claims with `secret` and algorithm `alg`.
+pub fn sign_token(claims: &Value, secret: &str, alg: jsonwebtoken::Algorithm) -> String {
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(alg),
+        claims,
+        &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()),
+    )
+    .expect("signing a test token")
+}
+
+pub fn now() -> i64 {
+    chrono::Utc::now().timestamp()
+}
+
+/// `url` with its host and port replaced.
+pub fn with_host_port(url: &str, host: &str, port: u16) -> String {
+    let scheme_end = url.find("://").map_or(0, |i| i + 3);
+    let rest = &url[scheme_end..];
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    let credentials = authority.rsplit_once('@').map(|(c, _)| format!("{c}@"));
+    format!(
+        "{}{}{host}:{port}{}",
+        &url[..scheme_end],
+        credentials.unwrap_or_default(),
+        &rest[authority_end..]
+    )
+}
+
+/// `host:port` of a Postgres URL (default 5432).
+pub fn host_port(url: &str) -> String {
+    let scheme_end = url.find("://").map_or(0, |i| i + 3);
+    let rest = &url[scheme_end..];
+    let authority = &rest[..rest.find('/').unwrap_or(rest.len())];
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    if host.contains(':') {
+        host.to_owned()
+    } else {
+        format!("{host}:5432")
+    }
+}
+
+/// A TCP relay to the test database that can be cut, to see how the server behaves
+/// when its database goes away.
+pub struct TcpProxy {
+    pub port: u16,
+    stop: tokio::sync::watch::Sender<bool>,
+}
+
+impl TcpProxy {
+    pub async fn start_to_database() -> Self {
+        let target = host_port(&admin_url());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("proxy bind");
+        let port = listener.local_addr().expect("proxy address").port();
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            let mut accept_stopped = stopped.clone();
+            loop {
+                tokio::select! {
+                    _ = accept_stopped.changed() => return,
+                    accepted = listener.accept() => {
+                        let Ok((mut inbound, _)) = accepted else { return };
+                        let target = target.clone();
+                        let mut conn_stopped = stopped.clone();
+                        tokio::spawn(async move {
+                            let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await else { return };
+                            tokio::select! {
+                                _ = conn_stopped.changed() => {}
+                                _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                            }
+                        });
+                    }
+                }
+            }
+        });
+        TcpProxy { port, stop }
+    }
+
+    /// Closes the listener and every relayed connection.
+    pub fn stop(&self) {
+        let _ = self.stop.send(true);
+    }
+}

@@ -77,10 +77,9 @@ pub fn from_value<T: DeserializeOwned>(value: Value) -> Result<T, Error> {
 }
 
 fn field_error(path: &str, message: &str) -> Error {
-    // serde reports a missing or unknown field at the enclosing path; name the field.
-    let named = ["missing field `", "unknown field `"]
-        .iter()
-        .find_map(|prefix| message.strip_prefix(prefix))
+    // serde reports a missing field at the enclosing path; name the field.
+    let named = message
+        .strip_prefix("missing field `")
         .and_then(|rest| rest.split('`').next());
     let key = match (path, named) {
         (".", Some(field)) => field.to_owned(),

@@ -42,14 +42,19 @@ impl JwtKeys {
         validation.validate_exp = true;
         validation.validate_nbf = true;
         validation.leeway = LEEWAY_SECONDS;
-        validation.set_required_spec_claims(&["exp", "sub"]);
+        let mut required = vec!["exp", "sub"];
         match &config.jwt_audience {
-            Some(audience) => validation.set_audience(&[audience]),
+            Some(audience) => {
+                validation.set_audience(&[audience]);
+                required.push("aud");
+            }
             None => validation.validate_aud = false,
         }
         if let Some(issuer) = &config.jwt_issuer {
             validation.set_issuer(&[issuer]);
+            required.push("iss");
         }
+        validation.set_required_spec_claims(&required);
         JwtKeys {
             encoding: EncodingKey::from_secret(&config.jwt_secret),
             decoding: DecodingKey::from_secret(&config.jwt_secret),
@@ -99,6 +104,8 @@ fn describe(kind: &ErrorKind) -> &'static str {
         }
         ErrorKind::MissingRequiredClaim(claim) if claim == "exp" => "token has no exp claim",
         ErrorKind::MissingRequiredClaim(claim) if claim == "sub" => "token has no sub claim",
+        ErrorKind::MissingRequiredClaim(claim) if claim == "aud" => "token has no aud claim",
+        ErrorKind::MissingRequiredClaim(claim) if claim == "iss" => "token has no iss claim",
         ErrorKind::MissingRequiredClaim(_) => "token is missing a required claim",
         ErrorKind::InvalidAudience => "token audience is not accepted",
         ErrorKind::InvalidIssuer => "token issuer is not accepted",

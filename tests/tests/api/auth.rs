@@ -1,0 +1,185 @@
+use jsonwebtoken::Algorithm;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use tests::{JWT_SECRET, ServerOptions, TestServer, now, sign_token};
+
+async fn status_with(server: &TestServer, token: Option<&str>) -> (StatusCode, Value) {
+    server.send("GET", "/api/conversations", token, None).await
+}
+
+fn assert_unauthorized((status, body): (StatusCode, Value), why: &str) {
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{why}: {body}");
+    assert_eq!(body["error"]["code"], "unauthorized", "{why}: {body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty())
+    );
+}
+
+#[tokio::test]
+async fn a_valid_token_is_accepted() {
+    let server = TestServer::start().await;
+    let token = sign_token(
+        &json!({"sub": "alice", "exp": now() + 600}),
+        JWT_SECRET,
+        Algorithm::HS256,
+    );
+    let (status, body) = status_with(&server, Some(&token)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+}
+
+#[tokio::test]
+async fn every_bad_token_is_refused_with_a_json_401() {
+    let server = TestServer::start().await;
+    assert_unauthorized(status_with(&server, None).await, "missing header");
+
+    let basic = server
+        .client
+        .get(server.url("/api/conversations"))
+        .header("authorization", "Basic YWxpY2U6cHc=")
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(basic.status(), StatusCode::UNAUTHORIZED);
+
+    // alg none: header {"alg":"none"}, no signature.
+    let none = format!(
+        "{}.{}.",
+        b64(&json!({"alg": "none", "typ": "JWT"})),
+        b64(&json!({"sub": "alice", "exp": now() + 600}))
+    );
+    assert_unauthorized(status_with(&server, Some(&none)).await, "alg none");
+
+    let hs384 = sign_token(
+        &json!({"sub": "alice", "exp": now() + 600}),
+        JWT_SECRET,
+        Algorithm::HS384,
+    );
+    assert_unauthorized(status_with(&server, Some(&hs384)).await, "HS384");
+
+    let forged = sign_token(
+        &json!({"sub": "alice", "exp": now() + 600}),
+        "some-other-secret-of-sufficient-length",
+        Algorithm::HS256,
+    );
+    assert_unauthorized(status_with(&server, Some(&forged)).await, "bad signature");
+
+    let expired = sign_token(
+        &json!({"sub": "alice", "exp": now() - 60}),
+        JWT_SECRET,
+        Algorithm::HS256,
+    );
+    let (status, body) = status_with(&server, Some(&expired)).await;
+    assert_unauthorized((status, body.clone()), "expired");
+    assert_eq!(body["error"]["message"], "token has expired");
+
+    let no_exp = sign_token(&json!({"sub": "alice"}), JWT_SECRET, Algorithm::HS256);
+    assert_unauthorized(status_with(&server, Some(&no_exp)).await, "no exp");
+
+    let future = sign_token(
+        &json!({"sub": "alice", "exp": now() + 7200, "nbf": now() + 3600}),
+        JWT_SECRET,
+        Algorithm::HS256,
+    );
+    assert_unauthorized(
+        status_with(&server, Some(&future)).await,
+        "nbf in the future",
+    );
+
+    let no_sub = sign_token(&json!({"exp": now() + 600}), JWT_SECRET, Algorithm::HS256);
+    assert_unauthorized(status_with(&server, Some(&no_sub)).await, "no sub");
+
+    assert_unauthorized(status_with(&server, Some("not.a.jwt")).await, "garbage");
+}
+
+#[tokio::test]
+async fn audience_and_issuer_are_checked_when_configured() {
+    let server = TestServer::start_with(
+        ServerOptions::default()
+            .env("TOOLGATE_JWT_AUDIENCE", "toolgate")
+            .env("TOOLGATE_JWT_ISSUER", "https://id.example"),
+    )
+    .await;
+    let good = sign_token(
+        &json!({"sub": "a", "exp": now() + 600, "aud": "toolgate", "iss": "https://id.example"}),
+        JWT_SECRET,
+        Algorithm::HS256,
+    );
+    assert_eq!(status_with(&server, Some(&good)).await.0, StatusCode::OK);
+    let wrong_aud = sign_token(
+        &json!({"sub": "a", "exp": now() + 600, "aud": "other", "iss": "https://id.example"}),
+        JWT_SECRET,
+        Algorithm::HS256,
+    );
+    assert_unauthorized(
+        status_with(&server, Some(&wrong_aud)).await,
+        "wrong audience",
+    );
+    let no_iss = sign_token(
+        &json!({"sub": "a", "exp": now() + 600, "aud": "toolgate"}),
+        JWT_SECRET,
+        Algorithm::HS256,
+    );
+    assert_unauthorized(status_with(&server, Some(&no_iss)).await, "missing issuer");
+    // Dev tokens carry the configured audience and issuer, so they still work.
+    let dev = server.token("dev-user").await;
+    assert_eq!(status_with(&server, Some(&dev)).await.0, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn dev_token_endpoint_exists_only_with_dev_auth() {
+    let server =
+        TestServer::start_with(ServerOptions::default().without("TOOLGATE_DEV_AUTH")).await;
+    let (status, body) = server
+        .send(
+            "POST",
+            "/api/dev/token",
+            None,
+            Some(json!({"user_id": "alice"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert_eq!(body["error"]["code"], "not_found");
+}
+
+#[tokio::test]
+async fn dev_token_refuses_a_bad_user_id() {
+    let server = TestServer::start().await;
+    let (status, body) = server
+        .send(
+            "POST",
+            "/api/dev/token",
+            None,
+            Some(json!({"user_id": "  "})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(body["error"]["fields"]["user_id"].is_string());
+    let (status, _) = server
+        .send(
+            "POST",
+            "/api/dev/token",
+            None,
+            Some(json!({"user_id": "a b/c"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+}
+
+#[tokio::test]
+async fn without_dev_auth_a_jwt_secret_is_required_at_start() {
+    let result = TestServer::try_start(
+        ServerOptions::default()
+            .without("TOOLGATE_DEV_AUTH")
+            .without("TOOLGATE_JWT_SECRET"),
+    )
+    .await;
+    let err = format!("{:#}", result.err().expect("must not start"));
+    assert!(err.contains("TOOLGATE_JWT_SECRET is not set"), "{err}");
+}
+
+fn b64(value: &Value) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(value.to_string())
+}

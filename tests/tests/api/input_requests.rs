@@ -1,0 +1,533 @@
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use tests::{ServerOptions, TestServer};
+
+fn realm_request(conversation_id: &str, tool_call_id: &str) -> Value {
+    json!({
+        "action": "create_request",
+        "conversation_id": conversation_id,
+        "tool_name": "quickbooks_profit_and_loss",
+        "tool_call_id": tool_call_id,
+        "reason": "QuickBooks API requests require your Company ID (Realm ID)",
+        "fields": [{
+            "name": "quickbooks_realm_id", "label": "QuickBooks Company ID",
+            "description": "Find this in your QuickBooks URL", "type": "text",
+            "required": true, "placeholder": "9130346988354456", "validation": "^[0-9]{10,20}$"
+        }],
+        "save_for_session": true
+    })
+}
+
+fn call_id() -> String {
+    format!("call_{}", uuid::Uuid::new_v4().simple())
+}
+
+async fn user_with_conversation(server: &TestServer) -> (String, String) {
+    let (_, token) = server.new_user("user").await;
+    let conversation = server.new_conversation(&token).await;
+    (token, conversation)
+}
+
+#[tokio::test]
+async fn create_then_submit_completes_and_remembers_for_the_session() {
+    let server = TestServer::start().await;
+    let (token, conversation) = user_with_conversation(&server).await;
+    let id = call_id();
+    let (status, created) = server
+        .action(&token, realm_request(&conversation, &id))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    assert_eq!(created["status"], "pending");
+    assert_eq!(created["save_for"], "session");
+    assert!(created["expires_at"].is_string());
+
+    let (status, pending) = server
+        .action(
+            &token,
+            json!({"action": "get_pending", "conversation_id": conversation}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(pending["requests"][0]["tool_call_id"], id.as_str());
+
+    let (status, done) = server
+        .action(
+            &token,
+            json!({"action": "submit_response", "tool_call_id": id,
+            "user_inputs": {"quickbooks_realm_id": "9130346988354456"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    assert_eq!(done["request"]["status"], "completed");
+    assert_eq!(
+        done["request"]["user_inputs"]["quickbooks_realm_id"],
+        "9130346988354456"
+    );
+
+    let (_, pending) = server
+        .action(
+            &token,
+            json!({"action": "get_pending", "conversation_id": conversation}),
+        )
+        .await;
+    assert_eq!(pending["requests"], json!([]));
+    let (status, saved) = server
+        .action(
+            &token,
+            json!({"action": "get_session_values", "conversation_id": conversation}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(saved["values"][0]["name"], "quickbooks_realm_id");
+    assert_eq!(saved["values"][0]["value"], "9130346988354456");
+    assert_eq!(saved["values"][0]["scope"], "session");
+
+    let (status, cleared) = server
+        .action(
+            &token,
+            json!({"action": "clear_session_values", "conversation_id": conversation}),
+        )
+        .await;
+    assert_eq!(
+        (status, cleared["cleared"].clone()),
+        (StatusCode::OK, json!(1))
+    );
+    let (_, saved) = server
+        .action(
+            &token,
+            json!({"action": "get_session_values", "conversation_id": conversation}),
+        )
+        .await;
+    assert_eq!(saved["values"], json!([]));
+}
+
+#[tokio::test]
+async fn pending_requests_are_listed_oldest_first() {
+    let server = TestServer::start().await;
+    let (token, conversation) = user_with_conversation(&server).await;
+    let ids = [call_id(), call_id(), call_id()];
+    for id in &ids {
+        let (status, _) = server
+            .action(&token, realm_request(&conversation, id))
+            .await;
+        assert_eq!(status, StatusCode::CREATED);
+    }
+    let (_, pending) = server
+        .action(
+            &token,
+            json!({"action": "get_pending", "conversation_id": conversation}),
+        )
+        .await;
+    let listed: Vec<&str> = pending["requests"]
+        .as_array()
+        .expect("list")
+        .iter()
+        .filter_map(|r| r["tool_call_id"].as_str())
+        .collect();
+    assert_eq!(listed, ids.iter().map(String::as_str).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn each_bad_definition_is_a_422_naming_the_field() {
+    let server = TestServer::start().await;
+    let (token, conversation) = user_with_conversation(&server).await;
+    let cases = [
+        (
+            json!({"name": "a", "type": "colour"}),
+            "unknown type `colour`",
+        ),
+        (
+            json!({"name": "a", "validation": "([0-9]"}),
+            "not a valid regular expression",
+        ),
+        (json!({"name": "a", "type": "select"}), "needs options"),
+        (json!({"name": "a", "type": "multiselect"}), "needs options"),
+        (
+            json!({"name": "a", "type": "number", "min": 9, "max": 1}),
+            "greater than max",
+        ),
+    ];
+    for (field, expected) in cases {
+        let mut body = realm_request(&conversation, &call_id());
+        body["fields"] = json!([field]);
+        let (status, response) = server.action(&token, body).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{response}");
+        let message = response["error"]["fields"]["fields.a"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(message.contains(expected), "{expected}: {response}");
+    }
+    let mut body = realm_request(&conversation, &call_id());
+    body["fields"] = json!([{"name": "a"}, {"name": "a"}]);
+    let (status, response) = server.action(&token, body).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(
+        response["error"]["fields"]["fields.a"],
+        "duplicate field name"
+    );
+}
+
+#[tokio::test]
+async fn a_reused_tool_call_id_is_a_409() {
+    let server = TestServer::start().await;
+    let (token, conversation) = user_with_conversation(&server).await;
+    let id = call_id();
+    assert_eq!(
+        server
+            .action(&token, realm_request(&conversation, &id))
+            .await
+            .0,
+        StatusCode::CREATED
+    );
+    let (status, body) = server
+        .action(&token, realm_request(&conversation, &id))
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"]["code"], "duplicate_tool_call_id");
+}
+
+async fn create_with_fields(
+    server: &TestServer,
+    token: &str,
+    conversation: &str,
+    fields: Value,
+) -> String {
+    let id = call_id();
+    let mut body = realm_request(conversation, &id);
+    body["fields"] = fields;
+    let (status, response) = server.action(token, body).await;
+    assert_eq!(status, StatusCode::CREATED, "{response}");
+    id
+}
+
+#[tokio::test]
+async fn every_field_type_is_validated_on_submit_and_the_request_stays_pending() {
+    let server = TestServer::start().await;
+    let (token, conversation) = user_with_conversation(&server).await;
+    let id = create_with_fields(
+        &server,
+        &token,
+        &conversation,
+        json!([
+            {"name": "realm", "validation": "^[0-9]{10,20}$"},
+            {"name": "count", "type": "number", "min": 1, "max": 5},
+            {"name": "email", "type": "email"},
+            {"name": "site", "type": "url"},
+            {"name": "day", "type": "date"},
+            {"name": "flag", "type": "boolean"},
+            {"name": "db", "type": "select", "options": ["production", "staging"]},
+            {"name": "tags", "type": "multiselect", "options": ["a", "b"]},
+            {"name": "notes", "type": "textarea", "required": false, "max": 5},
+            {"name": "key", "type": "secret"}
+        ]),
+    )
+    .await;
+    let bad = json!({
+        "realm": "12345678901x", "count": "9", "email": "nope", "site": "ftp://x", "day": "2024-02-30",
+        "flag": "maybe", "db": "prod", "tags": ["c"], "notes": "too long"
+    });
+    let (status, body) = server
+        .action(
+            &token,
+            json!({"action": "submit_response", "tool_call_id": id, "user_inputs": bad}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    let fields = &body["error"]["fields"];
+    for (name, message) in [
+        ("realm", "Does not match the expected format"),
+        ("count", "Must be at most 5"),
+        ("email", "Must be an email address"),
+        ("site", "Must be a URL starting with http:// or https://"),
+        ("day", "Must be a date (YYYY-MM-DD)"),
+        ("flag", "Must be true or false"),
+        ("db", "Must be one of: production, staging"),
+        ("tags", "`c` is not one of the options"),
+        ("notes", "Must be at most 5 characters"),
+        ("key", "This field is required"),
+    ] {
+        assert_eq!(fields[name], message, "{name}: {body}");
+    }
+    let (_, pending) = server
+        .action(
+            &token,
+            json!({"action": "get_pending", "conversation_id": conversation}),
+        )
+        .await;
+    assert_eq!(pending["requests"][0]["status"], "pending");
+
+    let good = json!({
+        "realm": "1234567890", "count": "3", "email": "a@b.co", "site": "https://x.io", "day": "2024-02-29",
+        "flag": "true", "db": "staging", "tags": ["a", "b"], "key": "s3cret"
+    });
+    let (status, body) = server
+        .action(
+            &token,
+            json!({"action": "submit_response", "tool_call_id": id, "user_inputs": good}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let inputs = &body["request"]["user_inputs"];
+    assert_eq!(inputs["count"], 3);
+    assert_eq!(inputs["flag"], true);
+    assert_ne!(inputs["key"], "s3cret", "secrets are masked in responses");
+}
+
+#[tokio::test]
+async fn a_second_submit_or_cancel_is_a_409() {
+    let server = TestServer::start().await;
+    let (token, conversation) = user_with_conversation(&server).await;
+    let id = call_id();
+    server
+        .action(&token, realm_request(&conversation, &id))
+        .await;
+    let submit = json!({"action": "submit_response", "tool_call_id": id,
+        "user_inputs": {"quickbooks_realm_id": "1234567890"}});
+    assert_eq!(
+        server.action(&token, submit.clone()).await.0,
+        StatusCode::OK
+    );
+    let (status, body) = server.action(&token, submit).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(
+        body["error"]["message"],
+        "this request is already completed"
+    );
+    let (status, _) = server
+        .action(
+            &token,
+            json!({"action": "cancel_request", "tool_call_id": id}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+
+    let other = call_id();
+    server
+        .action(&token, realm_request(&conversation, &other))
+        .await;
+    let (status, body) = server
+        .action(
+            &token,
+            json!({"action": "cancel_request", "tool_call_id": other}),
+        )
+        .await;
+    assert_eq!(
+        (status, body["status"].clone()),
+        (StatusCode::OK, json!("cancelled"))
+    );
+    let (status, body) = server
+        .action(
+            &token,
+            json!({"action": "submit_response", "tool_call_id": other,
+            "user_inputs": {"quickbooks_realm_id": "1234567890"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(
+        body["error"]["message"],
+        "this request is already cancelled"
+    );
+}
+
+#[tokio::test]
+async fn racing_submits_have_exactly_one_winner() {
+    let server = TestServer::start().await;
+    let (token, conversation) = user_with_conversation(&server).await;
+    let id = call_id();
+    server
+        .action(&token, realm_request(&conversation, &id))
+        .await;
+    let submit = json!({"action": "submit_response", "tool_call_id": id,
+        "user_inputs": {"quickbooks_realm_id": "1234567890"}});
+    let attempts = (0..16).map(|_| server.action(&token, submit.clone()));
+    let statuses: Vec<StatusCode> = futures::future::join_all(attempts)
+        .await
+        .into_iter()
+        .map(|(status, _)| status)
+        .collect();
+    let wins = statuses.iter().filter(|s| **s == StatusCode::OK).count();
+    let conflicts = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::CONFLICT)
+        .count();
+    assert_eq!((wins, conflicts), (1, 15), "{statuses:?}");
+}
+
+#[tokio::test]
+async fn another_users_requests_and_conversations_are_404_for_every_action() {
+    let server = TestServer::start().await;
+    let (alice, conversation) = user_with_conversation(&server).await;
+    let (_, bob) = server.new_user("bob").await;
+    let id = call_id();
+    server
+        .action(&alice, realm_request(&conversation, &id))
+        .await;
+    let attempts = [
+        realm_request(&conversation, &call_id()),
+        json!({"action": "submit_response", "tool_call_id": id, "user_inputs": {"quickbooks_realm_id": "1234567890"}}),
+        json!({"action": "get_pending", "conversation_id": conversation}),
+        json!({"action": "get_session_values", "conversation_id": conversation}),
+        json!({"action": "cancel_request", "tool_call_id": id}),
+        json!({"action": "clear_session_values", "conversation_id": conversation}),
+    ];
+    for attempt in attempts {
+        let (status, body) = server.action(&bob, attempt.clone()).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{attempt}: {body}");
+        assert_eq!(body["error"]["code"], "not_found");
+    }
+    // Alice's request is untouched.
+    let (_, pending) = server
+        .action(
+            &alice,
+            json!({"action": "get_pending", "conversation_id": conversation}),
+        )
+        .await;
+    assert_eq!(pending["requests"][0]["status"], "pending");
+}
+
+#[tokio::test]
+async fn expired_requests_are_not_pending_and_cannot_be_answered() {
+    let server =
+        TestServer::start_with(ServerOptions::default().env("TOOLGATE_INPUT_TTL", "1s")).await;
+    let (token, conversation) = user_with_conversation(&server).await;
+    let id = call_id();
+    server
+        .action(&token, realm_request(&conversation, &id))
+        .await;
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let (_, pending) = server
+        .action(
+            &token,
+            json!({"action": "get_pending", "conversation_id": conversation}),
+        )
+        .await;
+    assert_eq!(pending["requests"], json!([]));
+    let (status, body) = server
+        .action(
+            &token,
+            json!({"action": "submit_response", "tool_call_id": id,
+            "user_inputs": {"quickbooks_realm_id": "1234567890"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(body["error"]["message"], "this request is already expired");
+}
+
+#[tokio::test]
+async fn malformed_bodies_are_400s_that_say_what_is_wrong() {
+    let server = TestServer::start().await;
+    let (token, conversation) = user_with_conversation(&server).await;
+    let cases = [
+        (json!({"action": "explode"}), "action"),
+        (json!({"conversation_id": conversation}), "action"),
+        (json!({"action": 7}), "action"),
+        (json!({"action": "get_pending"}), "conversation_id"),
+        (
+            json!({"action": "get_pending", "conversation_id": 12}),
+            "conversation_id",
+        ),
+        (
+            json!({"action": "submit_response", "tool_call_id": "x", "user_inputs": []}),
+            "user_inputs",
+        ),
+        (
+            json!({"action": "cancel_request", "tool_call_id": "x", "extra": 1}),
+            "extra",
+        ),
+    ];
+    for (body, field) in cases {
+        let (status, response) = server.action(&token, body.clone()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {response}");
+        assert!(
+            response["error"]["fields"][field].is_string(),
+            "{body}: {response}"
+        );
+    }
+    for raw in ["not json", "{\"action\":", "[1,2]", ""] {
+        let response = server
+            .client
+            .post(server.url("/api/tool-user-input"))
+            .bearer_auth(&token)
+            .header("content-type", "application/json")
+            .body(raw)
+            .send()
+            .await
+            .expect("sent");
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{raw:?}");
+        let body: Value = response.json().await.expect("json error body");
+        assert_eq!(body["error"]["code"], "bad_request");
+    }
+}
+
+#[tokio::test]
+async fn oversized_bodies_are_413() {
+    let server = TestServer::start().await;
+    let (token, _) = user_with_conversation(&server).await;
+    let huge = format!(
+        "{{\"action\":\"get_pending\",\"pad\":\"{}\"}}",
+        "x".repeat(2 * 1024 * 1024)
+    );
+    let response = server
+        .client
+        .post(server.url("/api/tool-user-input"))
+        .bearer_auth(&token)
+        .header("content-type", "application/json")
+        .body(huge)
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let body: Value = response.json().await.expect("json error body");
+    assert_eq!(body["error"]["code"], "payload_too_large");
+}
+
+#[tokio::test]
+async fn save_for_user_is_remembered_across_conversations_and_secrets_are_sealed() {
+    let server = TestServer::start().await;
+    let (token, conversation) = user_with_conversation(&server).await;
+    let id = call_id();
+    let mut body = realm_request(&conversation, &id);
+    body["fields"] =
+        json!([{"name": "api_key", "type": "secret"}, {"name": "region", "save_for": "call"}]);
+    body["save_for"] = json!("user");
+    server.action(&token, body).await;
+    let (status, _) = server
+        .action(
+            &token,
+            json!({"action": "submit_response", "tool_call_id": id,
+            "user_inputs": {"api_key": "sk-live-abc123", "region": "eu"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let other = server.new_conversation(&token).await;
+    let (_, saved) = server
+        .action(
+            &token,
+            json!({"action": "get_session_values", "conversation_id": other}),
+        )
+        .await;
+    assert_eq!(saved["values"].as_array().map(Vec::len), Some(1), "{saved}");
+    assert_eq!(saved["values"][0]["name"], "api_key");
+    assert_eq!(saved["values"][0]["scope"], "user");
+    assert_eq!(saved["values"][0]["is_secret"], true);
+    assert_ne!(saved["values"][0]["value"], "sk-live-abc123");
+
+    let mut db = tests::db_connection().await.expect("db");
+    let stored: Vec<String> = sqlx::query_scalar(
+        "select value::text from saved_tool_inputs where name = 'api_key'
+         union all select user_inputs::text from tool_user_input_requests where tool_call_id = $1",
+    )
+    .bind(&id)
+    .fetch_all(&mut db)
+    .await
+    .expect("query");
+    assert!(!stored.is_empty());
+    for text in stored {
+        assert!(
+            !text.contains("sk-live-abc123"),
+            "secret stored in clear: {text}"
+        );
+    }
+}

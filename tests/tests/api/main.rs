@@ -1,0 +1,7 @@
+//! HTTP API tests against the real server process and Postgres.
+
+mod auth;
+mod conversations;
+mod health;
+mod input_requests;
+mod rls;

@@ -1,0 +1,207 @@
+//! Row-level security proven at the SQL level: as the role API requests run under, with
+//! a user id set, another user's rows are invisible and cannot be written.
+
+use sqlx::{Connection, PgConnection};
+use tests::TestServer;
+use uuid::Uuid;
+
+async fn migrated_connection() -> PgConnection {
+    // Starting a server applies the migrations to the test database.
+    let _server = TestServer::start().await;
+    tests::db_connection().await.expect("db connection")
+}
+
+/// Inserts, as the owner would, a conversation and a pending request for `user`.
+async fn seed_request(conn: &mut PgConnection, user: &str) -> (Uuid, Uuid) {
+    let conversation = Uuid::new_v4();
+    let request = Uuid::new_v4();
+    let mut tx = conn.begin().await.expect("begin");
+    sqlx::query(
+        "select set_config('role', 'toolgate_app', true), set_config('toolgate.user_id', $1, true)",
+    )
+    .bind(user)
+    .execute(&mut *tx)
+    .await
+    .expect("identity");
+    sqlx::query("insert into conversations (id, user_id, title) values ($1, $2, 't')")
+        .bind(conversation)
+        .bind(user)
+        .execute(&mut *tx)
+        .await
+        .expect("conversation");
+    sqlx::query(
+        "insert into tool_user_input_requests (id, user_id, conversation_id, tool_name, tool_call_id,
+             reason, required_fields, expires_at)
+         values ($1, $2, $3, 'tool', $4, 'why', '[]', now() + interval '1 hour')",
+    )
+    .bind(request)
+    .bind(user)
+    .bind(conversation)
+    .bind(format!("call-{request}"))
+    .execute(&mut *tx)
+    .await
+    .expect("request");
+    tx.commit().await.expect("commit");
+    (conversation, request)
+}
+
+async fn as_user<'c>(
+    conn: &'c mut PgConnection,
+    user: &str,
+) -> sqlx::Transaction<'c, sqlx::Postgres> {
+    let mut tx = conn.begin().await.expect("begin");
+    sqlx::query(
+        "select set_config('role', 'toolgate_app', true), set_config('toolgate.user_id', $1, true)",
+    )
+    .bind(user)
+    .execute(&mut *tx)
+    .await
+    .expect("identity");
+    tx
+}
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}", Uuid::new_v4().simple())
+}
+
+#[tokio::test]
+async fn bob_sees_none_of_alices_rows_even_though_the_pool_is_superuser() {
+    let mut conn = migrated_connection().await;
+    let is_superuser: bool =
+        sqlx::query_scalar("select rolsuper from pg_roles where rolname = current_user")
+            .fetch_one(&mut conn)
+            .await
+            .expect("role");
+    let alice = unique("alice");
+    let bob = unique("bob");
+    let (_, alice_request) = seed_request(&mut conn, &alice).await;
+    seed_request(&mut conn, &bob).await;
+
+    let mut tx = as_user(&mut conn, &bob).await;
+    let owners: Vec<String> = sqlx::query_scalar("select user_id from tool_user_input_requests")
+        .fetch_all(&mut *tx)
+        .await
+        .expect("select");
+    assert!(!owners.is_empty(), "bob sees his own row");
+    assert!(
+        owners.iter().all(|owner| owner == &bob),
+        "bob saw {owners:?}"
+    );
+    let found: Option<Uuid> =
+        sqlx::query_scalar("select id from tool_user_input_requests where id = $1")
+            .bind(alice_request)
+            .fetch_optional(&mut *tx)
+            .await
+            .expect("select by id");
+    assert_eq!(found, None);
+    let conversations: i64 =
+        sqlx::query_scalar("select count(*) from conversations where user_id = $1")
+            .bind(&alice)
+            .fetch_one(&mut *tx)
+            .await
+            .expect("count");
+    assert_eq!(conversations, 0);
+    tx.rollback().await.expect("rollback");
+    // The proof matters most when the login role could otherwise bypass RLS.
+    if is_superuser {
+        let all: i64 =
+            sqlx::query_scalar("select count(*) from tool_user_input_requests where user_id = $1")
+                .bind(&alice)
+                .fetch_one(&mut conn)
+                .await
+                .expect("count");
+        assert_eq!(
+            all, 1,
+            "outside the request transaction the superuser sees alice's row"
+        );
+    }
+}
+
+#[tokio::test]
+async fn bob_cannot_insert_or_update_rows_owned_by_alice() {
+    let mut conn = migrated_connection().await;
+    let alice = unique("alice");
+    let bob = unique("bob");
+    let (alice_conversation, alice_request) = seed_request(&mut conn, &alice).await;
+
+    let mut tx = as_user(&mut conn, &bob).await;
+    let insert =
+        sqlx::query("insert into conversations (id, user_id, title) values ($1, $2, 'forged')")
+            .bind(Uuid::new_v4())
+            .bind(&alice)
+            .execute(&mut *tx)
+            .await;
+    let err = insert.expect_err("insert as alice must be refused");
+    assert!(err.to_string().contains("row-level security"), "{err}");
+    tx.rollback().await.expect("rollback");
+
+    let mut tx = as_user(&mut conn, &bob).await;
+    let updated =
+        sqlx::query("update tool_user_input_requests set reason = 'hijacked' where id = $1")
+            .bind(alice_request)
+            .execute(&mut *tx)
+            .await
+            .expect("update runs");
+    assert_eq!(updated.rows_affected(), 0);
+    let deleted = sqlx::query("delete from conversations where id = $1")
+        .bind(alice_conversation)
+        .execute(&mut *tx)
+        .await
+        .expect("delete runs");
+    assert_eq!(deleted.rows_affected(), 0);
+    tx.commit().await.expect("commit");
+
+    // Alice cannot give her row away either.
+    let mut tx = as_user(&mut conn, &alice).await;
+    let give_away = sqlx::query("update tool_user_input_requests set user_id = $2 where id = $1")
+        .bind(alice_request)
+        .bind(&bob)
+        .execute(&mut *tx)
+        .await;
+    assert!(give_away.is_err(), "changing the owner must be refused");
+    tx.rollback().await.expect("rollback");
+
+    let reason: String =
+        sqlx::query_scalar("select reason from tool_user_input_requests where id = $1")
+            .bind(alice_request)
+            .fetch_one(&mut conn)
+            .await
+            .expect("reason");
+    assert_eq!(reason, "why");
+}
+
+#[tokio::test]
+async fn without_a_user_id_nothing_is_visible() {
+    let mut conn = migrated_connection().await;
+    seed_request(&mut conn, &unique("alice")).await;
+    let mut tx = conn.begin().await.expect("begin");
+    sqlx::query("select set_config('role', 'toolgate_app', true)")
+        .execute(&mut *tx)
+        .await
+        .expect("role");
+    let count: i64 = sqlx::query_scalar("select count(*) from tool_user_input_requests")
+        .fetch_one(&mut *tx)
+        .await
+        .expect("count");
+    assert_eq!(count, 0);
+}
+
+#[tokio::test]
+async fn every_user_owned_table_has_forced_rls() {
+    let mut conn = migrated_connection().await;
+    let tables: Vec<(String, bool, bool)> = sqlx::query_as(
+        "select relname::text, relrowsecurity, relforcerowsecurity from pg_class
+         where relnamespace = 'public'::regnamespace and relkind = 'r'
+           and exists (select 1 from pg_attribute a where a.attrelid = pg_class.oid and a.attname = 'user_id')",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .expect("catalog");
+    assert!(tables.len() >= 6, "{tables:?}");
+    for (table, enabled, forced) in tables {
+        assert!(
+            enabled && forced,
+            "{table}: rls enabled={enabled} forced={forced}"
+        );
+    }
+}
