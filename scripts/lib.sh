@@ -543,3 +543,18 @@ build_frontend() {
     fi
     note "bundle: $(du -sh "$dist" | cut -f1) in frontend/dist"
 }
+
+# ---------------------------------------------------------------------------
+# Demo mode
+
+# demo_reader_url URL: the same server and database as URL, logged in as the
+# read-only login that the demo sample databases create.
+demo_reader_url() {
+    local url="$1" scheme rest
+    scheme="${url%%://*}"
+    rest="${url#*://}"
+    case "$rest" in
+        *@*) rest="${rest#*@}" ;;
+    esac
+    printf '%s://toolgate_demo_reader:demo-reader@%s\n' "$scheme" "$rest"
+}

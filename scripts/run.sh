@@ -29,6 +29,14 @@ case "$open_addr" in
     "[::]:"*) open_addr="[::1]:${open_addr#\[::\]:}" ;;
 esac
 
+# Demo mode: sample databases and a QuickBooks stand-in, so the example tools work
+# offline with no accounts.
+export TOOLGATE_DEMO="${TOOLGATE_DEMO:-1}"
+export QUICKBOOKS_BASE_URL="${QUICKBOOKS_BASE_URL:-http://$open_addr/demo/quickbooks}"
+export QUICKBOOKS_ACCESS_TOKEN="${QUICKBOOKS_ACCESS_TOKEN:-demo-token}"
+TOOLGATE_DEMO_SQL_URL="${TOOLGATE_DEMO_SQL_URL:-$(demo_reader_url "$DATABASE_URL")}"
+export TOOLGATE_DEMO_SQL_URL
+
 bin="$(_target_dir)/release/toolgate"
 echo "toolgate: open http://$open_addr (offline model, dev sign-in)" >&2
 exec "$bin"

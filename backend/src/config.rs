@@ -26,6 +26,8 @@ pub struct Config {
     pub tools_file: Option<PathBuf>,
     pub max_body_bytes: usize,
     pub db_max_connections: u32,
+    /// Sample databases and a QuickBooks stand-in for the example tools.
+    pub demo: bool,
 }
 
 impl fmt::Debug for Config {
@@ -44,6 +46,7 @@ impl fmt::Debug for Config {
             .field("tools_file", &self.tools_file)
             .field("max_body_bytes", &self.max_body_bytes)
             .field("db_max_connections", &self.db_max_connections)
+            .field("demo", &self.demo)
             .finish()
     }
 }
@@ -78,11 +81,8 @@ impl Config {
             .unwrap_or_else(|| "127.0.0.1:3000".to_owned())
             .parse()
             .context("TOOLGATE_BIND must be an address like 127.0.0.1:3000")?;
-        let dev_auth = match get("TOOLGATE_DEV_AUTH").as_deref() {
-            None | Some("0") | Some("false") | Some("off") => false,
-            Some("1") | Some("true") | Some("on") => true,
-            Some(other) => bail!("TOOLGATE_DEV_AUTH must be 1 or 0, not `{other}`"),
-        };
+        let dev_auth = flag("TOOLGATE_DEV_AUTH", get("TOOLGATE_DEV_AUTH"))?;
+        let demo = flag("TOOLGATE_DEMO", get("TOOLGATE_DEMO"))?;
         let data_dir =
             PathBuf::from(get("TOOLGATE_DATA_DIR").unwrap_or_else(|| ".toolgate".into()));
         let jwt_secret = match get("TOOLGATE_JWT_SECRET") {
@@ -133,7 +133,16 @@ impl Config {
             tools_file: get("TOOLGATE_TOOLS").map(PathBuf::from),
             max_body_bytes,
             db_max_connections,
+            demo,
         })
+    }
+}
+
+fn flag(name: &str, value: Option<String>) -> anyhow::Result<bool> {
+    match value.as_deref() {
+        None | Some("0") | Some("false") | Some("off") => Ok(false),
+        Some("1") | Some("true") | Some("on") => Ok(true),
+        Some(other) => bail!("{name} must be 1 or 0, not `{other}`"),
     }
 }
 

@@ -4,6 +4,7 @@ pub mod api;
 pub mod auth;
 pub mod config;
 pub mod db;
+pub mod demo;
 pub mod error;
 pub mod state;
 pub mod tools;
@@ -19,8 +20,12 @@ use tokio::net::TcpListener;
 
 /// Connects, migrates, starts background work and serves until SIGTERM or Ctrl-C.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
+    let tools = tools::registry::ToolRegistry::load(config.tools_file.as_deref())?;
     let pool = db::connect(&config).await?;
     db::migrate(&pool).await?;
+    if config.demo {
+        demo::create_sample_databases(&pool).await?;
+    }
     let listener = TcpListener::bind(config.bind)
         .await
         .with_context(|| format!("binding {}", config.bind))?;
@@ -28,7 +33,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     tracing::info!(%address, dev_auth = config.dev_auth, "toolgate listening");
 
     let sweeper = tokio::spawn(tools::expiry::run(pool.clone()));
-    let state = AppState::new(pool.clone(), config);
+    let state = AppState::new(pool.clone(), config, tools);
     axum::serve(listener, app(state))
         .with_graceful_shutdown(shutdown_signal())
         .await

@@ -354,10 +354,10 @@ pub fn check_field_specs(fields: &[FieldSpec]) -> Result<(), FieldErrors> {
             errors.entry(key).or_insert(problem);
         }
     }
-    if errors.is_empty() {
-        if let Some(name) = visibility_cycle(fields) {
-            errors.insert(name, "visible_if rules form a cycle".to_owned());
-        }
+    if errors.is_empty()
+        && let Some(name) = visibility_cycle(fields)
+    {
+        errors.insert(name, "visible_if rules form a cycle".to_owned());
     }
     if errors.is_empty() {
         Ok(())
@@ -610,14 +610,16 @@ pub fn with_defaults(fields: &[FieldSpec], values: &Map<String, Value>) -> Map<S
     effective
 }
 
-/// The required fields that are shown but still have no value.
+/// The required fields that are shown but still have no value. A default decides
+/// visibility but does not count as an answer: it only pre-fills the card.
 pub fn missing_fields<'a>(
     fields: &'a [FieldSpec],
     values: &Map<String, Value>,
 ) -> Vec<&'a FieldSpec> {
+    let effective = with_defaults(fields, values);
     fields
         .iter()
-        .filter(|f| f.required && is_visible(fields, f, values))
+        .filter(|f| f.required && is_visible(fields, f, &effective))
         .filter(|f| values.get(&f.name).is_none_or(is_empty))
         .collect()
 }
@@ -943,6 +945,7 @@ mod tests {
         .expect("valid");
         let accepted = validate_inputs(&fields, &inputs(json!({"id": "7"}))).expect("ok");
         assert_eq!(accepted["region"], json!("eu"));
+        // A default pre-fills the card; it is not an answer.
         let missing = missing_fields(&fields, &Map::new());
         assert_eq!(
             missing.iter().map(|f| f.name.as_str()).collect::<Vec<_>>(),

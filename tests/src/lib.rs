@@ -460,3 +460,93 @@ impl TcpProxy {
         let _ = self.stop.send(true);
     }
 }
+
+/// What the mock HTTP service received.
+#[derive(Clone, Debug)]
+pub struct Received {
+    pub method: String,
+    pub path_and_query: String,
+    pub headers: std::collections::HashMap<String, String>,
+    pub body: String,
+}
+
+/// A stand-in for a third-party HTTP API: records every request and answers with a
+/// configurable status and JSON body.
+pub struct MockHttp {
+    pub base: String,
+    received: Arc<Mutex<Vec<Received>>>,
+    answer: Arc<Mutex<(u16, Value)>>,
+}
+
+impl MockHttp {
+    pub async fn start() -> Self {
+        use axum::extract::Request;
+        let received: Arc<Mutex<Vec<Received>>> = Arc::default();
+        let answer = Arc::new(Mutex::new((200, json!({"ok": true}))));
+        let (log, reply) = (received.clone(), answer.clone());
+        let app = axum::Router::new().fallback(move |request: Request| {
+            let (log, reply) = (log.clone(), reply.clone());
+            async move {
+                let (parts, body) = request.into_parts();
+                let bytes = axum::body::to_bytes(body, 10 * 1024 * 1024)
+                    .await
+                    .unwrap_or_default();
+                let headers = parts
+                    .headers
+                    .iter()
+                    .map(|(k, v)| (k.as_str().to_owned(), v.to_str().unwrap_or("").to_owned()))
+                    .collect();
+                if let Ok(mut log) = log.lock() {
+                    log.push(Received {
+                        method: parts.method.to_string(),
+                        path_and_query: parts
+                            .uri
+                            .path_and_query()
+                            .map(|p| p.to_string())
+                            .unwrap_or_default(),
+                        headers,
+                        body: String::from_utf8_lossy(&bytes).into_owned(),
+                    });
+                }
+                let (status, body) = reply
+                    .lock()
+                    .map(|r| r.clone())
+                    .unwrap_or((500, Value::Null));
+                (
+                    axum::http::StatusCode::from_u16(status).unwrap_or(axum::http::StatusCode::OK),
+                    axum::Json(body),
+                )
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("mock bind");
+        let base = format!("http://{}", listener.local_addr().expect("mock address"));
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        MockHttp {
+            base,
+            received,
+            answer,
+        }
+    }
+
+    pub fn answer_with(&self, status: u16, body: Value) {
+        if let Ok(mut answer) = self.answer.lock() {
+            *answer = (status, body);
+        }
+    }
+
+    pub fn received(&self) -> Vec<Received> {
+        self.received.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+}
+
+/// Writes `contents` to a file in a fresh temporary folder.
+pub fn write_temp_file(name: &str, contents: &str) -> (TempDir, PathBuf) {
+    let dir = TempDir::new("toolgate-test-file");
+    let path = dir.0.join(name);
+    std::fs::write(&path, contents).expect("writing a temp file");
+    (dir, path)
+}

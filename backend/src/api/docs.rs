@@ -3,7 +3,7 @@
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{conversations, dev, health, tool_user_input};
+use super::{conversations, dev, health, tool_user_input, tools};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -15,6 +15,8 @@ use super::{conversations, dev, health, tool_user_input};
         conversations::create_conversation,
         conversations::list_conversations,
         tool_user_input::dispatch_action,
+        tools::list_tools,
+        tools::execute_tool,
     ),
     components(schemas(
         protocol::api::ErrorBody,

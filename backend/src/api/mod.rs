@@ -6,6 +6,7 @@ mod docs;
 mod health;
 pub mod json;
 mod tool_user_input;
+mod tools;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -30,7 +31,9 @@ pub fn app(state: AppState) -> Router {
             "/conversations",
             post(conversations::create_conversation).get(conversations::list_conversations),
         )
-        .route("/tool-user-input", post(tool_user_input::dispatch_action));
+        .route("/tool-user-input", post(tool_user_input::dispatch_action))
+        .route("/tools", get(tools::list_tools))
+        .route("/tools/execute", post(tools::execute_tool));
     if state.config.dev_auth {
         api = api.route("/dev/token", post(dev::create_dev_token));
     }
@@ -43,6 +46,10 @@ pub fn app(state: AppState) -> Router {
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .merge(SwaggerUi::new("/api/docs").url("/api/openapi.json", ApiDoc::openapi()));
+
+    if state.config.demo {
+        app = app.merge(crate::demo::router());
+    }
 
     app = match &state.config.web_dir {
         Some(dir) => {

@@ -18,6 +18,7 @@ use crate::auth::AuthUser;
 use crate::db;
 use crate::error::{Error, FieldErrors, Result};
 use crate::state::AppState;
+use crate::tools::executor;
 use crate::tools::user_input::{self, RequestContext};
 
 /// The body of `POST /api/tool-user-input`: an `action` and its parameters, side by side.
@@ -101,6 +102,8 @@ pub async fn dispatch_action(
                 user_id: &user.user_id,
                 run_id: None,
                 ttl: state.config.input_ttl,
+                origin: "api",
+                original_user_request: None,
             };
             let row = user_input::create_request(&mut tx, &ctx, params).await?;
             (StatusCode::CREATED, Json(row.to_api())).into_response()
@@ -108,11 +111,18 @@ pub async fn dispatch_action(
         Action::SubmitResponse(params) => {
             let row =
                 user_input::submit_response(&mut tx, &state.vault, &user.user_id, params).await?;
-            Json(SubmitResponseResult {
+            // The values are committed before the retry, so a failing retry loses nothing.
+            tx.commit().await?;
+            let tool_result = if row.origin == "executor" {
+                Some(executor::retry_completed(&state, &user.user_id, &row).await?)
+            } else {
+                None
+            };
+            return Ok(Json(SubmitResponseResult {
                 request: row.to_api(),
-                tool_result: None,
+                tool_result,
             })
-            .into_response()
+            .into_response());
         }
         Action::GetPending(params) => {
             let rows = user_input::get_pending(&mut tx, params.conversation_id).await?;

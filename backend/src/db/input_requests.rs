@@ -8,7 +8,8 @@ use sqlx::types::Json;
 use uuid::Uuid;
 
 const COLUMNS: &str = "id, user_id, conversation_id, run_id, tool_name, tool_call_id, tool_args, \
-     reason, required_fields, user_inputs, save_for, status, created_at, completed_at, expires_at";
+     reason, required_fields, user_inputs, save_for, status, created_at, completed_at, expires_at, \
+     origin, original_user_request, tool_result";
 
 /// A stored request. `user_inputs` holds secret values sealed by the vault.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -28,6 +29,11 @@ pub struct InputRequestRow {
     pub created_at: DateTime<Utc>,
     pub completed_at: Option<DateTime<Utc>>,
     pub expires_at: DateTime<Utc>,
+    /// `executor` when the universal executor asked, `api` for the action API.
+    pub origin: String,
+    pub original_user_request: Option<String>,
+    /// The outcome of retrying the tool with the submitted values.
+    pub tool_result: Option<Value>,
 }
 
 pub struct NewInputRequest<'a> {
@@ -41,6 +47,8 @@ pub struct NewInputRequest<'a> {
     pub fields: &'a [FieldSpec],
     pub save_for: &'a str,
     pub expires_at: DateTime<Utc>,
+    pub origin: &'a str,
+    pub original_user_request: Option<&'a str>,
 }
 
 pub async fn insert(
@@ -50,8 +58,8 @@ pub async fn insert(
     sqlx::query_as::<_, InputRequestRow>(&format!(
         "insert into tool_user_input_requests
              (id, user_id, conversation_id, run_id, tool_name, tool_call_id, tool_args,
-              reason, required_fields, save_for, expires_at)
-         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+              reason, required_fields, save_for, expires_at, origin, original_user_request)
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
          returning {COLUMNS}"
     ))
     .bind(Uuid::new_v4())
@@ -65,6 +73,8 @@ pub async fn insert(
     .bind(Json(new.fields))
     .bind(new.save_for)
     .bind(new.expires_at)
+    .bind(new.origin)
+    .bind(new.original_user_request)
     .fetch_one(conn)
     .await
 }
@@ -149,4 +159,17 @@ pub async fn expire_overdue(conn: &mut PgConnection) -> sqlx::Result<Vec<InputRe
     ))
     .fetch_all(conn)
     .await
+}
+
+pub async fn set_tool_result(
+    conn: &mut PgConnection,
+    id: Uuid,
+    outcome: &Value,
+) -> sqlx::Result<()> {
+    sqlx::query("update tool_user_input_requests set tool_result = $2 where id = $1")
+        .bind(id)
+        .bind(outcome)
+        .execute(conn)
+        .await?;
+    Ok(())
 }

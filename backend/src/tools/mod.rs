@@ -1,4 +1,25 @@
 //! Tools and the universal executor.
 
+pub mod executor;
 pub mod expiry;
+pub mod kinds;
+pub mod registry;
+pub mod template;
 pub mod user_input;
+
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+/// What every tool execution knows beyond its values: who asked, where, and the
+/// user's own words, so a tool can act on the full intent and not only on the agent's
+/// reading of it.
+#[derive(Clone, Debug)]
+pub struct ToolContext {
+    pub user_id: String,
+    pub conversation_id: Uuid,
+    pub run_id: Option<Uuid>,
+    pub tool_call_id: String,
+    pub original_user_request: Option<String>,
+    /// The agent's own arguments, its interpretation of the request.
+    pub arguments: Map<String, Value>,
+}

@@ -27,6 +27,9 @@ pub struct RequestContext<'a> {
     pub user_id: &'a str,
     pub run_id: Option<Uuid>,
     pub ttl: std::time::Duration,
+    /// `executor` or `api`: only the executor's requests are retried on completion.
+    pub origin: &'a str,
+    pub original_user_request: Option<&'a str>,
 }
 
 impl InputRequestRow {
@@ -187,6 +190,8 @@ pub async fn insert_request(
             fields,
             save_for: save_for.as_str(),
             expires_at: Utc::now() + ttl,
+            origin: ctx.origin,
+            original_user_request: ctx.original_user_request,
         },
     )
     .await

@@ -5,3 +5,4 @@ mod conversations;
 mod health;
 mod input_requests;
 mod rls;
+mod tools;

@@ -1,0 +1,52 @@
+use axum::Json;
+use axum::extract::State;
+use protocol::api::{ExecuteToolParams, ToolList, ToolOutcome};
+
+use super::json::ApiJson;
+use crate::auth::AuthUser;
+use crate::error::{Error, FieldErrors, Result};
+use crate::state::AppState;
+use crate::tools::executor::{self, ToolCall};
+
+/// The tools with their metadata, for building an agent's tool list.
+#[utoipa::path(get, path = "/api/tools", tag = "tools", security(("bearer" = [])),
+    responses((status = 200, body = ToolList), (status = 401, body = protocol::api::ErrorBody)))]
+pub async fn list_tools(State(state): State<AppState>, _user: AuthUser) -> Json<ToolList> {
+    Json(ToolList {
+        tools: state.tools.iter().map(|tool| tool.info()).collect(),
+    })
+}
+
+/// Runs a tool call through the universal executor. A tool that needs values only the
+/// user has answers `requires_user_input` with the stored request.
+#[utoipa::path(post, path = "/api/tools/execute", tag = "tools", request_body = ExecuteToolParams,
+    security(("bearer" = [])), responses(
+    (status = 200, description = "The outcome: success, failure or requires_user_input", body = ToolOutcome),
+    (status = 400, body = protocol::api::ErrorBody),
+    (status = 401, body = protocol::api::ErrorBody),
+    (status = 404, description = "Unknown tool or conversation", body = protocol::api::ErrorBody),
+    (status = 409, description = "tool_call_id already used", body = protocol::api::ErrorBody),
+    (status = 422, body = protocol::api::ErrorBody)))]
+pub async fn execute_tool(
+    State(state): State<AppState>,
+    user: AuthUser,
+    ApiJson(params): ApiJson<ExecuteToolParams>,
+) -> Result<Json<ToolOutcome>> {
+    let id_len = params.tool_call_id.trim().len();
+    if id_len == 0 || id_len > 200 {
+        let fields = FieldErrors::from([(
+            "tool_call_id".to_owned(),
+            "must be 1 to 200 characters".to_owned(),
+        )]);
+        return Err(Error::unprocessable("invalid tool call", fields));
+    }
+    let call = ToolCall {
+        conversation_id: params.conversation_id,
+        run_id: None,
+        tool_name: params.tool_name,
+        tool_call_id: params.tool_call_id,
+        arguments: params.arguments,
+        original_user_request: params.original_user_request,
+    };
+    Ok(Json(executor::execute(&state, &user.user_id, call).await?))
+}

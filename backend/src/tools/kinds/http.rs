@@ -1,0 +1,168 @@
+//! `http` tools: a request built from templates, the response as the result.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::tools::ToolContext;
+use crate::tools::template::{Encoding, Template, json_templates, render_json};
+
+/// The `[tools.http]` table of a tools file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpConfig {
+    #[serde(default = "default_method")]
+    pub method: String,
+    pub url: String,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// A JSON body; strings in it are templates.
+    #[serde(default)]
+    pub body: Option<Value>,
+    #[serde(default = "default_timeout")]
+    pub timeout_seconds: u64,
+    #[serde(default = "default_max_response")]
+    pub max_response_bytes: usize,
+}
+
+fn default_method() -> String {
+    "GET".to_owned()
+}
+fn default_timeout() -> u64 {
+    15
+}
+fn default_max_response() -> usize {
+    1024 * 1024
+}
+
+pub struct HttpTool {
+    method: reqwest::Method,
+    url: Template,
+    headers: Vec<(reqwest::header::HeaderName, Template)>,
+    body: Option<Value>,
+    timeout: Duration,
+    max_response_bytes: usize,
+    env_names: BTreeSet<String>,
+}
+
+impl HttpTool {
+    /// Checks the configuration; `known` are the names arguments and fields provide.
+    pub fn new(config: HttpConfig, known: &BTreeSet<String>) -> Result<Self, String> {
+        let method = reqwest::Method::from_bytes(config.method.to_uppercase().as_bytes())
+            .map_err(|_| format!("http.method `{}` is not an HTTP method", config.method))?;
+        let url = Template::parse(&config.url).map_err(|err| format!("http.url: {err}"))?;
+        let mut templates = vec![("http.url".to_owned(), url.clone())];
+        let mut headers = Vec::new();
+        for (name, value) in config.headers {
+            let header = reqwest::header::HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| format!("http.headers: `{name}` is not a valid header name"))?;
+            let template =
+                Template::parse(&value).map_err(|err| format!("http.headers.{name}: {err}"))?;
+            templates.push((format!("http.headers.{name}"), template.clone()));
+            headers.push((header, template));
+        }
+        if let Some(body) = &config.body {
+            for template in json_templates(body).map_err(|err| format!("http.body: {err}"))? {
+                templates.push(("http.body".to_owned(), template));
+            }
+        }
+        let mut env_names = BTreeSet::new();
+        for (place, template) in &templates {
+            for name in template.value_names() {
+                if !known.contains(name) {
+                    return Err(format!(
+                        "{place} uses `{{{name}}}`, which is neither an argument nor a user input field"
+                    ));
+                }
+            }
+            env_names.extend(template.env_names().map(str::to_owned));
+        }
+        if config.timeout_seconds == 0 || config.max_response_bytes == 0 {
+            return Err(
+                "http.timeout_seconds and http.max_response_bytes must be above zero".into(),
+            );
+        }
+        Ok(HttpTool {
+            method,
+            url,
+            headers,
+            body: config.body,
+            timeout: Duration::from_secs(config.timeout_seconds),
+            max_response_bytes: config.max_response_bytes,
+            env_names,
+        })
+    }
+
+    /// Why the tool cannot run in this environment, if it cannot.
+    pub fn unavailable_reason(&self) -> Option<String> {
+        let missing: Vec<&str> = self
+            .env_names
+            .iter()
+            .filter(|name| std::env::var(name).map_or(true, |v| v.is_empty()))
+            .map(String::as_str)
+            .collect();
+        (!missing.is_empty())
+            .then(|| format!("environment variable {} is not set", missing.join(", ")))
+    }
+
+    pub async fn run(
+        &self,
+        client: &reqwest::Client,
+        values: &Map<String, Value>,
+        context: &ToolContext,
+    ) -> Result<Value, String> {
+        let url = self.url.render(values, context, Encoding::Url)?;
+        let mut request = client
+            .request(self.method.clone(), &url)
+            .timeout(self.timeout);
+        for (name, template) in &self.headers {
+            request = request.header(name, template.render(values, context, Encoding::Header)?);
+        }
+        if let Some(body) = &self.body {
+            request = request.json(&render_json(body, values, context)?);
+        }
+        let response = request
+            .send()
+            .await
+            .map_err(|err| describe_send_error(&err))?;
+        let status = response.status();
+        let mut body = Vec::new();
+        let mut stream = response.bytes_stream();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|err| {
+                format!("reading the response failed: {}", describe_send_error(&err))
+            })?;
+            if body.len() + chunk.len() > self.max_response_bytes {
+                return Err(format!(
+                    "the response is larger than {} bytes",
+                    self.max_response_bytes
+                ));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        let parsed = serde_json::from_slice::<Value>(&body)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()));
+        if !status.is_success() {
+            let detail = match &parsed {
+                Value::String(text) => text.chars().take(300).collect(),
+                other => other.to_string().chars().take(300).collect::<String>(),
+            };
+            return Err(format!("the service answered HTTP {status}: {detail}"));
+        }
+        Ok(parsed)
+    }
+}
+
+/// Says what went wrong without echoing the URL, which can carry user values.
+fn describe_send_error(err: &reqwest::Error) -> String {
+    if err.is_timeout() {
+        "the service did not answer in time".to_owned()
+    } else if err.is_connect() {
+        "the service could not be reached".to_owned()
+    } else {
+        "the request to the service failed".to_owned()
+    }
+}

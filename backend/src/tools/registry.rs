@@ -1,0 +1,382 @@
+//! The tools the executor knows: built-ins plus those of the tools file
+//! (`TOOLGATE_TOOLS`). Every definition is checked when it is loaded, so a bad regex or
+//! a placeholder nobody fills stops start-up instead of failing at a user's first click.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use protocol::api::ToolInfo;
+use protocol::fields::{self, FieldType, InputRequestSpec};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::kinds::http::{HttpConfig, HttpTool};
+use super::kinds::sql::{SqlConfig, SqlTool};
+
+pub enum Runner {
+    Http(HttpTool),
+    Sql(SqlTool),
+    Calculator,
+}
+
+impl Runner {
+    fn kind(&self) -> &'static str {
+        match self {
+            Runner::Http(_) => "http",
+            Runner::Sql(_) => "sql",
+            Runner::Calculator => "builtin",
+        }
+    }
+}
+
+pub struct Tool {
+    pub name: String,
+    pub description: String,
+    pub parameters: Value,
+    pub input_spec: Option<InputRequestSpec>,
+    pub enabled: bool,
+    /// The argument that identifies what a call works on; a newer call with the same
+    /// value supersedes older ones in the model's context.
+    pub key_argument: Option<String>,
+    pub runner: Runner,
+    validator: jsonschema::Validator,
+}
+
+impl Tool {
+    /// Why the tool cannot run now: disabled, or missing configuration.
+    pub fn unavailable_reason(&self) -> Option<String> {
+        if !self.enabled {
+            return Some(format!("the tool `{}` is disabled", self.name));
+        }
+        let missing = match &self.runner {
+            Runner::Http(http) => http.unavailable_reason(),
+            Runner::Sql(sql) => sql.unavailable_reason(),
+            Runner::Calculator => None,
+        };
+        missing.map(|why| format!("the tool `{}` is not configured: {why}", self.name))
+    }
+
+    /// The reasons the arguments break the tool's JSON Schema, if any.
+    pub fn argument_errors(&self, arguments: &Value) -> Vec<String> {
+        self.validator
+            .iter_errors(arguments)
+            .map(|err| {
+                let path = err.instance_path().to_string();
+                if path.is_empty() {
+                    err.to_string()
+                } else {
+                    format!("{path}: {err}")
+                }
+            })
+            .collect()
+    }
+
+    pub fn info(&self) -> ToolInfo {
+        ToolInfo {
+            name: self.name.clone(),
+            description: self.description.clone(),
+            parameters: self.parameters.clone(),
+            requires_user_input: self.input_spec.clone(),
+            kind: self.runner.kind().to_owned(),
+            enabled: self.enabled,
+            unavailable_reason: self.unavailable_reason(),
+        }
+    }
+
+    pub fn fields(&self) -> &[protocol::FieldSpec] {
+        self.input_spec
+            .as_ref()
+            .map_or(&[], |spec| spec.fields.as_slice())
+    }
+}
+
+#[derive(Default)]
+pub struct ToolRegistry {
+    tools: Vec<Arc<Tool>>,
+}
+
+impl ToolRegistry {
+    /// Built-ins plus the tools file, if one is named.
+    pub fn load(path: Option<&Path>) -> anyhow::Result<Self> {
+        let mut registry = ToolRegistry::default();
+        for tool in builtins()? {
+            registry.add(tool)?;
+        }
+        if let Some(path) = path {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading the tools file {}", path.display()))?;
+            for tool in
+                parse_tools_file(&text).with_context(|| format!("tools file {}", path.display()))?
+            {
+                registry
+                    .add(tool)
+                    .with_context(|| format!("tools file {}", path.display()))?;
+            }
+        }
+        Ok(registry)
+    }
+
+    fn add(&mut self, tool: Tool) -> anyhow::Result<()> {
+        if self.get(&tool.name).is_some() {
+            bail!("tool `{}` is defined twice", tool.name);
+        }
+        self.tools.push(Arc::new(tool));
+        Ok(())
+    }
+
+    pub fn get(&self, name: &str) -> Option<Arc<Tool>> {
+        self.tools.iter().find(|t| t.name == name).cloned()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Tool>> {
+        self.tools.iter()
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ToolsFile {
+    #[serde(default)]
+    tools: Vec<ToolEntry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ToolEntry {
+    name: String,
+    description: String,
+    kind: String,
+    #[serde(default = "enabled_by_default")]
+    enabled: bool,
+    #[serde(default)]
+    parameters: Option<Value>,
+    #[serde(default)]
+    requires_user_input: Option<Value>,
+    #[serde(default)]
+    key_argument: Option<String>,
+    #[serde(default)]
+    http: Option<HttpConfig>,
+    #[serde(default)]
+    sql: Option<SqlConfig>,
+}
+
+fn enabled_by_default() -> bool {
+    true
+}
+
+/// Reads and checks every tool of a tools file.
+pub fn parse_tools_file(text: &str) -> anyhow::Result<Vec<Tool>> {
+    let file: ToolsFile = toml::from_str(text).context("not a valid tools file")?;
+    file.tools
+        .into_iter()
+        .map(|entry| {
+            let name = entry.name.clone();
+            build(entry).with_context(|| format!("tool `{name}`"))
+        })
+        .collect()
+}
+
+fn build(entry: ToolEntry) -> anyhow::Result<Tool> {
+    if entry.name.is_empty()
+        || !entry
+            .name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
+        bail!("a tool name may use only letters, digits, `_` and `-`");
+    }
+    if entry.description.trim().is_empty() {
+        bail!("a description is required: the model picks tools by it");
+    }
+    let parameters = entry
+        .parameters
+        .unwrap_or_else(|| json!({"type": "object", "properties": {}}));
+    let validator = jsonschema::validator_for(&parameters)
+        .map_err(|err| anyhow::anyhow!("parameters is not a valid JSON Schema: {err}"))?;
+    let input_spec = entry.requires_user_input.map(read_input_spec).transpose()?;
+    let fields = input_spec
+        .as_ref()
+        .map_or(&[][..], |spec| spec.fields.as_slice());
+    let mut known: BTreeSet<String> = fields.iter().map(|f| f.name.clone()).collect();
+    if let Some(properties) = parameters.get("properties").and_then(Value::as_object) {
+        known.extend(properties.keys().cloned());
+    }
+    if let Some(key) = &entry.key_argument
+        && !known.contains(key)
+    {
+        bail!("key_argument `{key}` is not an argument");
+    }
+    let runner = match (entry.kind.as_str(), entry.http, entry.sql) {
+        ("http", Some(http), None) => {
+            Runner::Http(HttpTool::new(http, &known).map_err(anyhow::Error::msg)?)
+        }
+        ("sql", None, Some(sql)) => {
+            let options = fields
+                .iter()
+                .find(|f| f.name == sql.database_field && f.kind == FieldType::Select)
+                .map(|f| f.options.iter().map(|o| o.value.clone()).collect());
+            if !known.contains(&sql.query_argument) {
+                bail!(
+                    "sql.query_argument `{}` is not an argument",
+                    sql.query_argument
+                );
+            }
+            Runner::Sql(SqlTool::new(sql, options).map_err(anyhow::Error::msg)?)
+        }
+        ("http", _, _) => bail!("an http tool needs an [http] table and nothing else"),
+        ("sql", _, _) => bail!("a sql tool needs a [sql] table and nothing else"),
+        (other, _, _) => bail!("unknown kind `{other}`; expected http or sql"),
+    };
+    Ok(Tool {
+        name: entry.name,
+        description: entry.description,
+        parameters,
+        input_spec,
+        enabled: entry.enabled,
+        key_argument: entry.key_argument,
+        runner,
+        validator,
+    })
+}
+
+fn read_input_spec(raw: Value) -> anyhow::Result<InputRequestSpec> {
+    let raw_fields = raw
+        .get("fields")
+        .and_then(Value::as_array)
+        .cloned()
+        .context("requires_user_input needs a list of fields")?;
+    if raw_fields.is_empty() {
+        bail!("requires_user_input needs at least one field");
+    }
+    if let Err(errors) = fields::parse_field_specs(&raw_fields) {
+        let described: BTreeMap<_, _> = errors.into_iter().collect();
+        let text = described
+            .iter()
+            .map(|(field, message)| format!("field `{field}`: {message}"))
+            .collect::<Vec<_>>()
+            .join("; ");
+        bail!("requires_user_input: {text}");
+    }
+    let spec: InputRequestSpec =
+        serde_json::from_value(raw).context("requires_user_input is not valid")?;
+    if spec.reason.trim().is_empty() {
+        bail!("requires_user_input needs a reason: the user sees it on the card");
+    }
+    Ok(spec)
+}
+
+fn builtins() -> anyhow::Result<Vec<Tool>> {
+    let parameters = json!({
+        "type": "object",
+        "properties": {
+            "expression": {
+                "type": "string",
+                "description": "Arithmetic such as (1200 - 300) * 1.2; + - * / % ^, parentheses, sqrt, abs, round, floor, ceil"
+            }
+        },
+        "required": ["expression"]
+    });
+    let validator = jsonschema::validator_for(&parameters)
+        .map_err(|err| anyhow::anyhow!("calculator schema: {err}"))?;
+    Ok(vec![Tool {
+        name: "calculator".to_owned(),
+        description: "Calculate an arithmetic expression: sums, percentages, totals, differences"
+            .to_owned(),
+        parameters,
+        input_spec: None,
+        enabled: true,
+        key_argument: None,
+        runner: Runner::Calculator,
+        validator,
+    }])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error_of(text: &str) -> String {
+        match parse_tools_file(text) {
+            Ok(_) => panic!("must be refused:\n{text}"),
+            Err(err) => format!("{err:#}"),
+        }
+    }
+
+    const HTTP_TOOL: &str = r#"
+[[tools]]
+name = "lookup"
+description = "Look something up"
+kind = "http"
+parameters = { type = "object", properties = { q = { type = "string" } } }
+[tools.requires_user_input]
+reason = "Need the account"
+fields = [ { name = "account", type = "text", validation = "^[0-9]+$" } ]
+[tools.http]
+url = "{env.LOOKUP_BASE}/accounts/{account}?q={q}"
+"#;
+
+    #[test]
+    fn a_good_tool_loads() {
+        let tools = parse_tools_file(HTTP_TOOL).expect("valid");
+        assert_eq!(tools[0].name, "lookup");
+        assert_eq!(tools[0].fields()[0].name, "account");
+    }
+
+    #[test]
+    fn each_mistake_is_named_with_tool_and_field() {
+        let bad_regex = HTTP_TOOL.replace("^[0-9]+$", "([0-9]");
+        let err = error_of(&bad_regex);
+        assert!(
+            err.contains("tool `lookup`")
+                && err.contains("field `account`")
+                && err.contains("regular expression"),
+            "{err}"
+        );
+
+        let err = error_of(&HTTP_TOOL.replace("type = \"text\"", "type = \"colour\""));
+        assert!(
+            err.contains("field `account`") && err.contains("unknown type `colour`"),
+            "{err}"
+        );
+
+        let err = error_of(&HTTP_TOOL.replace("?q={q}", "?q={nobody}"));
+        assert!(
+            err.contains("`{nobody}`") && err.contains("http.url"),
+            "{err}"
+        );
+
+        let err = error_of(&HTTP_TOOL.replace("type = \"string\"", "type = \"strung\""));
+        assert!(err.contains("not a valid JSON Schema"), "{err}");
+
+        let err = error_of(
+            &HTTP_TOOL
+                .replace("validation = \"^[0-9]+$\"", "type = \"select\"")
+                .replace("type = \"text\", ", ""),
+        );
+        assert!(err.contains("needs options"), "{err}");
+
+        let err = error_of(&HTTP_TOOL.replace(
+            "validation = \"^[0-9]+$\"",
+            "visible_if = { field = \"ghost\" }",
+        ));
+        assert!(
+            err.contains("visible_if names unknown field `ghost`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn builtins_and_file_tools_cannot_share_a_name() {
+        let mut registry = ToolRegistry::default();
+        for tool in builtins().expect("builtins") {
+            registry.add(tool).expect("first");
+        }
+        let clash = HTTP_TOOL.replace("name = \"lookup\"", "name = \"calculator\"");
+        let tool = parse_tools_file(&clash)
+            .expect("valid on its own")
+            .remove(0);
+        assert!(registry.add(tool).is_err());
+    }
+}

@@ -1,0 +1,345 @@
+//! `{placeholder}` templates for HTTP tools: URLs, headers and JSON bodies.
+//!
+//! `{name}` is an argument or a user-input field, `{env.NAME}` an environment
+//! variable, `{context.user_id}`, `{context.conversation_id}`,
+//! `{context.original_user_request}` and `{context.tool_call_id}` come from the tool
+//! context. `{{` and `}}` stand for literal braces.
+
+use serde_json::{Map, Value};
+
+use super::ToolContext;
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Part {
+    Literal(String),
+    Value(String),
+    Env(String),
+    Context(ContextKey),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ContextKey {
+    UserId,
+    ConversationId,
+    OriginalUserRequest,
+    ToolCallId,
+}
+
+/// How a value is written into the text.
+#[derive(Clone, Copy, PartialEq)]
+pub enum Encoding {
+    /// Percent-encoded: for URLs. Environment values, and a value that starts the
+    /// URL, are inserted as they are: they are the base (scheme, host, path).
+    Url,
+    /// As it is; CR and LF are refused (header injection).
+    Header,
+    Plain,
+}
+
+#[derive(Clone, Debug)]
+pub struct Template {
+    parts: Vec<Part>,
+}
+
+impl Template {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut parts = Vec::new();
+        let mut literal = String::new();
+        let mut chars = text.chars().peekable();
+        while let Some(c) = chars.next() {
+            match c {
+                '{' if chars.peek() == Some(&'{') => {
+                    chars.next();
+                    literal.push('{');
+                }
+                '}' if chars.peek() == Some(&'}') => {
+                    chars.next();
+                    literal.push('}');
+                }
+                '{' => {
+                    let mut name = String::new();
+                    loop {
+                        match chars.next() {
+                            Some('}') => break,
+                            Some(c) => name.push(c),
+                            None => return Err(format!("unclosed `{{` in `{text}`")),
+                        }
+                    }
+                    if !literal.is_empty() {
+                        parts.push(Part::Literal(std::mem::take(&mut literal)));
+                    }
+                    parts.push(placeholder(name.trim())?);
+                }
+                '}' => {
+                    return Err(format!(
+                        "unmatched `}}` in `{text}` (write `}}}}` for a brace)"
+                    ));
+                }
+                c => literal.push(c),
+            }
+        }
+        if !literal.is_empty() {
+            parts.push(Part::Literal(literal));
+        }
+        Ok(Template { parts })
+    }
+
+    pub fn parts(&self) -> &[Part] {
+        &self.parts
+    }
+
+    /// The argument or field names the template needs.
+    pub fn value_names(&self) -> impl Iterator<Item = &str> {
+        self.parts.iter().filter_map(|part| match part {
+            Part::Value(name) => Some(name.as_str()),
+            _ => None,
+        })
+    }
+
+    pub fn env_names(&self) -> impl Iterator<Item = &str> {
+        self.parts.iter().filter_map(|part| match part {
+            Part::Env(name) => Some(name.as_str()),
+            _ => None,
+        })
+    }
+
+    /// The template as a single placeholder, when it is exactly one (`"{amount}"`).
+    pub fn sole_value(&self) -> Option<&str> {
+        match self.parts.as_slice() {
+            [Part::Value(name)] => Some(name),
+            _ => None,
+        }
+    }
+
+    pub fn render(
+        &self,
+        values: &Map<String, Value>,
+        context: &ToolContext,
+        encoding: Encoding,
+    ) -> Result<String, String> {
+        let mut out = String::new();
+        for (index, part) in self.parts.iter().enumerate() {
+            let encoding = if index == 0 && encoding == Encoding::Url {
+                Encoding::Plain
+            } else {
+                encoding
+            };
+            match part {
+                Part::Literal(text) => out.push_str(text),
+                Part::Env(name) => {
+                    let value = std::env::var(name)
+                        .map_err(|_| format!("environment variable {name} is not set"))?;
+                    out.push_str(&value);
+                }
+                Part::Value(name) => {
+                    let value = values
+                        .get(name)
+                        .filter(|v| !v.is_null())
+                        .ok_or_else(|| format!("no value for `{name}`"))?;
+                    out.push_str(&encode(&scalar_text(value), encoding)?);
+                }
+                Part::Context(key) => {
+                    let text = match key {
+                        ContextKey::UserId => context.user_id.clone(),
+                        ContextKey::ConversationId => context.conversation_id.to_string(),
+                        ContextKey::OriginalUserRequest => {
+                            context.original_user_request.clone().unwrap_or_default()
+                        }
+                        ContextKey::ToolCallId => context.tool_call_id.clone(),
+                    };
+                    out.push_str(&encode(&text, encoding)?);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn placeholder(name: &str) -> Result<Part, String> {
+    if let Some(env) = name.strip_prefix("env.") {
+        let valid = !env.is_empty() && env.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        return if valid {
+            Ok(Part::Env(env.to_owned()))
+        } else {
+            Err(format!(
+                "`{{{name}}}` is not a valid environment variable name"
+            ))
+        };
+    }
+    if let Some(key) = name.strip_prefix("context.") {
+        return match key {
+            "user_id" => Ok(Part::Context(ContextKey::UserId)),
+            "conversation_id" => Ok(Part::Context(ContextKey::ConversationId)),
+            "original_user_request" => Ok(Part::Context(ContextKey::OriginalUserRequest)),
+            "tool_call_id" => Ok(Part::Context(ContextKey::ToolCallId)),
+            other => Err(format!(
+                "unknown context value `{other}`; use user_id, conversation_id, original_user_request or tool_call_id"
+            )),
+        };
+    }
+    if name.is_empty() {
+        return Err("empty placeholder `{}`".to_owned());
+    }
+    Ok(Part::Value(name.to_owned()))
+}
+
+fn scalar_text(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        Value::Array(items) => items.iter().map(scalar_text).collect::<Vec<_>>().join(","),
+        other => other.to_string(),
+    }
+}
+
+fn encode(text: &str, encoding: Encoding) -> Result<String, String> {
+    match encoding {
+        Encoding::Url => Ok(percent_encode(text)),
+        Encoding::Header if text.contains(['\r', '\n']) => {
+            Err("a header value may not contain line breaks".to_owned())
+        }
+        Encoding::Header | Encoding::Plain => Ok(text.to_owned()),
+    }
+}
+
+/// Percent-encodes everything but RFC 3986's unreserved characters.
+pub fn percent_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+/// Fills a JSON body template: a string that is exactly one placeholder takes the
+/// value with its JSON type; other strings are interpolated.
+pub fn render_json(
+    template: &Value,
+    values: &Map<String, Value>,
+    context: &ToolContext,
+) -> Result<Value, String> {
+    Ok(match template {
+        Value::String(text) => {
+            let parsed = Template::parse(text)?;
+            match parsed.sole_value() {
+                Some(name) => values
+                    .get(name)
+                    .cloned()
+                    .ok_or_else(|| format!("no value for `{name}`"))?,
+                None => Value::String(parsed.render(values, context, Encoding::Plain)?),
+            }
+        }
+        Value::Array(items) => Value::Array(
+            items
+                .iter()
+                .map(|item| render_json(item, values, context))
+                .collect::<Result<_, _>>()?,
+        ),
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| Ok((k.clone(), render_json(v, values, context)?)))
+                .collect::<Result<_, String>>()?,
+        ),
+        other => other.clone(),
+    })
+}
+
+/// Every template string inside a JSON body template.
+pub fn json_templates(template: &Value) -> Result<Vec<Template>, String> {
+    let mut found = Vec::new();
+    collect_templates(template, &mut found)?;
+    Ok(found)
+}
+
+fn collect_templates(value: &Value, found: &mut Vec<Template>) -> Result<(), String> {
+    match value {
+        Value::String(text) => found.push(Template::parse(text)?),
+        Value::Array(items) => {
+            for item in items {
+                collect_templates(item, found)?;
+            }
+        }
+        Value::Object(map) => {
+            for item in map.values() {
+                collect_templates(item, found)?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use uuid::Uuid;
+
+    fn context() -> ToolContext {
+        ToolContext {
+            user_id: "alice".into(),
+            conversation_id: Uuid::nil(),
+            run_id: None,
+            tool_call_id: "call_1".into(),
+            original_user_request: Some("Get my P&L".into()),
+            arguments: Map::new(),
+        }
+    }
+
+    #[test]
+    fn url_values_are_percent_encoded() {
+        let template = Template::parse("https://x/{id}/r?q={q}&x={{y}}").expect("parses");
+        let values = json!({"id": "a/b", "q": "Q1 & Q2"});
+        let url = template
+            .render(values.as_object().expect("map"), &context(), Encoding::Url)
+            .expect("renders");
+        assert_eq!(url, "https://x/a%2Fb/r?q=Q1%20%26%20Q2&x={y}");
+        let based = Template::parse("{base}/hook/{id}").expect("parses");
+        let values = json!({"base": "https://h.example/a b", "id": "x/y"});
+        let url = based
+            .render(values.as_object().expect("map"), &context(), Encoding::Url)
+            .expect("renders");
+        assert_eq!(url, "https://h.example/a b/hook/x%2Fy");
+    }
+
+    #[test]
+    fn placeholders_are_classified_and_bad_ones_refused() {
+        let template = Template::parse("{env.BASE}/{realm}/{context.user_id}").expect("parses");
+        assert_eq!(template.env_names().collect::<Vec<_>>(), ["BASE"]);
+        assert_eq!(template.value_names().collect::<Vec<_>>(), ["realm"]);
+        assert!(Template::parse("{context.password}").is_err());
+        assert!(Template::parse("{open").is_err());
+        assert!(Template::parse("x}").is_err());
+    }
+
+    #[test]
+    fn json_bodies_keep_types_and_reach_the_context() {
+        let body =
+            json!({"n": "{n}", "text": "asked: {context.original_user_request}", "list": ["{n}"]});
+        let values = json!({"n": 5});
+        let rendered =
+            render_json(&body, values.as_object().expect("map"), &context()).expect("renders");
+        assert_eq!(
+            rendered,
+            json!({"n": 5, "text": "asked: Get my P&L", "list": [5]})
+        );
+    }
+
+    #[test]
+    fn header_values_cannot_inject_lines() {
+        let template = Template::parse("Bearer {token}").expect("parses");
+        let values = json!({"token": "abc\r\nX-Evil: 1"});
+        assert!(
+            template
+                .render(
+                    values.as_object().expect("map"),
+                    &context(),
+                    Encoding::Header
+                )
+                .is_err()
+        );
+    }
+}
