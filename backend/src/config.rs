@@ -28,6 +28,45 @@ pub struct Config {
     pub db_max_connections: u32,
     /// Sample databases and a QuickBooks stand-in for the example tools.
     pub demo: bool,
+    pub llm: LlmConfig,
+    pub summary: SummaryConfig,
+    /// Most model steps one run may take.
+    pub max_steps: i32,
+    /// Middleware names, in order.
+    pub middleware: Vec<String>,
+    pub skills_dir: Option<PathBuf>,
+    /// How long a running run's server may go silent before the run is marked failed.
+    pub run_lease: Duration,
+}
+
+/// The model endpoint; none configured means the offline built-in model.
+#[derive(Clone)]
+pub struct LlmConfig {
+    pub base_url: Option<String>,
+    pub api_key: Option<String>,
+    pub model: Option<String>,
+    pub vision_model: Option<String>,
+    pub long_context_model: Option<String>,
+    pub long_context_threshold: usize,
+}
+
+impl fmt::Debug for LlmConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LlmConfig")
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "[redacted]"))
+            .field("model", &self.model)
+            .field("vision_model", &self.vision_model)
+            .field("long_context_model", &self.long_context_model)
+            .field("long_context_threshold", &self.long_context_threshold)
+            .finish()
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct SummaryConfig {
+    pub threshold_tokens: usize,
+    pub keep_messages: usize,
 }
 
 impl fmt::Debug for Config {
@@ -47,6 +86,12 @@ impl fmt::Debug for Config {
             .field("max_body_bytes", &self.max_body_bytes)
             .field("db_max_connections", &self.db_max_connections)
             .field("demo", &self.demo)
+            .field("llm", &self.llm)
+            .field("summary", &self.summary)
+            .field("max_steps", &self.max_steps)
+            .field("middleware", &self.middleware)
+            .field("skills_dir", &self.skills_dir)
+            .field("run_lease", &self.run_lease)
             .finish()
     }
 }
@@ -119,7 +164,51 @@ impl Config {
                 .context("TOOLGATE_DB_MAX_CONNECTIONS must be a whole number")?,
             None => 16,
         };
+        let number = |name: &str, default: usize| -> anyhow::Result<usize> {
+            match get(name) {
+                Some(text) => text
+                    .trim()
+                    .parse()
+                    .with_context(|| format!("{name} must be a whole number")),
+                None => Ok(default),
+            }
+        };
+        let llm = LlmConfig {
+            base_url: get("TOOLGATE_LLM_BASE_URL"),
+            api_key: get("TOOLGATE_LLM_API_KEY"),
+            model: get("TOOLGATE_LLM_MODEL"),
+            vision_model: get("TOOLGATE_LLM_VISION_MODEL"),
+            long_context_model: get("TOOLGATE_LLM_LONG_CONTEXT_MODEL"),
+            long_context_threshold: number("TOOLGATE_LONG_CONTEXT_TOKENS", 12_000)?,
+        };
+        let summary = SummaryConfig {
+            threshold_tokens: number("TOOLGATE_SUMMARY_TOKENS", 20_000)?,
+            keep_messages: number("TOOLGATE_SUMMARY_KEEP", 6)?,
+        };
+        let max_steps = number("TOOLGATE_MAX_STEPS", 25)?;
+        if max_steps == 0 || max_steps > 1000 {
+            bail!("TOOLGATE_MAX_STEPS must be from 1 to 1000");
+        }
+        let middleware = match get("TOOLGATE_MIDDLEWARE") {
+            Some(list) => list
+                .split(',')
+                .map(|name| name.trim().to_owned())
+                .filter(|name| !name.is_empty() && name != "none")
+                .collect(),
+            None => crate::agent::middleware::DEFAULT_ORDER
+                .iter()
+                .map(|name| (*name).to_owned())
+                .collect(),
+        };
+        let run_lease = parse_duration(&get("TOOLGATE_RUN_LEASE").unwrap_or_else(|| "30s".into()))
+            .context("TOOLGATE_RUN_LEASE must be a duration like 30s")?;
         Ok(Config {
+            llm,
+            summary,
+            max_steps: max_steps as i32,
+            middleware,
+            skills_dir: get("TOOLGATE_SKILLS_DIR").map(PathBuf::from),
+            run_lease,
             database_url,
             bind,
             jwt_secret,

@@ -1,7 +1,9 @@
 //! toolgate's server: HTTP API, auth, the universal tool executor and the agent runtime.
 
+pub mod agent;
 pub mod api;
 pub mod auth;
+pub mod background;
 pub mod config;
 pub mod db;
 pub mod demo;
@@ -20,6 +22,7 @@ use tokio::net::TcpListener;
 
 /// Connects, migrates, starts background work and serves until SIGTERM or Ctrl-C.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
+    install_tls_provider();
     let tools = tools::registry::ToolRegistry::load(config.tools_file.as_deref())?;
     let pool = db::connect(&config).await?;
     db::migrate(&pool).await?;
@@ -32,16 +35,33 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let address = listener.local_addr().context("reading the bound address")?;
     tracing::info!(%address, dev_auth = config.dev_auth, "toolgate listening");
 
-    let sweeper = tokio::spawn(tools::expiry::run(pool.clone()));
-    let state = AppState::new(pool.clone(), config, tools);
+    let agent = agent::Agent::new(&config)?;
+    let state = AppState::new(pool.clone(), config, tools, agent);
+    tracing::info!(
+        provider = state.agent.provider.kind(),
+        model = %state.agent.default_model(),
+        middleware = ?state.agent.chain.names(),
+        "agent ready"
+    );
+    let sweeper = tokio::spawn(background::run(state.clone()));
+    let stopping = state.clone();
     axum::serve(listener, app(state))
-        .with_graceful_shutdown(shutdown_signal())
+        .with_graceful_shutdown(async move {
+            shutdown_signal().await;
+            stopping.begin_shutdown();
+        })
         .await
         .context("serving HTTP")?;
     sweeper.abort();
     pool.close().await;
     tracing::info!("toolgate stopped");
     Ok(())
+}
+
+/// One TLS crypto provider (ring) for every HTTP client in the process: tools, the
+/// model endpoint. Installing twice is harmless.
+pub fn install_tls_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 async fn shutdown_signal() {

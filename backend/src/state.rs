@@ -4,8 +4,10 @@ use std::sync::Arc;
 
 use sqlx::PgPool;
 
+use crate::agent::Agent;
 use crate::auth::JwtKeys;
 use crate::config::Config;
+use crate::db::listener::EventHub;
 use crate::tools::registry::ToolRegistry;
 use crate::vault::Vault;
 
@@ -18,11 +20,23 @@ pub struct AppState {
     pub tools: Arc<ToolRegistry>,
     /// One client for every HTTP tool, so connections are reused.
     pub http: reqwest::Client,
+    pub agent: Arc<Agent>,
+    /// Wakes event streams when their conversation has news.
+    pub events: Arc<EventHub>,
+    /// Turns true when the server is shutting down, so open event streams end.
+    pub shutdown: tokio::sync::watch::Receiver<bool>,
+    shutdown_sender: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl AppState {
-    pub fn new(db: PgPool, config: Config, tools: ToolRegistry) -> Self {
+    /// Must be called inside the Tokio runtime: it starts the event listener.
+    pub fn new(db: PgPool, config: Config, tools: ToolRegistry, agent: Agent) -> Self {
+        let (shutdown_sender, shutdown) = tokio::sync::watch::channel(false);
         AppState {
+            shutdown,
+            shutdown_sender: Arc::new(shutdown_sender),
+            agent: Arc::new(agent),
+            events: EventHub::start(db.clone()),
             tools: Arc::new(tools),
             http: reqwest::Client::builder()
                 .user_agent(concat!("toolgate/", env!("CARGO_PKG_VERSION")))
@@ -33,5 +47,10 @@ impl AppState {
             config: Arc::new(config),
             db,
         }
+    }
+
+    /// Ends open event streams; the HTTP server then finishes its graceful shutdown.
+    pub fn begin_shutdown(&self) {
+        let _ = self.shutdown_sender.send(true);
     }
 }

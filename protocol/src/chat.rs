@@ -35,7 +35,7 @@ pub enum ContentBlock {
     },
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
@@ -220,11 +220,17 @@ pub struct StreamEvent {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum EventKind {
-    RunStarted { model: String },
+    RunStarted {
+        model: String,
+    },
     /// A piece of the assistant's text as it is written.
-    TextDelta { delta: String },
+    TextDelta {
+        delta: String,
+    },
     /// A message was stored (the user's, a finished assistant reply, a tool result).
-    MessageAdded { message: Message },
+    MessageAdded {
+        message: Message,
+    },
     ToolCallStarted {
         tool_call_id: String,
         name: String,
@@ -235,11 +241,17 @@ pub enum EventKind {
         name: String,
         outcome: ToolOutcome,
     },
-    InputRequested { request: InputRequest },
+    InputRequested {
+        request: InputRequest,
+    },
     /// A request was completed, cancelled or expired.
-    InputResolved { request: InputRequest },
+    InputResolved {
+        request: InputRequest,
+    },
     /// The run's status changed (waiting_for_input, running again, completed, failed).
-    RunStatus { run: Run },
+    RunStatus {
+        run: Run,
+    },
 }
 
 impl EventKind {

@@ -18,6 +18,12 @@ use tokio::sync::OnceCell;
 pub const JWT_SECRET: &str = "test-secret-0123456789-abcdefghijklmnop";
 pub const SECRET_KEY: &str = "test-secret-key-for-sealing-values";
 
+/// A plain HTTP client; reqwest needs a TLS provider chosen even for http://.
+pub fn http_client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
+}
+
 /// The admin URL: `DATABASE_URL`, or the local Postgres.
 pub fn admin_url() -> String {
     std::env::var("DATABASE_URL")
@@ -138,7 +144,7 @@ pub struct TestServer {
     pub client: reqwest::Client,
     pub database_url: String,
     child: Child,
-    log: Arc<Mutex<String>>,
+    log: Log,
     _data_dir: TempDir,
 }
 
@@ -203,7 +209,7 @@ pub async fn spawn_server(
     options: &ServerOptions,
     port: u16,
     data_dir: &std::path::Path,
-) -> Result<(Child, Arc<Mutex<String>>, String)> {
+) -> Result<(Child, Log, String)> {
     let database_url = match &options.database_url {
         Some(url) => url.clone(),
         None => test_database().await?,
@@ -222,17 +228,50 @@ pub async fn spawn_server(
         command.env(name, value);
     }
     let mut child = command.spawn().context("starting the toolgate binary")?;
-    let log = Arc::new(Mutex::new(String::new()));
+    let log = Log::default();
+    let mut readers = Vec::new();
     if let Some(stdout) = child.stdout.take() {
-        collect(stdout, log.clone());
+        readers.push(collect(stdout, log.text.clone()));
     }
     if let Some(stderr) = child.stderr.take() {
-        collect(stderr, log.clone());
+        readers.push(collect(stderr, log.text.clone()));
+    }
+    if let Ok(mut slot) = log.readers.lock() {
+        *slot = readers;
     }
     Ok((child, log, database_url))
 }
 
-fn collect(stream: impl tokio::io::AsyncRead + Unpin + Send + 'static, log: Arc<Mutex<String>>) {
+/// A server's captured output.
+#[derive(Clone, Default)]
+pub struct Log {
+    text: Arc<Mutex<String>>,
+    readers: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+}
+
+impl Log {
+    pub fn text(&self) -> String {
+        self.text.lock().map(|log| log.clone()).unwrap_or_default()
+    }
+
+    /// Waits until the output pipes are drained (the process has ended).
+    pub async fn drained(&self) -> String {
+        let readers = self
+            .readers
+            .lock()
+            .map(|mut r| std::mem::take(&mut *r))
+            .unwrap_or_default();
+        for reader in readers {
+            let _ = tokio::time::timeout(Duration::from_secs(5), reader).await;
+        }
+        self.text()
+    }
+}
+
+fn collect(
+    stream: impl tokio::io::AsyncRead + Unpin + Send + 'static,
+    log: Arc<Mutex<String>>,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut lines = BufReader::new(stream).lines();
         while let Ok(Some(line)) = lines.next_line().await {
@@ -241,7 +280,7 @@ fn collect(stream: impl tokio::io::AsyncRead + Unpin + Send + 'static, log: Arc<
                 log.push('\n');
             }
         }
-    });
+    })
 }
 
 impl TestServer {
@@ -262,7 +301,7 @@ impl TestServer {
         let (child, log, database_url) = spawn_server(&options, port, &data_dir.0).await?;
         let mut server = TestServer {
             base: format!("http://127.0.0.1:{port}"),
-            client: reqwest::Client::new(),
+            client: http_client(),
             database_url,
             child,
             log,
@@ -276,7 +315,10 @@ impl TestServer {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
-                bail!("server exited with {status}; output:\n{}", self.logs());
+                bail!(
+                    "server exited with {status}; output:\n{}",
+                    self.log.drained().await
+                );
             }
             if let Ok(response) = self.client.get(self.url("/healthz")).send().await
                 && response.status().is_success()
@@ -296,7 +338,7 @@ impl TestServer {
 
     /// Everything the server printed so far.
     pub fn logs(&self) -> String {
-        self.log.lock().map(|log| log.clone()).unwrap_or_default()
+        self.log.text()
     }
 
     pub fn pid(&self) -> Option<u32> {

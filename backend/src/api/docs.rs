@@ -3,7 +3,7 @@
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{conversations, dev, health, tool_user_input, tools};
+use super::{conversations, dev, events, health, info, messages, tool_user_input, tools};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -11,9 +11,15 @@ use super::{conversations, dev, health, tool_user_input, tools};
     paths(
         health::healthz,
         health::readyz,
+        info::server_info,
         dev::create_dev_token,
         conversations::create_conversation,
         conversations::list_conversations,
+        messages::get_conversation,
+        messages::post_message,
+        messages::list_messages,
+        events::create_stream_token,
+        events::stream_events,
         tool_user_input::dispatch_action,
         tools::list_tools,
         tools::execute_tool,

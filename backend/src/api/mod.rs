@@ -3,8 +3,12 @@
 mod conversations;
 mod dev;
 mod docs;
+mod events;
 mod health;
+mod info;
 pub mod json;
+mod messages;
+mod path;
 mod tool_user_input;
 mod tools;
 
@@ -31,6 +35,17 @@ pub fn app(state: AppState) -> Router {
             "/conversations",
             post(conversations::create_conversation).get(conversations::list_conversations),
         )
+        .route("/conversations/{id}", get(messages::get_conversation))
+        .route(
+            "/conversations/{id}/messages",
+            post(messages::post_message).get(messages::list_messages),
+        )
+        .route(
+            "/conversations/{id}/stream-token",
+            post(events::create_stream_token),
+        )
+        .route("/conversations/{id}/events", get(events::stream_events))
+        .route("/info", get(info::server_info))
         .route("/tool-user-input", post(tool_user_input::dispatch_action))
         .route("/tools", get(tools::list_tools))
         .route("/tools/execute", post(tools::execute_tool));
@@ -65,7 +80,10 @@ pub fn app(state: AppState) -> Router {
     };
 
     app.layer(DefaultBodyLimit::max(state.config.max_body_bytes))
-        .layer(TraceLayer::new_for_http())
+        // Only the path is logged: a stream token travels in the query string.
+        .layer(TraceLayer::new_for_http().make_span_with(|request: &axum::http::Request<_>| {
+            tracing::info_span!("request", method = %request.method(), path = %request.uri().path())
+        }))
         .with_state(state)
 }
 

@@ -7,13 +7,14 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use protocol::api::{
     ClearedValues, ConversationParams, CreateRequestParams, InputRequest, PendingRequests,
-    SessionValues, SubmitResponseParams, SubmitResponseResult, ToolCallParams,
+    SessionValues, SubmitResponseParams, SubmitResponseResult, ToolCallParams, ToolOutcome,
 };
 use serde::Deserialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::json::{ApiJson, from_value};
+use crate::agent::{self, RequestResolution};
 use crate::auth::AuthUser;
 use crate::db;
 use crate::error::{Error, FieldErrors, Result};
@@ -114,8 +115,23 @@ pub async fn dispatch_action(
             // The values are committed before the retry, so a failing retry loses nothing.
             tx.commit().await?;
             let tool_result = if row.origin == "executor" {
-                Some(executor::retry_completed(&state, &user.user_id, &row).await?)
+                let outcome = executor::retry_completed(&state, &user.user_id, &row).await?;
+                agent::resolve_request(
+                    &state,
+                    &user.user_id,
+                    &row,
+                    RequestResolution::Completed(outcome.clone()),
+                )
+                .await?;
+                Some(outcome)
             } else {
+                agent::resolve_request(
+                    &state,
+                    &user.user_id,
+                    &row,
+                    RequestResolution::Completed(ToolOutcome::ok(Value::Null)),
+                )
+                .await?;
                 None
             };
             return Ok(Json(SubmitResponseResult {
@@ -139,7 +155,10 @@ pub async fn dispatch_action(
         }
         Action::CancelRequest(params) => {
             let row = user_input::cancel_request(&mut tx, &params.tool_call_id).await?;
-            Json(row.to_api()).into_response()
+            tx.commit().await?;
+            agent::resolve_request(&state, &user.user_id, &row, RequestResolution::Cancelled)
+                .await?;
+            return Ok(Json(row.to_api()).into_response());
         }
         Action::ClearSessionValues(params) => {
             let cleared = user_input::clear_session_values(&mut tx, params.conversation_id).await?;

@@ -22,6 +22,9 @@ pub struct Claims {
     pub aud: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iss: Option<String>,
+    /// Set on stream tokens (`stream:<conversation id>`), which are good for nothing else.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
 }
 
 /// Keys and validation rules, built once at start-up.
@@ -64,11 +67,36 @@ impl JwtKeys {
         }
     }
 
-    /// Checks a token and returns its user id.
+    /// Checks an API token and returns its user id.
     pub fn verify(&self, token: &str) -> Result<String, Error> {
-        let data = jsonwebtoken::decode::<Claims>(token, &self.decoding, &self.validation)
-            .map_err(|err| Error::Unauthorized(describe(err.kind()).to_owned()))?;
-        let sub = data.claims.sub;
+        let claims = self.decode(token)?;
+        if claims.scope.is_some() {
+            return Err(Error::Unauthorized(
+                "a stream token only opens an event stream".into(),
+            ));
+        }
+        Self::subject(claims)
+    }
+
+    /// Checks a stream token for `conversation_id` and returns its user id.
+    pub fn verify_stream(&self, token: &str, conversation_id: uuid::Uuid) -> Result<String, Error> {
+        let claims = self.decode(token)?;
+        if claims.scope.as_deref() != Some(&stream_scope(conversation_id)) {
+            return Err(Error::Unauthorized(
+                "this token does not open this conversation's stream".into(),
+            ));
+        }
+        Self::subject(claims)
+    }
+
+    fn decode(&self, token: &str) -> Result<Claims, Error> {
+        jsonwebtoken::decode::<Claims>(token, &self.decoding, &self.validation)
+            .map(|data| data.claims)
+            .map_err(|err| Error::Unauthorized(describe(err.kind()).to_owned()))
+    }
+
+    fn subject(claims: Claims) -> Result<String, Error> {
+        let sub = claims.sub;
         if sub.trim().is_empty() || sub.len() > MAX_USER_ID_LEN {
             return Err(Error::Unauthorized(
                 "token subject is empty or too long".into(),
@@ -79,6 +107,25 @@ impl JwtKeys {
 
     /// Signs a token for `user_id`, valid for `lifetime`.
     pub fn sign(&self, user_id: &str, lifetime: chrono::Duration) -> anyhow::Result<(String, i64)> {
+        self.sign_scoped(user_id, lifetime, None)
+    }
+
+    /// A short-lived token that opens one conversation's event stream.
+    pub fn sign_stream(
+        &self,
+        user_id: &str,
+        conversation_id: uuid::Uuid,
+        lifetime: chrono::Duration,
+    ) -> anyhow::Result<(String, i64)> {
+        self.sign_scoped(user_id, lifetime, Some(stream_scope(conversation_id)))
+    }
+
+    fn sign_scoped(
+        &self,
+        user_id: &str,
+        lifetime: chrono::Duration,
+        scope: Option<String>,
+    ) -> anyhow::Result<(String, i64)> {
         let now = chrono::Utc::now().timestamp();
         let exp = now + lifetime.num_seconds();
         let claims = Claims {
@@ -88,10 +135,15 @@ impl JwtKeys {
             iat: Some(now),
             aud: self.audience.clone(),
             iss: self.issuer.clone(),
+            scope,
         };
         let token = jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)?;
         Ok((token, exp))
     }
+}
+
+fn stream_scope(conversation_id: uuid::Uuid) -> String {
+    format!("stream:{conversation_id}")
 }
 
 fn describe(kind: &ErrorKind) -> &'static str {

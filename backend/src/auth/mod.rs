@@ -7,6 +7,7 @@ pub use dev::issue_dev_token;
 pub use jwt::{Claims, JwtKeys};
 
 use axum::extract::FromRequestParts;
+use axum::http::HeaderMap;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 
@@ -24,8 +25,15 @@ impl FromRequestParts<AppState> for AuthUser {
     type Rejection = Error;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Error> {
-        let header = parts
-            .headers
+        let user_id = bearer_user(state, &parts.headers)?;
+        Ok(AuthUser { user_id })
+    }
+}
+
+/// The user id of a request's `Authorization: Bearer` token.
+pub fn bearer_user(state: &AppState, headers: &HeaderMap) -> Result<String, Error> {
+    {
+        let header = headers
             .get(AUTHORIZATION)
             .ok_or_else(|| Error::Unauthorized("missing Authorization header".into()))?;
         let token = header
@@ -37,7 +45,6 @@ impl FromRequestParts<AppState> for AuthUser {
             .ok_or_else(|| {
                 Error::Unauthorized("Authorization header must be `Bearer <token>`".into())
             })?;
-        let user_id = state.jwt.verify(token)?;
-        Ok(AuthUser { user_id })
+        state.jwt.verify(token)
     }
 }

@@ -64,3 +64,29 @@ pub async fn exists(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<bool> {
         .fetch_one(conn)
         .await
 }
+
+/// The conversation's context pipeline settings, if it has its own.
+pub async fn context_pipeline(
+    conn: &mut PgConnection,
+    id: Uuid,
+) -> sqlx::Result<Option<serde_json::Value>> {
+    let value: Option<Option<serde_json::Value>> =
+        sqlx::query_scalar("select context_pipeline from conversations where id = $1")
+            .bind(id)
+            .fetch_optional(conn)
+            .await?;
+    Ok(value.flatten())
+}
+
+pub async fn set_context_pipeline(
+    conn: &mut PgConnection,
+    id: Uuid,
+    pipeline: &serde_json::Value,
+) -> sqlx::Result<()> {
+    sqlx::query("update conversations set context_pipeline = $2 where id = $1")
+        .bind(id)
+        .bind(pipeline)
+        .execute(conn)
+        .await?;
+    Ok(())
+}

@@ -173,3 +173,13 @@ pub async fn set_tool_result(
         .await?;
     Ok(())
 }
+
+/// Requests of a run still waiting for the user.
+pub async fn count_pending_for_run(conn: &mut PgConnection, run_id: Uuid) -> sqlx::Result<i64> {
+    sqlx::query_scalar(
+        "select count(*) from tool_user_input_requests where run_id = $1 and status = 'pending'",
+    )
+    .bind(run_id)
+    .fetch_one(conn)
+    .await
+}

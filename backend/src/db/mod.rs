@@ -2,8 +2,14 @@
 //! and the queries, one file per table.
 
 pub mod conversations;
+pub mod events;
 pub mod input_requests;
+pub mod listener;
+pub mod memory;
+pub mod messages;
+pub mod runs;
 pub mod saved_inputs;
+pub mod summaries;
 pub mod tool_calls;
 
 use std::time::Duration;

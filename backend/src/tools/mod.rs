@@ -1,7 +1,6 @@
 //! Tools and the universal executor.
 
 pub mod executor;
-pub mod expiry;
 pub mod kinds;
 pub mod registry;
 pub mod template;

@@ -1,0 +1,165 @@
+//! Chat commands answered by the server without calling the model:
+//! `/context pipeline show|add <stage>|remove <stage>|reorder <from> <to>|config <stage> key=value…`,
+//! `/remember <note>` and `/help`.
+
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+use super::middleware::{PipelineConfig, STAGES};
+use crate::db::{conversations, memory};
+use crate::error::Result;
+
+/// The model name stored on command replies, so they stay out of the model's context.
+pub const COMMAND_MODEL: &str = "toolgate-command";
+
+const HELP: &str = "Commands:\n\
+/context pipeline show — the stages and their settings\n\
+/context pipeline add <stage> — add a stage (collect, enrich, filter, transform, validate)\n\
+/context pipeline remove <stage> — take a stage out\n\
+/context pipeline reorder <from> <to> — move a stage (positions or names)\n\
+/context pipeline config <stage> key=value … — change a setting, e.g. filter token_budget=4000\n\
+/remember <note> — something the assistant should always know about you";
+
+pub fn is_command(text: &str) -> bool {
+    let first = text.split_whitespace().next().unwrap_or_default();
+    matches!(first, "/context" | "/remember" | "/help")
+}
+
+/// Answers a command; `Ok(text)` is the reply, also for a command typed wrongly.
+pub async fn run(
+    conn: &mut PgConnection,
+    user_id: &str,
+    conversation_id: Uuid,
+    text: &str,
+) -> Result<String> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    match words.as_slice() {
+        ["/help", ..] => Ok(HELP.to_owned()),
+        ["/remember"] => Ok("Tell me what to remember: /remember <note>".to_owned()),
+        ["/remember", ..] => {
+            let note = text.trim().trim_start_matches("/remember").trim();
+            if note.chars().count() > 500 {
+                return Ok("That note is too long: 500 characters at most.".to_owned());
+            }
+            memory::add(conn, user_id, note).await?;
+            Ok(format!("I will remember: {note}"))
+        }
+        ["/context", "pipeline", rest @ ..] => {
+            let mut config =
+                super::middleware::context_pipeline_config(conn, conversation_id).await?;
+            let reply = match apply(&mut config, rest) {
+                Ok(Some(change)) => {
+                    conversations::set_context_pipeline(
+                        conn,
+                        conversation_id,
+                        &serde_json::to_value(&config).unwrap_or_default(),
+                    )
+                    .await?;
+                    format!("{change}\n\n{}", config.describe())
+                }
+                Ok(None) => config.describe(),
+                Err(problem) => format!("{problem}\n\n{HELP}"),
+            };
+            Ok(reply)
+        }
+        _ => Ok(HELP.to_owned()),
+    }
+}
+
+fn stage_name(word: &str) -> std::result::Result<String, String> {
+    if STAGES.contains(&word) {
+        Ok(word.to_owned())
+    } else {
+        Err(format!(
+            "Unknown stage `{word}`; the stages are {}.",
+            STAGES.join(", ")
+        ))
+    }
+}
+
+/// Applies one pipeline command; `Ok(None)` for `show`.
+fn apply(
+    config: &mut PipelineConfig,
+    words: &[&str],
+) -> std::result::Result<Option<String>, String> {
+    match words {
+        [] | ["show"] => Ok(None),
+        ["add", stage] => {
+            let stage = stage_name(stage)?;
+            if config.stages.contains(&stage) {
+                return Err(format!("`{stage}` is already in the pipeline."));
+            }
+            config.stages.push(stage.clone());
+            Ok(Some(format!("Added {stage}.")))
+        }
+        ["remove", stage] => {
+            let stage = stage_name(stage)?;
+            let before = config.stages.len();
+            config.stages.retain(|s| s != &stage);
+            if config.stages.len() == before {
+                return Err(format!("`{stage}` is not in the pipeline."));
+            }
+            Ok(Some(format!("Removed {stage}.")))
+        }
+        ["reorder", from, to] => {
+            let position = |word: &str| -> std::result::Result<usize, String> {
+                if let Ok(n) = word.parse::<usize>() {
+                    return (1..=config.stages.len())
+                        .contains(&n)
+                        .then_some(n - 1)
+                        .ok_or_else(|| {
+                            format!("Position {n} is outside 1–{}.", config.stages.len())
+                        });
+                }
+                config
+                    .stages
+                    .iter()
+                    .position(|s| s == word)
+                    .ok_or_else(|| format!("`{word}` is not in the pipeline."))
+            };
+            let (from, to) = (position(from)?, position(to)?);
+            let stage = config.stages.remove(from);
+            config.stages.insert(to, stage.clone());
+            Ok(Some(format!("Moved {stage} to position {}.", to + 1)))
+        }
+        ["config", stage, settings @ ..] if !settings.is_empty() => {
+            let stage = stage_name(stage)?;
+            for setting in settings {
+                let (key, value) = setting
+                    .split_once('=')
+                    .ok_or_else(|| format!("Write settings as key=value, not `{setting}`."))?;
+                config.set(&stage, key, value)?;
+            }
+            Ok(Some(format!("Updated {stage}: {}.", settings.join(", "))))
+        }
+        _ => Err("I did not understand that pipeline command.".to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pipeline_commands_change_the_config() {
+        let mut config = PipelineConfig::default();
+        assert_eq!(
+            apply(&mut config, &["remove", "enrich"])
+                .ok()
+                .flatten()
+                .as_deref(),
+            Some("Removed enrich.")
+        );
+        assert!(apply(&mut config, &["remove", "enrich"]).is_err());
+        assert!(apply(&mut config, &["add", "enrich"]).is_ok());
+        assert_eq!(config.stages.last().map(String::as_str), Some("enrich"));
+        assert!(apply(&mut config, &["reorder", "5", "1"]).is_ok());
+        assert_eq!(config.stages[0], "enrich");
+        assert!(apply(&mut config, &["reorder", "validate", "collect"]).is_ok());
+        assert!(apply(&mut config, &["config", "filter", "token_budget=500"]).is_ok());
+        assert!(config.describe().contains("token_budget=500"));
+        assert!(apply(&mut config, &["config", "filter", "token_budget"]).is_err());
+        assert!(apply(&mut config, &["add", "bogus"]).is_err());
+        assert!(apply(&mut config, &["explode"]).is_err());
+    }
+}

@@ -1,0 +1,41 @@
+//! The agent runtime: the run loop, model providers, the middleware chain and chat
+//! commands. A run lives in Postgres, not in an HTTP request: it survives the client
+//! going away, waits for user input as long as it takes, and resumes after a restart.
+
+pub mod commands;
+pub mod middleware;
+pub mod model;
+pub mod providers;
+mod run_loop;
+pub mod skills;
+pub mod tokens;
+
+pub use run_loop::{
+    RequestResolution, StartedRun, fail_abandoned_runs, resolve_request, start_run,
+};
+
+use std::sync::Arc;
+
+use model::ModelProvider;
+
+use crate::config::Config;
+
+/// The model and the middleware around it, built once at start-up.
+pub struct Agent {
+    pub provider: Arc<dyn ModelProvider>,
+    pub chain: middleware::Chain,
+}
+
+impl Agent {
+    pub fn new(config: &Config) -> anyhow::Result<Self> {
+        Ok(Agent {
+            provider: providers::from_config(&config.llm),
+            chain: middleware::Chain::from_names(&config.middleware)?,
+        })
+    }
+
+    /// The model a run starts with (routing may change it per step).
+    pub fn default_model(&self) -> String {
+        self.provider.default_model().to_owned()
+    }
+}

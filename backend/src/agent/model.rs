@@ -1,0 +1,155 @@
+//! What a model is asked and what it answers, independent of any provider.
+
+use futures::future::BoxFuture;
+use protocol::chat::{ContentBlock, Role};
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+/// A message as the model sees it. `seq` ties it to the stored message it came from;
+/// messages a middleware adds (a summary, retrieved notes) have none.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChatMessage {
+    pub role: Role,
+    pub content: Vec<ContentBlock>,
+    pub seq: Option<i32>,
+}
+
+impl ChatMessage {
+    pub fn text(role: Role, text: impl Into<String>) -> Self {
+        ChatMessage {
+            role,
+            content: vec![ContentBlock::Text { text: text.into() }],
+            seq: None,
+        }
+    }
+
+    pub fn plain_text(&self) -> String {
+        self.content
+            .iter()
+            .filter_map(|block| match block {
+                ContentBlock::Text { text } | ContentBlock::ImageStub { text } => {
+                    Some(text.as_str())
+                }
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    pub fn has_image(&self) -> bool {
+        self.content
+            .iter()
+            .any(|block| matches!(block, ContentBlock::Image { .. }))
+    }
+
+    pub fn tool_call_ids(&self) -> Vec<&str> {
+        self.content
+            .iter()
+            .filter_map(|block| match block {
+                ContentBlock::ToolCall { id, .. } => Some(id.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub fn tool_result_id(&self) -> Option<&str> {
+        self.content.iter().find_map(|block| match block {
+            ContentBlock::ToolResult { tool_call_id, .. } => Some(tool_call_id.as_str()),
+            _ => None,
+        })
+    }
+}
+
+/// A tool the model may call.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    pub parameters: Value,
+}
+
+/// Why the model is being asked: a summary request is answered differently by the
+/// offline model and never carries tools.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Purpose {
+    Chat,
+    Summary,
+}
+
+#[derive(Clone, Debug)]
+pub struct ModelRequest {
+    pub model: String,
+    /// System message blocks, in order; appended blocks start with a blank line.
+    pub system: Vec<String>,
+    pub messages: Vec<ChatMessage>,
+    pub tools: Vec<ToolSpec>,
+    pub purpose: Purpose,
+}
+
+impl ModelRequest {
+    /// Appends a system section as its own block, a blank line before it unless it is
+    /// the first, and never touches the blocks already there.
+    pub fn append_system_section(&mut self, section: &str) {
+        let section = section.trim();
+        if section.is_empty() {
+            return;
+        }
+        if self.system.is_empty() {
+            self.system.push(section.to_owned());
+        } else {
+            self.system.push(format!("\n\n{section}"));
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct RequestedCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: Map<String, Value>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct ModelReply {
+    pub text: String,
+    pub tool_calls: Vec<RequestedCall>,
+    /// The model that answered, as the provider names it.
+    pub model: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error("the model endpoint could not be reached: {0}")]
+    Unreachable(String),
+    #[error("the model endpoint refused the request ({status}): {message}")]
+    Refused { status: u16, message: String },
+    #[error("the model endpoint sent a malformed response: {0}")]
+    Malformed(String),
+}
+
+/// Receives the text of a reply as it is written.
+pub type DeltaSink<'a> = &'a (dyn Fn(String) + Send + Sync);
+
+/// A chat model. Implementations: the offline built-in model and any
+/// OpenAI-compatible chat-completions endpoint.
+pub trait ModelProvider: Send + Sync {
+    /// `offline` or `openai-compatible`.
+    fn kind(&self) -> &'static str;
+    fn default_model(&self) -> &str;
+    fn complete<'a>(
+        &'a self,
+        request: &'a ModelRequest,
+        deltas: DeltaSink<'a>,
+    ) -> BoxFuture<'a, Result<ModelReply, ModelError>>;
+}
+
+/// What a run knows about itself, handed to middleware.
+#[derive(Clone, Debug)]
+pub struct RunContext {
+    pub user_id: String,
+    pub conversation_id: Uuid,
+    pub run_id: Uuid,
+    pub step: i32,
+    /// The user's own words that started the run.
+    pub original_user_request: String,
+}

@@ -1,0 +1,21 @@
+//! Model providers behind [`ModelProvider`](super::model::ModelProvider).
+
+pub mod offline;
+pub mod openai;
+
+use std::sync::Arc;
+
+use super::model::ModelProvider;
+use crate::config::LlmConfig;
+
+/// The OpenAI-compatible endpoint when one is configured, the offline model otherwise.
+pub fn from_config(config: &LlmConfig) -> Arc<dyn ModelProvider> {
+    match &config.base_url {
+        Some(base_url) => Arc::new(openai::OpenAiCompatible::new(
+            base_url,
+            config.api_key.as_deref(),
+            config.model.as_deref().unwrap_or("gpt-4o-mini"),
+        )),
+        None => Arc::new(offline::OfflineModel),
+    }
+}

@@ -1,0 +1,278 @@
+//! Any OpenAI-compatible chat-completions endpoint (OpenAI, Ollama, vLLM, llama.cpp's
+//! server), streamed, with tool calls. The request body is built here as JSON and sent
+//! through async-openai's bring-your-own-types calls, so servers that differ in small
+//! ways from OpenAI's types still work. 429 and 5xx answers are retried by the client
+//! with exponential backoff (at most three retries).
+
+use async_openai::Client;
+use async_openai::config::OpenAIConfig;
+use async_openai::error::OpenAIError;
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use protocol::chat::{ContentBlock, Role};
+use serde_json::{Map, Value, json};
+
+use crate::agent::model::{
+    ChatMessage, DeltaSink, ModelError, ModelProvider, ModelReply, ModelRequest, RequestedCall,
+};
+
+pub struct OpenAiCompatible {
+    client: Client<OpenAIConfig>,
+    model: String,
+}
+
+impl OpenAiCompatible {
+    pub fn new(base_url: &str, api_key: Option<&str>, model: &str) -> Self {
+        let config = OpenAIConfig::new()
+            .with_api_base(base_url.trim_end_matches('/'))
+            .with_api_key(api_key.unwrap_or_default());
+        OpenAiCompatible {
+            client: Client::with_config(config),
+            model: model.to_owned(),
+        }
+    }
+}
+
+impl ModelProvider for OpenAiCompatible {
+    fn kind(&self) -> &'static str {
+        "openai-compatible"
+    }
+
+    fn default_model(&self) -> &str {
+        &self.model
+    }
+
+    fn complete<'a>(
+        &'a self,
+        request: &'a ModelRequest,
+        deltas: DeltaSink<'a>,
+    ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
+        Box::pin(async move {
+            let body = request_body(request);
+            let mut stream = self
+                .client
+                .chat()
+                .create_stream_byot::<Value, Value>(body)
+                .await
+                .map_err(describe)?;
+            let mut reply = ModelReply {
+                model: request.model.clone(),
+                ..ModelReply::default()
+            };
+            let mut calls: Vec<PartialCall> = Vec::new();
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(describe)?;
+                if let Some(model) = chunk.get("model").and_then(Value::as_str)
+                    && !model.is_empty()
+                {
+                    reply.model = model.to_owned();
+                }
+                let Some(delta) = chunk.pointer("/choices/0/delta") else {
+                    continue;
+                };
+                if let Some(text) = delta.get("content").and_then(Value::as_str)
+                    && !text.is_empty()
+                {
+                    reply.text.push_str(text);
+                    deltas(text.to_owned());
+                }
+                for call in delta
+                    .get("tool_calls")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    merge_call(&mut calls, call);
+                }
+            }
+            for call in calls {
+                let arguments = if call.arguments.trim().is_empty() {
+                    Map::new()
+                } else {
+                    match serde_json::from_str::<Value>(&call.arguments) {
+                        Ok(Value::Object(map)) => map,
+                        _ => {
+                            return Err(ModelError::Malformed(format!(
+                                "the arguments of tool call `{}` are not a JSON object",
+                                call.name
+                            )));
+                        }
+                    }
+                };
+                if call.name.is_empty() {
+                    return Err(ModelError::Malformed("a tool call has no name".into()));
+                }
+                reply.tool_calls.push(RequestedCall {
+                    id: if call.id.is_empty() {
+                        format!("call_{}", uuid::Uuid::new_v4().simple())
+                    } else {
+                        call.id
+                    },
+                    name: call.name,
+                    arguments,
+                });
+            }
+            Ok(reply)
+        })
+    }
+}
+
+#[derive(Default)]
+struct PartialCall {
+    index: u64,
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+/// Streamed tool calls arrive in pieces keyed by `index`.
+fn merge_call(calls: &mut Vec<PartialCall>, piece: &Value) {
+    let index = piece
+        .get("index")
+        .and_then(Value::as_u64)
+        .unwrap_or(calls.len() as u64);
+    let position = match calls.iter().position(|c| c.index == index) {
+        Some(position) => position,
+        None => {
+            calls.push(PartialCall {
+                index,
+                ..PartialCall::default()
+            });
+            calls.len() - 1
+        }
+    };
+    let call = &mut calls[position];
+    if let Some(id) = piece.get("id").and_then(Value::as_str) {
+        call.id.push_str(id);
+    }
+    if let Some(name) = piece.pointer("/function/name").and_then(Value::as_str) {
+        call.name.push_str(name);
+    }
+    if let Some(arguments) = piece.pointer("/function/arguments").and_then(Value::as_str) {
+        call.arguments.push_str(arguments);
+    }
+}
+
+fn describe(err: OpenAIError) -> ModelError {
+    match err {
+        OpenAIError::ApiError(api) => ModelError::Refused {
+            status: api.status_code.as_u16(),
+            message: api.api_error.message,
+        },
+        OpenAIError::Reqwest(err) if err.is_connect() || err.is_timeout() => {
+            ModelError::Unreachable(
+                if err.is_timeout() {
+                    "timed out"
+                } else {
+                    "connection failed"
+                }
+                .into(),
+            )
+        }
+        OpenAIError::Reqwest(err) => match err.status() {
+            Some(status) => ModelError::Refused {
+                status: status.as_u16(),
+                message: status.canonical_reason().unwrap_or("error").to_owned(),
+            },
+            None => ModelError::Unreachable("the request failed".into()),
+        },
+        OpenAIError::JSONDeserialize(err, _) => ModelError::Malformed(err.to_string()),
+        OpenAIError::StreamError(err) => match *err {
+            async_openai::error::StreamError::EventStream(text) if text.contains("status") => {
+                ModelError::Malformed(text)
+            }
+            other => ModelError::Malformed(other.to_string()),
+        },
+        other => ModelError::Malformed(other.to_string()),
+    }
+}
+
+/// The chat-completions body: system blocks as text parts, then the conversation.
+pub fn request_body(request: &ModelRequest) -> Value {
+    let mut messages = Vec::new();
+    if !request.system.is_empty() {
+        let parts: Vec<Value> = request
+            .system
+            .iter()
+            .map(|text| json!({"type": "text", "text": text}))
+            .collect();
+        messages.push(json!({"role": "system", "content": parts}));
+    }
+    for message in &request.messages {
+        messages.extend(wire_messages(message));
+    }
+    let mut body = json!({
+        "model": request.model,
+        "stream": true,
+        "messages": messages,
+    });
+    if !request.tools.is_empty() {
+        body["tools"] = Value::Array(
+            request
+                .tools
+                .iter()
+                .map(|tool| {
+                    json!({"type": "function", "function": {
+                        "name": tool.name, "description": tool.description, "parameters": tool.parameters}})
+                })
+                .collect(),
+        );
+    }
+    body
+}
+
+fn wire_messages(message: &ChatMessage) -> Vec<Value> {
+    match message.role {
+        Role::Tool => message
+            .content
+            .iter()
+            .filter_map(|block| match block {
+                ContentBlock::ToolResult {
+                    tool_call_id,
+                    outcome,
+                    ..
+                } => Some(json!({
+                    "role": "tool",
+                    "tool_call_id": tool_call_id,
+                    "content": serde_json::to_string(outcome).unwrap_or_default(),
+                })),
+                _ => None,
+            })
+            .collect(),
+        Role::Assistant => {
+            let text = message.plain_text();
+            let calls: Vec<Value> = message
+                .content
+                .iter()
+                .filter_map(|block| match block {
+                    ContentBlock::ToolCall { id, name, arguments } => Some(json!({
+                        "id": id, "type": "function",
+                        "function": {"name": name, "arguments": Value::Object(arguments.clone()).to_string()}
+                    })),
+                    _ => None,
+                })
+                .collect();
+            let mut wire = json!({"role": "assistant", "content": if text.is_empty() { Value::Null } else { Value::String(text) }});
+            if !calls.is_empty() {
+                wire["tool_calls"] = Value::Array(calls);
+            }
+            vec![wire]
+        }
+        Role::User | Role::System => {
+            let parts: Vec<Value> = message
+                .content
+                .iter()
+                .filter_map(|block| match block {
+                    ContentBlock::Text { text } | ContentBlock::ImageStub { text } => {
+                        Some(json!({"type": "text", "text": text}))
+                    }
+                    ContentBlock::Image { url } => {
+                        Some(json!({"type": "image_url", "image_url": {"url": url}}))
+                    }
+                    _ => None,
+                })
+                .collect();
+            vec![json!({"role": message.role.as_str(), "content": parts})]
+        }
+    }
+}

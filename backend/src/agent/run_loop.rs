@@ -1,0 +1,631 @@
+//! The run loop: build the model request → middleware → model (streamed) → tool calls,
+//! in parallel, through the executor → repeat, up to the step limit. Every message,
+//! status change and event is stored as it happens; a step whose tool calls need the
+//! user's input leaves the run `waiting_for_input`, and answering the last open request
+//! resumes it (see [`resolve_request`]).
+
+use std::time::Duration;
+
+use futures::future::join_all;
+use protocol::api::ToolOutcome;
+use protocol::chat::{ContentBlock, EventKind, Message, Role, Run, RunStatus};
+use sqlx::PgConnection;
+use tokio::sync::mpsc;
+use uuid::Uuid;
+
+use super::commands::{COMMAND_MODEL, is_command};
+use super::middleware::Ctx;
+use super::model::{ChatMessage, ModelRequest, Purpose, RunContext, ToolSpec};
+use crate::db::input_requests::{self, InputRequestRow};
+use crate::db::messages::{self, NewMessage};
+use crate::db::{self, conversations, events, runs};
+use crate::error::{Error, Result, ResultExt};
+use crate::state::AppState;
+use crate::tools::executor::ToolCall;
+
+const SYSTEM_PROMPT: &str = "You are toolgate's assistant. Answer the user's request, calling tools when they help. Be brief and concrete, and base answers on tool results.";
+
+pub struct StartedRun {
+    pub run: Run,
+    pub message: Message,
+}
+
+/// How an input request of a waiting run was settled.
+pub enum RequestResolution {
+    /// Answered; the tool was retried with this outcome.
+    Completed(ToolOutcome),
+    Cancelled,
+    Expired,
+}
+
+fn lease(state: &AppState) -> chrono::Duration {
+    chrono::Duration::from_std(state.config.run_lease).unwrap_or(chrono::Duration::seconds(30))
+}
+
+async fn emit(
+    conn: &mut PgConnection,
+    conversation_id: Uuid,
+    user_id: &str,
+    run_id: Option<Uuid>,
+    kind: EventKind,
+) -> Result<()> {
+    events::append(conn, conversation_id, user_id, run_id, &kind).await?;
+    Ok(())
+}
+
+/// Stores the user's message, starts a run for it and drives the run in the
+/// background. Refused with 409 while another run of the conversation is active.
+pub async fn start_run(
+    state: &AppState,
+    user_id: &str,
+    conversation_id: Uuid,
+    content: Vec<ContentBlock>,
+) -> Result<StartedRun> {
+    let mut tx = db::begin_as_user(&state.db, user_id).await?;
+    if !conversations::exists(&mut tx, conversation_id).await? {
+        return Err(Error::NotFound("conversation"));
+    }
+    if runs::active_for_conversation(&mut tx, conversation_id)
+        .await?
+        .is_some()
+    {
+        return Err(run_active());
+    }
+    let run_id = Uuid::new_v4();
+    let message = messages::append(
+        &mut tx,
+        NewMessage {
+            conversation_id,
+            user_id,
+            role: Role::User,
+            content: &content,
+            model: None,
+            run_id: Some(run_id),
+        },
+    )
+    .await?;
+    let model = state.agent.default_model();
+    let run = runs::insert(
+        &mut tx,
+        run_id,
+        conversation_id,
+        user_id,
+        message.id,
+        &model,
+        lease(state),
+    )
+    .await
+    .on_constraint("agent_runs_one_active", |_| run_active())?;
+    emit(
+        &mut tx,
+        conversation_id,
+        user_id,
+        Some(run_id),
+        EventKind::MessageAdded {
+            message: message.clone(),
+        },
+    )
+    .await?;
+    emit(
+        &mut tx,
+        conversation_id,
+        user_id,
+        Some(run_id),
+        EventKind::RunStarted { model },
+    )
+    .await?;
+    tx.commit().await?;
+    spawn_drive(state.clone(), user_id.to_owned(), run_id);
+    Ok(StartedRun {
+        run: run.to_api(),
+        message,
+    })
+}
+
+fn run_active() -> Error {
+    Error::conflict(
+        "run_active",
+        "a run is already in progress in this conversation; wait for it, or answer its pending input",
+    )
+}
+
+fn spawn_drive(state: AppState, user_id: String, run_id: Uuid) {
+    tokio::spawn(async move {
+        let keeper = tokio::spawn(keep_lease(state.clone(), user_id.clone(), run_id));
+        let result = drive(&state, &user_id, run_id).await;
+        keeper.abort();
+        if let Err(err) = result {
+            let message = match &err {
+                Error::Internal(inner) => format!("{inner:#}"),
+                Error::Database(_) | Error::Unavailable(_) => {
+                    "the run stopped on a database error".to_owned()
+                }
+                other => other.to_string(),
+            };
+            tracing::warn!(%run_id, error = %message, "run failed");
+            if let Err(err) = fail_run(&state, &user_id, run_id, &message).await {
+                tracing::error!(%run_id, error = %err, "could not mark the run failed");
+            }
+        }
+    });
+}
+
+/// Renews the run's lease while this server drives it.
+async fn keep_lease(state: AppState, user_id: String, run_id: Uuid) {
+    let every = (state.config.run_lease / 3).max(Duration::from_millis(200));
+    loop {
+        tokio::time::sleep(every).await;
+        let renewed = async {
+            let mut tx = db::begin_as_user(&state.db, &user_id).await?;
+            runs::renew_lease(&mut tx, run_id, lease(&state), None).await?;
+            tx.commit().await
+        }
+        .await;
+        if let Err(err) = renewed {
+            tracing::warn!(%run_id, error = %err, "could not renew the run's lease");
+        }
+    }
+}
+
+async fn fail_run(state: &AppState, user_id: &str, run_id: Uuid, message: &str) -> Result<()> {
+    let mut tx = db::begin_as_user(&state.db, user_id).await?;
+    let failed = runs::transition(
+        &mut tx,
+        run_id,
+        &[RunStatus::Running, RunStatus::WaitingForInput],
+        RunStatus::Failed,
+        None,
+        Some(message),
+        None,
+    )
+    .await?;
+    if let Some(run) = failed {
+        emit(
+            &mut tx,
+            run.conversation_id,
+            user_id,
+            Some(run_id),
+            EventKind::RunStatus { run: run.to_api() },
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// The stored history as the model sees it, without chat commands and their replies.
+fn context_messages(stored: &[Message]) -> Vec<ChatMessage> {
+    stored
+        .iter()
+        .filter(|m| !(m.role == Role::User && is_command(&m.text())))
+        .filter(|m| m.model.as_deref() != Some(COMMAND_MODEL))
+        .map(|m| ChatMessage {
+            role: m.role,
+            content: m.content.clone(),
+            seq: Some(m.seq),
+        })
+        .collect()
+}
+
+fn tool_specs(state: &AppState) -> Vec<ToolSpec> {
+    state
+        .tools
+        .iter()
+        .filter(|tool| tool.unavailable_reason().is_none())
+        .map(|tool| ToolSpec {
+            name: tool.name.clone(),
+            description: tool.description.clone(),
+            parameters: tool.parameters.clone(),
+        })
+        .collect()
+}
+
+async fn drive(state: &AppState, user_id: &str, run_id: Uuid) -> Result<()> {
+    loop {
+        let mut tx = db::begin_as_user(&state.db, user_id).await?;
+        let Some(run) = runs::find(&mut tx, run_id).await? else {
+            return Ok(());
+        };
+        if run.status() != RunStatus::Running {
+            return Ok(());
+        }
+        if run.step >= state.config.max_steps {
+            return Err(Error::Internal(anyhow::anyhow!(
+                "stopped after {} model steps without a final answer",
+                state.config.max_steps
+            )));
+        }
+        let stored = messages::list(&mut tx, run.conversation_id).await?;
+        tx.commit().await?;
+        let original = stored
+            .iter()
+            .find(|m| Some(m.id) == run.user_message_id)
+            .map(Message::text)
+            .unwrap_or_default();
+        let run_context = RunContext {
+            user_id: user_id.to_owned(),
+            conversation_id: run.conversation_id,
+            run_id,
+            step: run.step,
+            original_user_request: original,
+        };
+        let ctx = Ctx {
+            run: &run_context,
+            state,
+            provider: state.agent.provider.as_ref(),
+        };
+        let mut request = ModelRequest {
+            model: state.agent.default_model(),
+            system: vec![SYSTEM_PROMPT.to_owned()],
+            messages: context_messages(&stored),
+            tools: tool_specs(state),
+            purpose: Purpose::Chat,
+        };
+        state.agent.chain.before_model(&ctx, &mut request).await?;
+
+        let mut tx = db::begin_as_user(&state.db, user_id).await?;
+        runs::renew_lease(&mut tx, run_id, lease(state), Some(&request.model)).await?;
+        tx.commit().await?;
+
+        let (delta_sender, delta_receiver) = mpsc::unbounded_channel::<String>();
+        let writer = tokio::spawn(write_deltas(
+            state.clone(),
+            user_id.to_owned(),
+            run.conversation_id,
+            run_id,
+            delta_receiver,
+        ));
+        let sink = move |delta: String| {
+            let _ = delta_sender.send(delta);
+        };
+        let reply = state.agent.chain.call_model(&ctx, request, &sink).await;
+        drop(sink);
+        let _ = writer.await;
+        let mut reply = reply.map_err(|err| Error::Internal(anyhow::anyhow!("{err}")))?;
+        state.agent.chain.after_model(&ctx, &mut reply).await?;
+
+        let mut content = Vec::new();
+        if !reply.text.is_empty() {
+            content.push(ContentBlock::Text {
+                text: reply.text.clone(),
+            });
+        }
+        for call in &reply.tool_calls {
+            content.push(ContentBlock::ToolCall {
+                id: call.id.clone(),
+                name: call.name.clone(),
+                arguments: call.arguments.clone(),
+            });
+        }
+        let mut tx = db::begin_as_user(&state.db, user_id).await?;
+        let answer = messages::append(
+            &mut tx,
+            NewMessage {
+                conversation_id: run.conversation_id,
+                user_id,
+                role: Role::Assistant,
+                content: &content,
+                model: Some(&reply.model),
+                run_id: Some(run_id),
+            },
+        )
+        .await?;
+        emit(
+            &mut tx,
+            run.conversation_id,
+            user_id,
+            Some(run_id),
+            EventKind::MessageAdded { message: answer },
+        )
+        .await?;
+        if reply.tool_calls.is_empty() {
+            let done = runs::transition(
+                &mut tx,
+                run_id,
+                &[RunStatus::Running],
+                RunStatus::Completed,
+                Some(run.step + 1),
+                None,
+                None,
+            )
+            .await?;
+            if let Some(done) = done {
+                emit(
+                    &mut tx,
+                    run.conversation_id,
+                    user_id,
+                    Some(run_id),
+                    EventKind::RunStatus { run: done.to_api() },
+                )
+                .await?;
+            }
+            tx.commit().await?;
+            return Ok(());
+        }
+        tx.commit().await?;
+
+        let calls = reply.tool_calls.iter().map(|call| {
+            let tool_call = ToolCall {
+                conversation_id: run.conversation_id,
+                run_id: Some(run_id),
+                tool_name: call.name.clone(),
+                tool_call_id: call.id.clone(),
+                arguments: call.arguments.clone(),
+                original_user_request: None,
+            };
+            let ctx = &ctx;
+            async move {
+                let started = EventKind::ToolCallStarted {
+                    tool_call_id: tool_call.tool_call_id.clone(),
+                    name: tool_call.tool_name.clone(),
+                    arguments: tool_call.arguments.clone(),
+                };
+                let mut tx = db::begin_as_user(&state.db, user_id).await?;
+                emit(
+                    &mut tx,
+                    tool_call.conversation_id,
+                    user_id,
+                    Some(run_id),
+                    started,
+                )
+                .await?;
+                tx.commit().await?;
+                let outcome = match state.agent.chain.call_tool(ctx, tool_call.clone()).await {
+                    Ok(outcome) => outcome,
+                    Err(Error::Conflict { message, .. }) => ToolOutcome::failed(message),
+                    Err(err) => return Err(err),
+                };
+                Ok::<_, Error>((tool_call, outcome))
+            }
+        });
+        let finished = join_all(calls).await;
+
+        let mut tx = db::begin_as_user(&state.db, user_id).await?;
+        let mut waiting = false;
+        for result in finished {
+            let (call, outcome) = result?;
+            if outcome.requires_user_input {
+                waiting = true;
+                if let Some(request) = outcome.user_input_request.clone() {
+                    emit(
+                        &mut tx,
+                        run.conversation_id,
+                        user_id,
+                        Some(run_id),
+                        EventKind::InputRequested { request },
+                    )
+                    .await?;
+                }
+            } else {
+                record_tool_result(
+                    &mut tx,
+                    user_id,
+                    run.conversation_id,
+                    run_id,
+                    &call.tool_call_id,
+                    &call.tool_name,
+                    outcome,
+                )
+                .await?;
+            }
+        }
+        let (next_status, next_lease) = if waiting {
+            (RunStatus::WaitingForInput, None)
+        } else {
+            (RunStatus::Running, Some(lease(state)))
+        };
+        let moved = runs::transition(
+            &mut tx,
+            run_id,
+            &[RunStatus::Running],
+            next_status,
+            Some(run.step + 1),
+            None,
+            next_lease,
+        )
+        .await?;
+        if waiting && let Some(moved) = moved {
+            emit(
+                &mut tx,
+                run.conversation_id,
+                user_id,
+                Some(run_id),
+                EventKind::RunStatus {
+                    run: moved.to_api(),
+                },
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        if waiting {
+            return Ok(());
+        }
+    }
+}
+
+/// Streams the model's text into `text_delta` events, coalescing what has queued up.
+async fn write_deltas(
+    state: AppState,
+    user_id: String,
+    conversation_id: Uuid,
+    run_id: Uuid,
+    mut receiver: mpsc::UnboundedReceiver<String>,
+) {
+    while let Some(first) = receiver.recv().await {
+        let mut delta = first;
+        while let Ok(more) = receiver.try_recv() {
+            delta.push_str(&more);
+        }
+        let written = async {
+            let mut tx = db::begin_as_user(&state.db, &user_id).await?;
+            emit(
+                &mut tx,
+                conversation_id,
+                &user_id,
+                Some(run_id),
+                EventKind::TextDelta { delta },
+            )
+            .await?;
+            tx.commit().await?;
+            Ok::<_, Error>(())
+        }
+        .await;
+        if let Err(err) = written {
+            tracing::warn!(%run_id, error = %err, "could not store a text delta");
+        }
+    }
+}
+
+async fn record_tool_result(
+    conn: &mut PgConnection,
+    user_id: &str,
+    conversation_id: Uuid,
+    run_id: Uuid,
+    tool_call_id: &str,
+    tool_name: &str,
+    outcome: ToolOutcome,
+) -> Result<()> {
+    let content = [ContentBlock::ToolResult {
+        tool_call_id: tool_call_id.to_owned(),
+        name: tool_name.to_owned(),
+        outcome: outcome.clone(),
+    }];
+    let message = messages::append(
+        conn,
+        NewMessage {
+            conversation_id,
+            user_id,
+            role: Role::Tool,
+            content: &content,
+            model: None,
+            run_id: Some(run_id),
+        },
+    )
+    .await?;
+    emit(
+        conn,
+        conversation_id,
+        user_id,
+        Some(run_id),
+        EventKind::ToolCallFinished {
+            tool_call_id: tool_call_id.to_owned(),
+            name: tool_name.to_owned(),
+            outcome,
+        },
+    )
+    .await?;
+    emit(
+        conn,
+        conversation_id,
+        user_id,
+        Some(run_id),
+        EventKind::MessageAdded { message },
+    )
+    .await?;
+    Ok(())
+}
+
+/// Records how an input request was settled, and resumes its run when it was the last
+/// one the run waited for. The run row is locked first, so two requests of one run
+/// settled at once cannot both think the other is still open.
+pub async fn resolve_request(
+    state: &AppState,
+    user_id: &str,
+    row: &InputRequestRow,
+    resolution: RequestResolution,
+) -> Result<()> {
+    let mut tx = db::begin_as_user(&state.db, user_id).await?;
+    emit(
+        &mut tx,
+        row.conversation_id,
+        user_id,
+        row.run_id,
+        EventKind::InputResolved {
+            request: row.to_api(),
+        },
+    )
+    .await?;
+    let Some(run_id) = row.run_id else {
+        tx.commit().await?;
+        return Ok(());
+    };
+    let Some(run) = runs::find_for_update(&mut tx, run_id).await? else {
+        tx.commit().await?;
+        return Ok(());
+    };
+    let outcome = match resolution {
+        RequestResolution::Completed(outcome) => outcome,
+        RequestResolution::Cancelled => {
+            ToolOutcome::failed("the user cancelled the request for input")
+        }
+        RequestResolution::Expired => {
+            ToolOutcome::failed("the request for input expired before the user answered")
+        }
+    };
+    record_tool_result(
+        &mut tx,
+        user_id,
+        row.conversation_id,
+        run_id,
+        &row.tool_call_id,
+        &row.tool_name,
+        outcome,
+    )
+    .await?;
+    let still_open = input_requests::count_pending_for_run(&mut tx, run_id).await?;
+    let mut resume = false;
+    if still_open == 0 && run.status() == RunStatus::WaitingForInput {
+        let moved = runs::transition(
+            &mut tx,
+            run_id,
+            &[RunStatus::WaitingForInput],
+            RunStatus::Running,
+            None,
+            None,
+            Some(lease(state)),
+        )
+        .await?;
+        if let Some(moved) = moved {
+            emit(
+                &mut tx,
+                row.conversation_id,
+                user_id,
+                Some(run_id),
+                EventKind::RunStatus {
+                    run: moved.to_api(),
+                },
+            )
+            .await?;
+            resume = true;
+        }
+    }
+    tx.commit().await?;
+    if resume {
+        spawn_drive(state.clone(), user_id.to_owned(), run_id);
+    }
+    Ok(())
+}
+
+/// Marks failed the runs whose server stopped mid-step (their lease lapsed).
+pub async fn fail_abandoned_runs(state: &AppState) -> Result<usize> {
+    let mut tx = db::begin_background(&state.db).await?;
+    let failed = runs::fail_abandoned(&mut tx).await?;
+    for run in &failed {
+        emit(
+            &mut tx,
+            run.conversation_id,
+            &run.user_id,
+            Some(run.id),
+            EventKind::RunStatus { run: run.to_api() },
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    if !failed.is_empty() {
+        tracing::warn!(
+            count = failed.len(),
+            "marked runs failed whose server stopped mid-step"
+        );
+    }
+    Ok(failed.len())
+}

@@ -1,0 +1,178 @@
+//! The conversation's event stream (server-sent events). The browser's EventSource
+//! sends no headers, so besides `Authorization: Bearer` the stream accepts a
+//! short-lived stream token in `?token=`, good for this one conversation only. Events
+//! replay from `?after=<id>` or `Last-Event-ID`, so a client that reconnects misses
+//! nothing.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{Query, State};
+use axum::http::HeaderMap;
+use axum::http::header::AUTHORIZATION;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use futures::Stream;
+use protocol::chat::{StreamEvent, StreamToken};
+use serde::Deserialize;
+use tokio::sync::{broadcast, mpsc};
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::ReceiverStream;
+use uuid::Uuid;
+
+use super::path::ApiPath;
+use crate::auth::{self, AuthUser};
+use crate::db::{self, conversations, events};
+use crate::error::{Error, Result};
+use crate::state::AppState;
+
+const STREAM_TOKEN_MINUTES: i64 = 10;
+/// Streams also look for news this often, in case a notification was missed.
+const POLL_EVERY: Duration = Duration::from_secs(5);
+const BATCH: i64 = 500;
+
+/// A token for opening this conversation's event stream from a browser.
+#[utoipa::path(post, path = "/api/conversations/{id}/stream-token", tag = "chat",
+    params(("id" = Uuid, Path, description = "Conversation id")), security(("bearer" = [])), responses(
+    (status = 200, body = StreamToken), (status = 404, body = protocol::api::ErrorBody)))]
+pub async fn create_stream_token(
+    State(state): State<AppState>,
+    user: AuthUser,
+    ApiPath(conversation_id): ApiPath<Uuid>,
+) -> Result<Json<StreamToken>> {
+    let mut tx = db::begin_as_user(&state.db, &user.user_id).await?;
+    if !conversations::exists(&mut tx, conversation_id).await? {
+        return Err(Error::NotFound("conversation"));
+    }
+    tx.commit().await?;
+    let (token, exp) = state.jwt.sign_stream(
+        &user.user_id,
+        conversation_id,
+        chrono::Duration::minutes(STREAM_TOKEN_MINUTES),
+    )?;
+    Ok(Json(StreamToken {
+        token,
+        expires_at: chrono::DateTime::from_timestamp(exp, 0).unwrap_or_else(chrono::Utc::now),
+    }))
+}
+
+#[derive(Deserialize)]
+pub struct StreamQuery {
+    token: Option<String>,
+    after: Option<i64>,
+}
+
+/// Run events of the conversation as server-sent events: `id` is the event id,
+/// `event` its kind, `data` the whole event as JSON.
+#[utoipa::path(get, path = "/api/conversations/{id}/events", tag = "chat",
+    params(
+        ("id" = Uuid, Path, description = "Conversation id"),
+        ("token" = Option<String>, Query, description = "Stream token, for clients that cannot send headers"),
+        ("after" = Option<i64>, Query, description = "Replay events after this id")),
+    responses(
+        (status = 200, description = "text/event-stream of StreamEvent", body = StreamEvent),
+        (status = 401, body = protocol::api::ErrorBody),
+        (status = 404, body = protocol::api::ErrorBody)))]
+pub async fn stream_events(
+    State(state): State<AppState>,
+    ApiPath(conversation_id): ApiPath<Uuid>,
+    Query(query): Query<StreamQuery>,
+    headers: HeaderMap,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
+    let user_id = match (&query.token, headers.contains_key(AUTHORIZATION)) {
+        (Some(token), _) => state.jwt.verify_stream(token, conversation_id)?,
+        (None, true) => auth::bearer_user(&state, &headers)?,
+        (None, false) => {
+            return Err(Error::Unauthorized(
+                "the event stream needs `Authorization: Bearer` or a stream token in `?token=`"
+                    .into(),
+            ));
+        }
+    };
+    let last_event_id = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<i64>().ok());
+    let after = query.after.or(last_event_id).unwrap_or(0);
+    let mut tx = db::begin_as_user(&state.db, &user_id).await?;
+    if !conversations::exists(&mut tx, conversation_id).await? {
+        return Err(Error::NotFound("conversation"));
+    }
+    tx.commit().await?;
+
+    let (sender, receiver) = mpsc::channel::<StreamEvent>(64);
+    let notifications = state.events.subscribe();
+    tokio::spawn(relay(
+        state,
+        user_id,
+        conversation_id,
+        after,
+        notifications,
+        sender,
+    ));
+    let stream = ReceiverStream::new(receiver).map(|event| {
+        let data = serde_json::to_string(&event).unwrap_or_default();
+        Ok(Event::default()
+            .id(event.id.to_string())
+            .event(event.kind.name())
+            .data(data))
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+/// Sends stored events to one client until it goes away or the server shuts down.
+async fn relay(
+    state: AppState,
+    user_id: String,
+    conversation_id: Uuid,
+    mut after: i64,
+    mut notifications: broadcast::Receiver<Uuid>,
+    sender: mpsc::Sender<StreamEvent>,
+) {
+    let mut shutdown = state.shutdown.clone();
+    loop {
+        loop {
+            let batch = async {
+                let mut tx = db::begin_as_user(&state.db, &user_id).await?;
+                let batch = events::after(&mut tx, conversation_id, after, BATCH).await?;
+                tx.commit().await?;
+                Ok::<_, sqlx::Error>(batch)
+            }
+            .await;
+            let batch = match batch {
+                Ok(batch) => batch,
+                Err(err) => {
+                    tracing::warn!(error = %err, "event stream could not read events; retrying");
+                    break;
+                }
+            };
+            let full = batch.len() as i64 == BATCH;
+            for event in batch {
+                after = event.id;
+                if sender.send(event).await.is_err() {
+                    return;
+                }
+            }
+            if !full {
+                break;
+            }
+        }
+        tokio::select! {
+            () = sender.closed() => return,
+            _ = shutdown.changed() => return,
+            () = news_for(&mut notifications, conversation_id) => {}
+            () = tokio::time::sleep(POLL_EVERY) => {}
+        }
+    }
+}
+
+async fn news_for(notifications: &mut broadcast::Receiver<Uuid>, conversation_id: Uuid) {
+    loop {
+        match notifications.recv().await {
+            Ok(id) if id == conversation_id => return,
+            Ok(_) => {}
+            Err(broadcast::error::RecvError::Lagged(_)) => return,
+            Err(broadcast::error::RecvError::Closed) => std::future::pending::<()>().await,
+        }
+    }
+}

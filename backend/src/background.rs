@@ -1,0 +1,41 @@
+//! Background work that spans users, on its own explicit database path: expiring
+//! unanswered input requests (and resuming the runs that waited for them) and failing
+//! runs whose server stopped mid-step.
+
+use std::time::Duration;
+
+use crate::agent::{self, RequestResolution};
+use crate::db::{self, input_requests};
+use crate::state::AppState;
+
+const SWEEP_EVERY: Duration = Duration::from_secs(5);
+
+/// One pass; returns how many requests expired and runs were failed.
+pub async fn sweep_once(state: &AppState) -> anyhow::Result<(usize, usize)> {
+    let mut tx = db::begin_background(&state.db).await?;
+    let expired = input_requests::expire_overdue(&mut tx).await?;
+    tx.commit().await?;
+    if !expired.is_empty() {
+        tracing::info!(count = expired.len(), "expired pending input requests");
+    }
+    for row in &expired {
+        let owner = row.user_id.clone();
+        if let Err(err) =
+            agent::resolve_request(state, &owner, row, RequestResolution::Expired).await
+        {
+            tracing::warn!(request = %row.id, error = %err, "could not resume the run of an expired request");
+        }
+    }
+    let failed = agent::fail_abandoned_runs(state).await?;
+    Ok((expired.len(), failed))
+}
+
+pub async fn run(state: AppState) {
+    let mut ticker = tokio::time::interval(SWEEP_EVERY);
+    loop {
+        ticker.tick().await;
+        if let Err(err) = sweep_once(&state).await {
+            tracing::warn!(error = %err, "background sweep failed; retrying later");
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! `messages`: a conversation's history, in order.
+
+use chrono::{DateTime, Utc};
+use protocol::chat::{ContentBlock, Message, Role};
+use sqlx::PgConnection;
+use sqlx::types::Json;
+use uuid::Uuid;
+
+#[derive(sqlx::FromRow)]
+struct MessageRow {
+    id: Uuid,
+    seq: i32,
+    role: String,
+    content: Json<Vec<ContentBlock>>,
+    model: Option<String>,
+    run_id: Option<Uuid>,
+    created_at: DateTime<Utc>,
+}
+
+impl From<MessageRow> for Message {
+    fn from(row: MessageRow) -> Self {
+        Message {
+            id: row.id,
+            seq: row.seq,
+            role: Role::parse(&row.role).unwrap_or(Role::System),
+            content: row.content.0,
+            model: row.model,
+            run_id: row.run_id,
+            created_at: row.created_at,
+        }
+    }
+}
+
+pub struct NewMessage<'a> {
+    pub conversation_id: Uuid,
+    pub user_id: &'a str,
+    pub role: Role,
+    pub content: &'a [ContentBlock],
+    pub model: Option<&'a str>,
+    pub run_id: Option<Uuid>,
+}
+
+/// Appends a message. The conversation row is locked so parallel writers (tool results
+/// of one step) take consecutive sequence numbers.
+pub async fn append(conn: &mut PgConnection, new: NewMessage<'_>) -> sqlx::Result<Message> {
+    sqlx::query("select 1 from conversations where id = $1 for update")
+        .bind(new.conversation_id)
+        .execute(&mut *conn)
+        .await?;
+    let text: String = new
+        .content
+        .iter()
+        .filter_map(|block| match block {
+            ContentBlock::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let row = sqlx::query_as::<_, MessageRow>(
+        "insert into messages (id, conversation_id, user_id, seq, role, content, model, run_id, text_content)
+         values ($1, $2, $3,
+                 (select coalesce(max(seq), 0) + 1 from messages where conversation_id = $2),
+                 $4, $5, $6, $7, $8)
+         returning id, seq, role, content, model, run_id, created_at",
+    )
+    .bind(Uuid::new_v4())
+    .bind(new.conversation_id)
+    .bind(new.user_id)
+    .bind(new.role.as_str())
+    .bind(Json(new.content))
+    .bind(new.model)
+    .bind(new.run_id)
+    .bind(text)
+    .fetch_one(&mut *conn)
+    .await?;
+    sqlx::query("update conversations set updated_at = now() where id = $1")
+        .bind(new.conversation_id)
+        .execute(conn)
+        .await?;
+    Ok(row.into())
+}
+
+pub async fn list(conn: &mut PgConnection, conversation_id: Uuid) -> sqlx::Result<Vec<Message>> {
+    let rows = sqlx::query_as::<_, MessageRow>(
+        "select id, seq, role, content, model, run_id, created_at from messages
+         where conversation_id = $1 order by seq",
+    )
+    .bind(conversation_id)
+    .fetch_all(conn)
+    .await?;
+    Ok(rows.into_iter().map(Into::into).collect())
+}
+
+pub async fn find(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<Message>> {
+    let row = sqlx::query_as::<_, MessageRow>(
+        "select id, seq, role, content, model, run_id, created_at from messages where id = $1",
+    )
+    .bind(id)
+    .fetch_optional(conn)
+    .await?;
+    Ok(row.map(Into::into))
+}
+
+/// Text of the caller's messages in other conversations that matches `query`, best
+/// first: retrieval for the context pipeline.
+pub async fn search_other_conversations(
+    conn: &mut PgConnection,
+    conversation_id: Uuid,
+    query: &str,
+    limit: i64,
+) -> sqlx::Result<Vec<String>> {
+    sqlx::query_scalar(
+        "select text_content from messages
+         where conversation_id <> $1 and role in ('user', 'assistant') and text_content <> ''
+           and to_tsvector('english', text_content) @@ plainto_tsquery('english', $2)
+         order by ts_rank(to_tsvector('english', text_content), plainto_tsquery('english', $2)) desc,
+                  created_at desc
+         limit $3",
+    )
+    .bind(conversation_id)
+    .bind(query)
+    .bind(limit)
+    .fetch_all(conn)
+    .await
+}
