@@ -20,6 +20,32 @@ pub use state::AppState;
 use anyhow::Context;
 use tokio::net::TcpListener;
 
+/// The `toolgate` program: logging set up from `TOOLGATE_LOG` / `TOOLGATE_LOG_FORMAT`,
+/// settings from the environment, then [`serve`].
+pub async fn run_from_env() -> std::process::ExitCode {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TOOLGATE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn,tower_http=info"));
+    let json = std::env::var("TOOLGATE_LOG_FORMAT").is_ok_and(|format| format == "json");
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+    let result = match Config::from_env() {
+        Ok(config) => serve(config).await,
+        Err(err) => Err(err),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            tracing::error!("{err:#}");
+            eprintln!("toolgate: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 /// Connects, migrates, starts background work and serves until SIGTERM or Ctrl-C.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     install_tls_provider();

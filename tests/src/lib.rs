@@ -49,81 +49,100 @@ pub fn with_database(url: &str, database: &str) -> String {
     }
 }
 
-fn workspace_root() -> PathBuf {
+/// The repository root.
+pub fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .map(PathBuf::from)
         .unwrap_or_default()
 }
 
-/// Builds the server binary once per test process and returns its path.
+/// The server program: `TOOLGATE_BIN`, or the `toolgate-e2e` binary cargo builds
+/// beside the test executables (the same program as `toolgate`).
 pub fn server_binary() -> Result<PathBuf> {
-    static BUILT: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            if let Ok(path) = std::env::var("TOOLGATE_BIN") {
-                return Ok(PathBuf::from(path));
-            }
-            let root = workspace_root();
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-            let status = std::process::Command::new(cargo)
-                .args(["build", "--quiet", "-p", "backend", "--bin", "toolgate"])
-                .current_dir(&root)
-                .status()
-                .map_err(|err| format!("running cargo build: {err}"))?;
-            if !status.success() {
-                return Err("cargo build -p backend failed".to_owned());
-            }
-            let target = std::env::var("CARGO_TARGET_DIR")
-                .map(PathBuf::from)
-                .unwrap_or_else(|_| root.join("target"));
-            let target = if target.is_relative() {
-                root.join(target)
+    if let Ok(path) = std::env::var("TOOLGATE_BIN") {
+        return Ok(PathBuf::from(path));
+    }
+    let exe = std::env::current_exe().context("locating the test executable")?;
+    let dir = exe
+        .parent()
+        .map(|deps| {
+            if deps.ends_with("deps") {
+                deps.parent().unwrap_or(deps)
             } else {
-                target
-            };
-            Ok(target.join("debug").join("toolgate"))
+                deps
+            }
         })
-        .clone()
-        .map_err(anyhow::Error::msg)
+        .context("the test executable has no folder")?;
+    let binary = dir.join("toolgate-e2e");
+    if !binary.exists() {
+        bail!(
+            "{} is missing: run the tests with `cargo test -p tests`",
+            binary.display()
+        );
+    }
+    Ok(binary)
 }
 
-/// One database per test process, shared by its tests (they keep apart by using
-/// fresh user ids). Databases left by earlier, finished test processes are dropped.
-pub async fn test_database() -> Result<String> {
-    static DATABASE: OnceCell<String> = OnceCell::const_new();
-    DATABASE
+/// A new database for one test server. Servers never share one unless a test says
+/// so (a restart), because each server's background sweeps act on every row of its
+/// database. Databases left by earlier, finished test processes are dropped first.
+pub async fn fresh_database() -> Result<String> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static CLEANED: OnceCell<()> = OnceCell::const_new();
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let admin = admin_url();
+    let mut conn = sqlx_connect(&admin).await?;
+    CLEANED
         .get_or_try_init(|| async {
-            let admin = admin_url();
-            let mut conn = sqlx_connect(&admin).await?;
+            let mut cleanup = sqlx_connect(&admin).await?;
             let stale: Vec<String> = sqlx::query_scalar(
                 "select datname from pg_database where datname like 'toolgate_test_%'",
             )
-            .fetch_all(&mut conn)
+            .fetch_all(&mut cleanup)
             .await?;
             for name in stale {
-                let pid = name.trim_start_matches("toolgate_test_");
+                let pid = name
+                    .trim_start_matches("toolgate_test_")
+                    .split('_')
+                    .next()
+                    .unwrap_or_default();
                 let alive = pid
                     .parse::<u32>()
                     .is_ok_and(|pid| PathBuf::from(format!("/proc/{pid}")).exists());
                 if !alive {
                     let _ =
                         sqlx::query(&format!("drop database if exists \"{name}\" with (force)"))
-                            .execute(&mut conn)
+                            .execute(&mut cleanup)
                             .await;
                 }
             }
-            let name = format!("toolgate_test_{}", std::process::id());
-            sqlx::query(&format!("drop database if exists \"{name}\" with (force)"))
-                .execute(&mut conn)
-                .await?;
-            sqlx::query(&format!("create database \"{name}\""))
-                .execute(&mut conn)
-                .await?;
-            Ok::<_, anyhow::Error>(with_database(&admin, &name))
+            Ok::<_, anyhow::Error>(())
         })
-        .await
-        .cloned()
+        .await?;
+    let name = format!(
+        "toolgate_test_{}_{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::SeqCst)
+    );
+    sqlx::query(&format!("create database \"{name}\""))
+        .execute(&mut conn)
+        .await?;
+    Ok(with_database(&admin, &name))
+}
+
+/// Kept for callers that want "a database for a test": a fresh one.
+pub async fn test_database() -> Result<String> {
+    fresh_database().await
+}
+
+/// The read-only login the demo sample databases create, on the same database.
+pub fn demo_reader_url(database_url: &str) -> String {
+    let (scheme, rest) = database_url
+        .split_once("://")
+        .unwrap_or(("postgres", database_url));
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+    format!("{scheme}://toolgate_demo_reader:demo-reader@{rest}")
 }
 
 async fn sqlx_connect(url: &str) -> Result<sqlx::PgConnection> {
@@ -133,9 +152,9 @@ async fn sqlx_connect(url: &str) -> Result<sqlx::PgConnection> {
         .with_context(|| format!("connecting to {url}"))
 }
 
-/// A direct (superuser) connection to the test database, for SQL-level checks.
-pub async fn db_connection() -> Result<sqlx::PgConnection> {
-    sqlx_connect(&test_database().await?).await
+/// A direct (superuser) connection to a database, for SQL-level checks.
+pub async fn db_connection_to(url: &str) -> Result<sqlx::PgConnection> {
+    sqlx_connect(url).await
 }
 
 /// A running server process. It is killed when dropped.
@@ -165,7 +184,8 @@ impl Drop for TempDir {
     }
 }
 
-fn free_port() -> Result<u16> {
+/// A loopback port nobody listens on right now.
+pub fn free_port() -> Result<u16> {
     let listener = StdListener::bind("127.0.0.1:0").context("finding a free port")?;
     Ok(listener.local_addr()?.port())
 }
@@ -212,7 +232,7 @@ pub async fn spawn_server(
 ) -> Result<(Child, Log, String)> {
     let database_url = match &options.database_url {
         Some(url) => url.clone(),
-        None => test_database().await?,
+        None => fresh_database().await?,
     };
     let mut command = Command::new(server_binary()?);
     command
@@ -221,6 +241,7 @@ pub async fn spawn_server(
         .env("DATABASE_URL", &database_url)
         .env("TOOLGATE_BIND", format!("127.0.0.1:{port}"))
         .env("TOOLGATE_DATA_DIR", data_dir)
+        .env("TOOLGATE_DEMO_SQL_URL", demo_reader_url(&database_url))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
@@ -296,8 +317,20 @@ impl TestServer {
     }
 
     pub async fn try_start(options: ServerOptions) -> Result<Self> {
+        Self::try_start_on(options, free_port()?).await
+    }
+
+    pub async fn start_on(options: ServerOptions, port: u16) -> Self {
+        match Self::try_start_on(options, port).await {
+            Ok(server) => server,
+            Err(err) => panic!("test server did not start: {err:#}"),
+        }
+    }
+
+    /// Starts on a chosen port, for settings that name the server's own address
+    /// (or a restart on the same address).
+    pub async fn try_start_on(options: ServerOptions, port: u16) -> Result<Self> {
         let data_dir = TempDir::new("toolgate-test-data");
-        let port = free_port()?;
         let (child, log, database_url) = spawn_server(&options, port, &data_dir.0).await?;
         let mut server = TestServer {
             base: format!("http://127.0.0.1:{port}"),
@@ -591,4 +624,263 @@ pub fn write_temp_file(name: &str, contents: &str) -> (TempDir, PathBuf) {
     let path = dir.0.join(name);
     std::fs::write(&path, contents).expect("writing a temp file");
     (dir, path)
+}
+
+/// What the mock model answers to every summary request.
+pub const MOCK_SUMMARY: &str = "THE SUMMARY";
+
+/// One scripted answer of the mock model endpoint.
+#[derive(Clone, Debug)]
+pub enum MockReply {
+    /// Streamed text, in a few chunks.
+    Text(String),
+    /// Tool calls: (id, name, arguments), arguments streamed in two pieces.
+    ToolCalls(Vec<(String, String, Value)>),
+    /// An HTTP error status with an OpenAI-style error body.
+    Status(u16),
+    /// A stream whose chunks are not JSON.
+    Malformed,
+    /// Waits this long before answering (to catch a run mid-step).
+    Hang(Duration),
+}
+
+/// A stand-in for an OpenAI-compatible chat-completions endpoint: records every request
+/// body and answers from a script (then with "done" once the script is used up).
+#[derive(Clone)]
+pub struct MockLlm {
+    pub base: String,
+    requests: Arc<Mutex<Vec<Value>>>,
+    script: Arc<Mutex<std::collections::VecDeque<MockReply>>>,
+}
+
+fn sse_chunk(model: &str, delta: Value) -> String {
+    let chunk = json!({"id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 0,
+        "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": null}]});
+    format!("data: {chunk}\n\n")
+}
+
+impl MockLlm {
+    pub async fn start(script: Vec<MockReply>) -> Self {
+        let mock = MockLlm {
+            base: String::new(),
+            requests: Arc::default(),
+            script: Arc::new(Mutex::new(script.into())),
+        };
+        let (requests, queue) = (mock.requests.clone(), mock.script.clone());
+        let app = axum::Router::new().route(
+            "/v1/chat/completions",
+            axum::routing::post(move |body: axum::Json<Value>| {
+                let (requests, queue) = (requests.clone(), queue.clone());
+                async move {
+                    let model = body.0["model"].as_str().unwrap_or("mock").to_owned();
+                    if let Ok(mut log) = requests.lock() {
+                        log.push(body.0);
+                    }
+                    // Summary requests (the summarisation middleware's) get a fixed
+                    // answer and leave the script alone.
+                    let summary = requests
+                        .lock()
+                        .ok()
+                        .and_then(|log| log.last().map(|b| b["messages"][0].to_string()))
+                        .is_some_and(|first| first.contains("Summarise the conversation"));
+                    let mut next = if summary {
+                        Some(MockReply::Text(MOCK_SUMMARY.to_owned()))
+                    } else {
+                        queue.lock().ok().and_then(|mut q| q.pop_front())
+                    };
+                    if let Some(MockReply::Hang(delay)) = next {
+                        tokio::time::sleep(delay).await;
+                        next = Some(MockReply::Text("late".into()));
+                    }
+                    let reply = next.unwrap_or(MockReply::Text("done".into()));
+                    let body = match reply {
+                        MockReply::Status(status) => {
+                            let error = json!({"error": {"message": format!("mock error {status}"),
+                                "type": "mock_error", "param": null, "code": null}});
+                            return axum::response::Response::builder()
+                                .status(status)
+                                .header("content-type", "application/json")
+                                .body(axum::body::Body::from(error.to_string()))
+                                .unwrap_or_default();
+                        }
+                        MockReply::Malformed => "data: {this is not json\n\n".to_owned(),
+                        MockReply::Text(text) => {
+                            let mut out = sse_chunk(&model, json!({"role": "assistant"}));
+                            let middle = text.len() / 2;
+                            let split = (0..=middle).rev().find(|i| text.is_char_boundary(*i)).unwrap_or(0);
+                            for piece in [&text[..split], &text[split..]] {
+                                out.push_str(&sse_chunk(&model, json!({"content": piece})));
+                            }
+                            out + "data: [DONE]\n\n"
+                        }
+                        MockReply::ToolCalls(calls) => {
+                            let mut out = sse_chunk(&model, json!({"role": "assistant", "content": null}));
+                            for (index, (id, name, arguments)) in calls.iter().enumerate() {
+                                let text = arguments.to_string();
+                                let (a, b) = text.split_at(text.len() / 2);
+                                out.push_str(&sse_chunk(&model, json!({"tool_calls": [{"index": index, "id": id,
+                                    "type": "function", "function": {"name": name, "arguments": a}}]})));
+                                out.push_str(&sse_chunk(&model, json!({"tool_calls": [{"index": index,
+                                    "function": {"arguments": b}}]})));
+                            }
+                            out + "data: [DONE]\n\n"
+                        }
+                        MockReply::Hang(_) => String::new(),
+                    };
+                    axum::response::Response::builder()
+                        .status(200)
+                        .header("content-type", "text/event-stream")
+                        .body(axum::body::Body::from(body))
+                        .unwrap_or_default()
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("mock llm bind");
+        let base = format!("http://{}/v1", listener.local_addr().expect("mock address"));
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        MockLlm { base, ..mock }
+    }
+
+    pub fn push(&self, reply: MockReply) {
+        if let Ok(mut queue) = self.script.lock() {
+            queue.push_back(reply);
+        }
+    }
+
+    /// Every request body received so far.
+    pub fn requests(&self) -> Vec<Value> {
+        self.requests.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+}
+
+impl TestServer {
+    /// A direct (superuser) connection to this server's database.
+    pub async fn db(&self) -> sqlx::PgConnection {
+        db_connection_to(&self.database_url)
+            .await
+            .expect("database connection")
+    }
+
+    /// Options for another server on this one's database (a restart, a replica).
+    pub fn same_database(&self) -> ServerOptions {
+        ServerOptions {
+            database_url: Some(self.database_url.clone()),
+            ..ServerOptions::default()
+        }
+    }
+
+    /// Posts a user message.
+    pub async fn post_message(
+        &self,
+        token: &str,
+        conversation: &str,
+        content: Value,
+    ) -> (StatusCode, Value) {
+        self.send(
+            "POST",
+            &format!("/api/conversations/{conversation}/messages"),
+            Some(token),
+            Some(json!({ "content": content })),
+        )
+        .await
+    }
+
+    pub async fn messages(&self, token: &str, conversation: &str) -> Vec<Value> {
+        let (_, body) = self
+            .send(
+                "GET",
+                &format!("/api/conversations/{conversation}/messages"),
+                Some(token),
+                None,
+            )
+            .await;
+        body["messages"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Reads the conversation's event stream from `after` until `done` accepts an
+    /// event (returning all events read), or fails after `timeout`.
+    pub async fn events_until(
+        &self,
+        token: &str,
+        conversation: &str,
+        after: i64,
+        timeout: Duration,
+        done: impl Fn(&Value) -> bool,
+    ) -> Vec<Value> {
+        use futures::StreamExt;
+        let response = self
+            .client
+            .get(self.url(&format!(
+                "/api/conversations/{conversation}/events?after={after}"
+            )))
+            .bearer_auth(token)
+            .send()
+            .await
+            .expect("event stream");
+        assert_eq!(response.status(), StatusCode::OK, "event stream status");
+        let mut stream = response.bytes_stream();
+        let mut buffer = String::new();
+        let mut seen = Vec::new();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let chunk = match tokio::time::timeout_at(deadline, stream.next()).await {
+                Ok(Some(Ok(chunk))) => chunk,
+                _ => panic!(
+                    "no matching event within {timeout:?}; saw {seen:#?}\nserver log:\n{}",
+                    self.logs()
+                ),
+            };
+            buffer.push_str(&String::from_utf8_lossy(&chunk));
+            while let Some(end) = buffer.find("\n\n") {
+                let frame: String = buffer.drain(..end + 2).collect();
+                for line in frame.lines() {
+                    if let Some(data) = line.strip_prefix("data: ")
+                        && let Ok(event) = serde_json::from_str::<Value>(data)
+                    {
+                        let matched = done(&event);
+                        seen.push(event);
+                        if matched {
+                            return seen;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Waits for the run's final status event and returns the run.
+    pub async fn run_finished(&self, token: &str, conversation: &str, run_id: &str) -> Value {
+        self.run_reaches(
+            token,
+            conversation,
+            run_id,
+            &["completed", "failed", "cancelled"],
+        )
+        .await
+    }
+
+    /// Waits until the run's status is one of `statuses` and returns the run.
+    pub async fn run_reaches(
+        &self,
+        token: &str,
+        conversation: &str,
+        run_id: &str,
+        statuses: &[&str],
+    ) -> Value {
+        let events = self
+            .events_until(token, conversation, 0, Duration::from_secs(30), |e| {
+                e["type"] == "run_status"
+                    && e["run"]["id"] == run_id
+                    && statuses.iter().any(|s| e["run"]["status"] == *s)
+            })
+            .await;
+        events
+            .last()
+            .map(|e| e["run"].clone())
+            .unwrap_or(Value::Null)
+    }
 }

@@ -33,7 +33,7 @@ pub struct StartedRun {
 /// How an input request of a waiting run was settled.
 pub enum RequestResolution {
     /// Answered; the tool was retried with this outcome.
-    Completed(ToolOutcome),
+    Completed(Box<ToolOutcome>),
     Cancelled,
     Expired,
 }
@@ -409,6 +409,12 @@ async fn drive(state: &AppState, user_id: &str, run_id: Uuid) -> Result<()> {
                 .await?;
             }
         }
+        // A request can be settled (expired, answered through the API) before this step
+        // records that it waits; with the run row locked, count what is still open.
+        runs::find_for_update(&mut tx, run_id).await?;
+        if waiting && input_requests::count_pending_for_run(&mut tx, run_id).await? == 0 {
+            waiting = false;
+        }
         let (next_status, next_lease) = if waiting {
             (RunStatus::WaitingForInput, None)
         } else {
@@ -554,7 +560,7 @@ pub async fn resolve_request(
         return Ok(());
     };
     let outcome = match resolution {
-        RequestResolution::Completed(outcome) => outcome,
+        RequestResolution::Completed(outcome) => *outcome,
         RequestResolution::Cancelled => {
             ToolOutcome::failed("the user cancelled the request for input")
         }

@@ -120,7 +120,7 @@ pub async fn dispatch_action(
                     &state,
                     &user.user_id,
                     &row,
-                    RequestResolution::Completed(outcome.clone()),
+                    RequestResolution::Completed(Box::new(outcome.clone())),
                 )
                 .await?;
                 Some(outcome)
@@ -129,7 +129,7 @@ pub async fn dispatch_action(
                     &state,
                     &user.user_id,
                     &row,
-                    RequestResolution::Completed(ToolOutcome::ok(Value::Null)),
+                    RequestResolution::Completed(Box::new(ToolOutcome::ok(Value::Null))),
                 )
                 .await?;
                 None

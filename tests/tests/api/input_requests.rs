@@ -514,7 +514,7 @@ async fn save_for_user_is_remembered_across_conversations_and_secrets_are_sealed
     assert_eq!(saved["values"][0]["is_secret"], true);
     assert_ne!(saved["values"][0]["value"], "sk-live-abc123");
 
-    let mut db = tests::db_connection().await.expect("db");
+    let mut db = server.db().await;
     let stored: Vec<String> = sqlx::query_scalar(
         "select value::text from saved_tool_inputs where name = 'api_key'
          union all select user_inputs::text from tool_user_input_requests where tool_call_id = $1",

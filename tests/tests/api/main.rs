@@ -1,5 +1,6 @@
 //! HTTP API tests against the real server process and Postgres.
 
+mod agent;
 mod auth;
 mod conversations;
 mod health;

@@ -6,9 +6,9 @@ use tests::TestServer;
 use uuid::Uuid;
 
 async fn migrated_connection() -> PgConnection {
-    // Starting a server applies the migrations to the test database.
-    let _server = TestServer::start().await;
-    tests::db_connection().await.expect("db connection")
+    // Starting a server applies the migrations to its database.
+    let server = TestServer::start().await;
+    server.db().await
 }
 
 /// Inserts, as the owner would, a conversation and a pending request for `user`.

@@ -80,9 +80,9 @@ visible_if = { field = "database", equals = "production" }
 [tools.sql]
 database_field = "database"
 max_rows = 3
-databases.production = { url = "{env.DEMO_SQL_URL}", schema = "demo_production" }
-databases.staging = { url = "{env.DEMO_SQL_URL}", schema = "demo_staging" }
-databases.development = { url = "{env.DEMO_SQL_URL}", schema = "demo_development" }
+databases.production = { url = "{env.TOOLGATE_DEMO_SQL_URL}", schema = "demo_production" }
+databases.staging = { url = "{env.TOOLGATE_DEMO_SQL_URL}", schema = "demo_staging" }
+databases.development = { url = "{env.TOOLGATE_DEMO_SQL_URL}", schema = "demo_development" }
 "#;
 
 const SECRET: &str = "sk-live-7f3a9c41d2";
@@ -97,15 +97,12 @@ struct Fixture {
 async fn start() -> Fixture {
     let mock = MockHttp::start().await;
     let (dir, path) = write_temp_file("tools.toml", TOOLS);
-    let database = tests::test_database().await.expect("test database");
-    let reader = reader_url(&database);
     let server = TestServer::start_with(
         ServerOptions::default()
             .env("TOOLGATE_TOOLS", &path.to_string_lossy())
             .env("MOCK_BASE", &mock.base)
             .env("MOCK_TOKEN", "mock-token")
-            .env("TOOLGATE_DEMO", "1")
-            .env("DEMO_SQL_URL", &reader),
+            .env("TOOLGATE_DEMO", "1"),
     )
     .await;
     Fixture {
@@ -113,14 +110,6 @@ async fn start() -> Fixture {
         mock,
         _tools: dir,
     }
-}
-
-fn reader_url(database_url: &str) -> String {
-    let (scheme, rest) = database_url
-        .split_once("://")
-        .unwrap_or(("postgres", database_url));
-    let rest = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
-    format!("{scheme}://toolgate_demo_reader:demo-reader@{rest}")
 }
 
 fn call_id() -> String {
@@ -399,7 +388,7 @@ async fn a_secret_reaches_the_tool_and_nothing_else() {
     assert_eq!(received.len(), 3);
     assert!(received.iter().all(|r| r.headers["x-api-key"] == SECRET));
 
-    let mut db = tests::db_connection().await.expect("db");
+    let mut db = f.server.db().await;
     let rows = sqlx::query("select arguments::text as arguments, coalesce(error, '') as error from tool_call_log where conversation_id = $1")
         .bind(uuid::Uuid::parse_str(&conversation).expect("uuid"))
         .fetch_all(&mut db)

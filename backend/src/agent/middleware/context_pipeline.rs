@@ -189,17 +189,15 @@ pub fn run_stages(
     let mut scores: Vec<f64> = Vec::new();
     for stage in &config.stages {
         match stage.as_str() {
-            "collect" => {
-                if !retrieved.is_empty() {
-                    let notes: Vec<String> = retrieved
-                        .iter()
-                        .map(|t| format!("- {}", t.chars().take(300).collect::<String>()))
-                        .collect();
-                    request.append_system_section(&format!(
-                        "Notes from the user's earlier conversations:\n{}",
-                        notes.join("\n")
-                    ));
-                }
+            "collect" if !retrieved.is_empty() => {
+                let notes: Vec<String> = retrieved
+                    .iter()
+                    .map(|t| format!("- {}", t.chars().take(300).collect::<String>()))
+                    .collect();
+                request.append_system_section(&format!(
+                    "Notes from the user's earlier conversations:\n{}",
+                    notes.join("\n")
+                ));
             }
             "enrich" => {
                 scores = relevance(
@@ -215,11 +213,7 @@ pub fn run_stages(
                 let budget = config.number("filter", "token_budget") as usize;
                 trim_to_budget(request, &mut scores, budget);
             }
-            "transform" => {
-                if config.flag("transform", "trim") {
-                    tidy(request);
-                }
-            }
+            "transform" if config.flag("transform", "trim") => tidy(request),
             "validate" => {
                 let max = config.number("validate", "max_tokens") as usize;
                 trim_to_budget(request, &mut scores, max);

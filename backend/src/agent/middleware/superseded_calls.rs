@@ -35,10 +35,13 @@ pub fn drop_superseded(request: &mut ModelRequest, tools: &ToolRegistry) {
                 continue;
             };
             let slot = (name.clone(), value.to_string());
-            if newest.contains_key(&slot) {
-                superseded.insert(id.clone());
-            } else {
-                newest.insert(slot, id.clone());
+            match newest.entry(slot) {
+                std::collections::hash_map::Entry::Occupied(_) => {
+                    superseded.insert(id.clone());
+                }
+                std::collections::hash_map::Entry::Vacant(slot) => {
+                    slot.insert(id.clone());
+                }
             }
         }
     }

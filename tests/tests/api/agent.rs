@@ -1,0 +1,910 @@
+//! The agent runtime over HTTP and SSE: the run loop with the offline model and with a
+//! mock OpenAI-compatible endpoint, the exact request bodies each middleware produces,
+//! suspend → submit → resume, cancel, expiry, restarts and provider errors.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use tests::{MockHttp, MockLlm, MockReply, ServerOptions, TempDir, TestServer, write_temp_file};
+
+const TOOLS: &str = r#"
+[[tools]]
+name = "quickbooks_profit_and_loss"
+description = "Get the QuickBooks Profit and Loss (P&L) report for a period"
+kind = "http"
+key_argument = "start_date"
+parameters = { type = "object", properties = { start_date = { type = "string" }, end_date = { type = "string" } }, required = ["start_date", "end_date"] }
+[tools.requires_user_input]
+reason = "QuickBooks API requests require your Company ID (Realm ID)"
+save_for_session = true
+fields = [ { name = "quickbooks_realm_id", type = "text", validation = "^[0-9]{10,20}$" } ]
+[tools.http]
+url = "{env.MOCK_BASE}/v3/company/{quickbooks_realm_id}/reports/ProfitAndLoss?start_date={start_date}&end_date={end_date}"
+"#;
+
+const REALM: &str = "9130346988354456";
+
+struct Setup {
+    server: TestServer,
+    llm: MockLlm,
+    _api: MockHttp,
+    _tools: TempDir,
+}
+
+async fn with_mock_model(script: Vec<MockReply>, extra: &[(&str, &str)]) -> Setup {
+    let llm = MockLlm::start(script).await;
+    let api = MockHttp::start().await;
+    let (dir, path) = write_temp_file("tools.toml", TOOLS);
+    let mut options = ServerOptions::default()
+        .env("TOOLGATE_TOOLS", &path.to_string_lossy())
+        .env("MOCK_BASE", &api.base)
+        .env("TOOLGATE_LLM_BASE_URL", &llm.base)
+        .env("TOOLGATE_LLM_API_KEY", "sk-test-key")
+        .env("TOOLGATE_LLM_MODEL", "main-x");
+    for (name, value) in extra {
+        options = options.env(name, value);
+    }
+    Setup {
+        server: TestServer::start_with(options).await,
+        llm,
+        _api: api,
+        _tools: dir,
+    }
+}
+
+fn example_tools() -> String {
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../tools.example.toml").to_owned()
+}
+
+/// A server with the offline model and the example tools in demo mode. QuickBooks is
+/// the server's own demo endpoint, so its port must be known before it starts.
+async fn offline_server(extra: &[(&str, &str)]) -> TestServer {
+    offline_server_on(
+        tests::free_port().expect("free port"),
+        ServerOptions::default(),
+        extra,
+    )
+    .await
+}
+
+async fn offline_server_on(
+    port: u16,
+    options: ServerOptions,
+    extra: &[(&str, &str)],
+) -> TestServer {
+    let mut options = options
+        .env("TOOLGATE_TOOLS", &example_tools())
+        .env("TOOLGATE_DEMO", "1")
+        .env(
+            "QUICKBOOKS_BASE_URL",
+            &format!("http://127.0.0.1:{port}/demo/quickbooks"),
+        )
+        .env("QUICKBOOKS_ACCESS_TOKEN", "demo");
+    for (name, value) in extra {
+        options = options.env(name, value);
+    }
+    TestServer::start_on(options, port).await
+}
+
+fn call(id: &str, name: &str, arguments: Value) -> (String, String, Value) {
+    (id.to_owned(), name.to_owned(), arguments)
+}
+
+fn system_blocks(request: &Value) -> Vec<String> {
+    request["messages"][0]["content"]
+        .as_array()
+        .map(|parts| {
+            parts
+                .iter()
+                .filter_map(|p| p["text"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+async fn start(server: &TestServer, token: &str, conversation: &str, text: Value) -> String {
+    let (status, body) = server.post_message(token, conversation, text).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    body["run_id"].as_str().expect("run id").to_owned()
+}
+
+async fn pending(server: &TestServer, token: &str, conversation: &str) -> Vec<Value> {
+    let (_, body) = server
+        .action(
+            token,
+            json!({"action": "get_pending", "conversation_id": conversation}),
+        )
+        .await;
+    body["requests"].as_array().cloned().unwrap_or_default()
+}
+
+#[tokio::test]
+async fn offline_model_carries_the_seed_demo_over_http_and_sse() {
+    let server = offline_server(&[]).await;
+    let (_, token) = server.new_user("demo").await;
+    let conversation = server.new_conversation(&token).await;
+    let run = start(
+        &server,
+        &token,
+        &conversation,
+        json!("Get my P&L report for Q1 2025"),
+    )
+    .await;
+    let events = server
+        .events_until(&token, &conversation, 0, Duration::from_secs(20), |e| {
+            e["type"] == "input_requested"
+        })
+        .await;
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+    for kind in [
+        "message_added",
+        "run_started",
+        "text_delta",
+        "tool_call_started",
+        "input_requested",
+    ] {
+        assert!(kinds.contains(&kind), "{kind} in {kinds:?}");
+    }
+    let request = &events.last().expect("event")["request"];
+    assert_eq!(request["fields"][0]["name"], "quickbooks_realm_id");
+    assert_eq!(request["tool_args"]["start_date"], "2025-01-01");
+    let waiting = server
+        .run_reaches(&token, &conversation, &run, &["waiting_for_input"])
+        .await;
+    assert_eq!(waiting["status"], "waiting_for_input");
+
+    let (status, body) = server
+        .action(
+            &token,
+            json!({"action": "submit_response", "tool_call_id": request["tool_call_id"],
+            "user_inputs": {"quickbooks_realm_id": REALM}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let done = server.run_finished(&token, &conversation, &run).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let messages = server.messages(&token, &conversation).await;
+    let answer = messages.last().expect("answer");
+    assert_eq!(answer["role"], "assistant");
+    assert_eq!(answer["model"], "toolgate-offline");
+    let text = answer["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(text.starts_with("(offline model)"), "{text}");
+    assert!(text.contains("net income $"), "{text}");
+
+    // Asking again in the same conversation uses the remembered company id.
+    let again = start(
+        &server,
+        &token,
+        &conversation,
+        json!("Get my P&L report for Q2 2025"),
+    )
+    .await;
+    let done = server.run_finished(&token, &conversation, &again).await;
+    assert_eq!(done["status"], "completed");
+    assert!(pending(&server, &token, &conversation).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_second_message_while_a_run_is_active_is_a_409() {
+    let server = offline_server(&[]).await;
+    let (_, token) = server.new_user("busy").await;
+    let conversation = server.new_conversation(&token).await;
+    let run = start(
+        &server,
+        &token,
+        &conversation,
+        json!("Get my P&L report for Q1 2025"),
+    )
+    .await;
+    server
+        .run_reaches(&token, &conversation, &run, &["waiting_for_input"])
+        .await;
+    let (status, body) = server
+        .post_message(&token, &conversation, json!("hello?"))
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"]["code"], "run_active");
+    let (_, detail) = server
+        .send(
+            "GET",
+            &format!("/api/conversations/{conversation}"),
+            Some(&token),
+            None,
+        )
+        .await;
+    assert_eq!(detail["active_run"]["status"], "waiting_for_input");
+}
+
+#[tokio::test]
+async fn cancelling_tells_the_model_and_the_run_finishes() {
+    let server = offline_server(&[]).await;
+    let (_, token) = server.new_user("cancel").await;
+    let conversation = server.new_conversation(&token).await;
+    let run = start(
+        &server,
+        &token,
+        &conversation,
+        json!("Get my P&L report for Q1 2025"),
+    )
+    .await;
+    server
+        .run_reaches(&token, &conversation, &run, &["waiting_for_input"])
+        .await;
+    let request = pending(&server, &token, &conversation).await.remove(0);
+    let (status, _) = server
+        .action(
+            &token,
+            json!({"action": "cancel_request", "tool_call_id": request["tool_call_id"]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let done = server.run_finished(&token, &conversation, &run).await;
+    assert_eq!(done["status"], "completed");
+    let messages = server.messages(&token, &conversation).await;
+    let text = messages.last().expect("answer")["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        text.contains("You cancelled the request for input"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn an_expired_request_resumes_the_run_with_that_news() {
+    let server = offline_server(&[("TOOLGATE_INPUT_TTL", "1s")]).await;
+    let (_, token) = server.new_user("expiry").await;
+    let conversation = server.new_conversation(&token).await;
+    let run = start(
+        &server,
+        &token,
+        &conversation,
+        json!("Get my P&L report for Q1 2025"),
+    )
+    .await;
+    let done = server.run_finished(&token, &conversation, &run).await;
+    assert_eq!(done["status"], "completed", "{done}\n{}", server.logs());
+    let messages = server.messages(&token, &conversation).await;
+    let text = messages.last().expect("answer")["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(text.contains("expired"), "{text}");
+}
+
+#[tokio::test]
+async fn a_waiting_run_resumes_after_a_server_restart() {
+    let port = tests::free_port().expect("free port");
+    let mut first = offline_server_on(port, ServerOptions::default(), &[]).await;
+    let (user, token) = first.new_user("restart").await;
+    let conversation = first.new_conversation(&token).await;
+    let run = start(
+        &first,
+        &token,
+        &conversation,
+        json!("Get my P&L report for Q1 2025"),
+    )
+    .await;
+    first
+        .run_reaches(&token, &conversation, &run, &["waiting_for_input"])
+        .await;
+    let request = pending(&first, &token, &conversation).await.remove(0);
+    let first_database = first.same_database();
+    first.terminate().await.expect("stopped");
+    drop(first);
+
+    let second = offline_server_on(port, first_database, &[]).await;
+    let token = second.token(&user).await;
+    let (status, _) = second
+        .action(
+            &token,
+            json!({"action": "submit_response", "tool_call_id": request["tool_call_id"],
+            "user_inputs": {"quickbooks_realm_id": REALM}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let done = second.run_finished(&token, &conversation, &run).await;
+    assert_eq!(done["status"], "completed", "{done}");
+}
+
+#[tokio::test]
+async fn a_run_whose_server_died_mid_step_is_marked_failed() {
+    let llm_script = vec![MockReply::Hang(Duration::from_secs(60))];
+    let setup = with_mock_model(llm_script, &[("TOOLGATE_RUN_LEASE", "1s")]).await;
+    let mut server = setup.server;
+    let (user, token) = server.new_user("crash").await;
+    let conversation = server.new_conversation(&token).await;
+    let run = start(&server, &token, &conversation, json!("hello")).await;
+    // Wait until the model call is under way, then kill the server without warning.
+    for _ in 0..100 {
+        if !setup.llm.requests().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let pid = server.pid().expect("pid");
+    std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .expect("kill");
+    let _ = server.terminate().await;
+
+    let second =
+        TestServer::start_with(server.same_database().env("TOOLGATE_RUN_LEASE", "1s")).await;
+    let token = second.token(&user).await;
+    let failed = second.run_finished(&token, &conversation, &run).await;
+    assert_eq!(failed["status"], "failed");
+    assert!(
+        failed["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("server stopped"),
+        "{failed}"
+    );
+    // The conversation is usable again.
+    let (_, detail) = second
+        .send(
+            "GET",
+            &format!("/api/conversations/{conversation}"),
+            Some(&token),
+            None,
+        )
+        .await;
+    assert!(detail["active_run"].is_null(), "{detail}");
+}
+
+#[tokio::test]
+async fn the_mock_endpoint_flow_suspends_resumes_and_sees_the_original_request_on_step_two() {
+    let script = vec![
+        MockReply::ToolCalls(vec![call(
+            "call_qb1",
+            "quickbooks_profit_and_loss",
+            json!({"start_date": "2025-01-01", "end_date": "2025-03-31"}),
+        )]),
+        MockReply::Text("Your Q1 net income is positive.".into()),
+    ];
+    let setup = with_mock_model(script, &[]).await;
+    let server = &setup.server;
+    let (user, token) = server.new_user("mock").await;
+    let conversation = server.new_conversation(&token).await;
+    let question = "How did Q1 2025 go for us?";
+    let run = start(server, &token, &conversation, json!(question)).await;
+    server
+        .run_reaches(&token, &conversation, &run, &["waiting_for_input"])
+        .await;
+    let (status, body) = server
+        .action(
+            &token,
+            json!({"action": "submit_response", "tool_call_id": "call_qb1",
+            "user_inputs": {"quickbooks_realm_id": REALM}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["tool_result"]["success"], true);
+    let done = server.run_finished(&token, &conversation, &run).await;
+    assert_eq!(done["status"], "completed", "{done}");
+
+    let requests = setup.llm.requests();
+    assert_eq!(requests.len(), 2);
+    let second = &requests[1];
+    assert_eq!(second["model"], "main-x");
+    assert_eq!(second["stream"], true);
+    let system = system_blocks(second).join("");
+    assert!(
+        system.contains(&format!("The user's original request: {question}")),
+        "{system}"
+    );
+    assert!(system.contains(&format!("User id: {user}")), "{system}");
+    assert!(
+        system.contains(&format!("Conversation id: {conversation}")),
+        "{system}"
+    );
+    let tool_message = second["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .expect("the tool result reaches the model");
+    assert_eq!(tool_message["tool_call_id"], "call_qb1");
+    assert!(
+        tool_message["content"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("\"success\":true")
+    );
+    let answer = server.messages(&token, &conversation).await;
+    assert_eq!(answer.last().expect("answer")["model"], "main-x");
+}
+
+#[tokio::test]
+async fn system_sections_are_separate_blocks_and_the_users_message_is_untouched() {
+    let setup = with_mock_model(vec![MockReply::Text("noted".into())], &[]).await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("sections").await;
+    let conversation = server.new_conversation(&token).await;
+    let (status, reply) = server
+        .post_message(
+            &token,
+            &conversation,
+            json!("/remember I prefer metric units"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{reply}");
+    assert_eq!(
+        reply["reply"]["content"][0]["text"],
+        "I will remember: I prefer metric units"
+    );
+    let text = "  What is the weather like?  ";
+    let run = start(server, &token, &conversation, json!(text)).await;
+    server.run_finished(&token, &conversation, &run).await;
+    let request = &setup.llm.requests()[0];
+    let blocks = system_blocks(request);
+    assert!(blocks.len() >= 4, "{blocks:#?}");
+    assert!(
+        !blocks[0].starts_with('\n'),
+        "no blank line before the first block"
+    );
+    for block in &blocks[1..] {
+        assert!(
+            block.starts_with("\n\n") && !block.starts_with("\n\n\n"),
+            "{block:?}"
+        );
+    }
+    assert!(blocks.iter().any(|b| b.contains("- I prefer metric units")));
+    assert!(blocks.iter().any(|b| b.contains("Tool instructions")));
+    // The chat command and its reply stay out of the model's context; the user's own
+    // message arrives as stored.
+    let messages = request["messages"].as_array().expect("messages");
+    assert_eq!(messages.len(), 2, "{messages:#?}");
+    assert_eq!(
+        messages[1]["content"],
+        json!([{"type": "text", "text": text.trim()}])
+    );
+}
+
+#[tokio::test]
+async fn an_older_call_with_the_same_key_and_its_result_are_dropped() {
+    let args =
+        json!({"start_date": "2025-01-01", "end_date": "2025-03-31", "quickbooks_realm_id": REALM});
+    let script = vec![
+        MockReply::ToolCalls(vec![call(
+            "call_old",
+            "quickbooks_profit_and_loss",
+            args.clone(),
+        )]),
+        MockReply::ToolCalls(vec![call("call_new", "quickbooks_profit_and_loss", args)]),
+        MockReply::Text("done".into()),
+    ];
+    let setup = with_mock_model(script, &[]).await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("supersede").await;
+    let conversation = server.new_conversation(&token).await;
+    let run = start(server, &token, &conversation, json!("Q1 report twice")).await;
+    assert_eq!(
+        server.run_finished(&token, &conversation, &run).await["status"],
+        "completed"
+    );
+    let requests = setup.llm.requests();
+    assert_eq!(requests.len(), 3);
+    let text = requests[2]["messages"].to_string();
+    assert!(
+        !text.contains("call_old"),
+        "the superseded call and its result are gone"
+    );
+    assert!(text.contains("call_new"));
+    let roles: Vec<&str> = requests[2]["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .filter_map(|m| m["role"].as_str())
+        .collect();
+    assert_eq!(roles, ["system", "user", "assistant", "tool"]);
+    // The second request still had the old call: it was the newest then.
+    assert!(requests[1]["messages"].to_string().contains("call_old"));
+}
+
+#[tokio::test]
+async fn images_route_to_the_vision_model_and_become_stubs_once_answered() {
+    let extra = [
+        ("TOOLGATE_LLM_VISION_MODEL", "vision-x"),
+        ("TOOLGATE_LLM_LONG_CONTEXT_MODEL", "long-x"),
+        ("TOOLGATE_LONG_CONTEXT_TOKENS", "400"),
+    ];
+    let setup = with_mock_model(vec![], &extra).await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("images").await;
+    let conversation = server.new_conversation(&token).await;
+    let image = "data:image/png;base64,iVBORw0KGgo=";
+    let run = start(
+        server,
+        &token,
+        &conversation,
+        json!([
+        {"type": "text", "text": "What is in this picture?"}, {"type": "image", "url": image}]),
+    )
+    .await;
+    server.run_finished(&token, &conversation, &run).await;
+    let run = start(server, &token, &conversation, json!("Thanks. And now?")).await;
+    server.run_finished(&token, &conversation, &run).await;
+    let run = start(
+        server,
+        &token,
+        &conversation,
+        json!(format!("Long one: {}", "lorem ipsum ".repeat(300))),
+    )
+    .await;
+    server.run_finished(&token, &conversation, &run).await;
+
+    let requests = setup.llm.requests();
+    assert_eq!(requests[0]["model"], "vision-x");
+    assert!(requests[0]["messages"].to_string().contains(image));
+    assert_eq!(requests[1]["model"], "main-x");
+    let second = requests[1]["messages"].to_string();
+    assert!(
+        !second.contains(image),
+        "an answered image is not sent again"
+    );
+    assert!(second.contains("[image already processed]"));
+    assert_eq!(requests[2]["model"], "long-x");
+}
+
+#[tokio::test]
+async fn summarisation_replaces_old_turns_and_keeps_tool_pairs_whole() {
+    let args = |q: &str| json!({"expression": q});
+    let script = vec![
+        MockReply::ToolCalls(vec![call("call_a", "calculator", args("1+1"))]),
+        MockReply::Text("First answer.".into()),
+        MockReply::ToolCalls(vec![call("call_b", "calculator", args("2+2"))]),
+        MockReply::Text("Second answer.".into()),
+    ];
+    let extra = [
+        ("TOOLGATE_SUMMARY_TOKENS", "250"),
+        ("TOOLGATE_SUMMARY_KEEP", "2"),
+        ("TOOLGATE_MIDDLEWARE", "summarisation"),
+    ];
+    let setup = with_mock_model(script, &extra).await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("summary").await;
+    let conversation = server.new_conversation(&token).await;
+    let first = format!("add one and one, {}", "with some context ".repeat(80));
+    let run = start(server, &token, &conversation, json!(first)).await;
+    server.run_finished(&token, &conversation, &run).await;
+    let run = start(server, &token, &conversation, json!("now two and two")).await;
+    assert_eq!(
+        server.run_finished(&token, &conversation, &run).await["status"],
+        "completed"
+    );
+
+    let requests = setup.llm.requests();
+    let summary_request = requests
+        .iter()
+        .find(|r| system_blocks(r).iter().any(|b| b.starts_with("Summarise")))
+        .expect("a summary was asked for");
+    assert!(summary_request.get("tools").is_none());
+    assert!(
+        summary_request["messages"]
+            .to_string()
+            .contains("add one and one")
+    );
+    let last = requests.last().expect("final request");
+    let messages = last["messages"].as_array().expect("messages");
+    let summary = messages
+        .iter()
+        .find(|m| m["content"].to_string().contains("THE SUMMARY"))
+        .expect("the summary replaces the old turns");
+    assert_eq!(summary["role"], "system");
+    assert!(
+        !last["messages"].to_string().contains("add one and one"),
+        "old turns are gone"
+    );
+    // Every tool result left has its call.
+    for message in messages.iter().filter(|m| m["role"] == "tool") {
+        let id = message["tool_call_id"].as_str().unwrap_or_default();
+        assert!(
+            messages
+                .iter()
+                .any(|m| m["tool_calls"].to_string().contains(id)),
+            "orphaned result {id}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn context_pipeline_commands_change_what_the_next_call_receives() {
+    let setup = with_mock_model(vec![], &[("TOOLGATE_MIDDLEWARE", "context_pipeline")]).await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("pipeline").await;
+    let conversation = server.new_conversation(&token).await;
+    let filler = "background story about sailing boats ".repeat(40);
+    let run = start(server, &token, &conversation, json!(filler)).await;
+    server.run_finished(&token, &conversation, &run).await;
+
+    let (status, shown) = server
+        .post_message(&token, &conversation, json!("/context pipeline show"))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let shown = shown["reply"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        shown.contains("3. filter (dedupe=true, token_budget=8000)"),
+        "{shown}"
+    );
+
+    let run = start(server, &token, &conversation, json!("What about invoices?")).await;
+    server.run_finished(&token, &conversation, &run).await;
+    assert!(
+        setup.llm.requests()[1]["messages"]
+            .to_string()
+            .contains("sailing boats")
+    );
+
+    let (status, changed) = server
+        .post_message(
+            &token,
+            &conversation,
+            json!("/context pipeline config filter token_budget=120"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        changed["reply"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("token_budget=120")
+    );
+    let run = start(
+        server,
+        &token,
+        &conversation,
+        json!("What about invoices now?"),
+    )
+    .await;
+    server.run_finished(&token, &conversation, &run).await;
+    let third = setup.llm.requests()[2].clone();
+    assert!(
+        !third["messages"].to_string().contains("sailing boats"),
+        "the budget dropped the old turn"
+    );
+    assert!(
+        third["messages"]
+            .to_string()
+            .contains("What about invoices now?")
+    );
+
+    let (_, bad) = server
+        .post_message(
+            &token,
+            &conversation,
+            json!("/context pipeline add nonsense"),
+        )
+        .await;
+    assert!(
+        bad["reply"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("Unknown stage `nonsense`")
+    );
+    let (_, removed) = server
+        .post_message(
+            &token,
+            &conversation,
+            json!("/context pipeline remove filter"),
+        )
+        .await;
+    assert!(
+        removed["reply"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("Not in the pipeline: filter")
+    );
+    let run = start(
+        server,
+        &token,
+        &conversation,
+        json!("And without the filter?"),
+    )
+    .await;
+    server.run_finished(&token, &conversation, &run).await;
+    assert!(
+        setup.llm.requests()[3]["messages"]
+            .to_string()
+            .contains("sailing boats")
+    );
+}
+
+#[tokio::test]
+async fn provider_errors_end_the_run_cleanly() {
+    let cases = [
+        (MockReply::Status(401), "refused the request (401"),
+        (MockReply::Malformed, "malformed"),
+    ];
+    for (reply, expected) in cases {
+        let setup = with_mock_model(vec![reply], &[]).await;
+        let (_, token) = setup.server.new_user("errors").await;
+        let conversation = setup.server.new_conversation(&token).await;
+        let run = start(&setup.server, &token, &conversation, json!("hello")).await;
+        let failed = setup.server.run_finished(&token, &conversation, &run).await;
+        assert_eq!(failed["status"], "failed");
+        let error = failed["error"].as_str().unwrap_or_default();
+        assert!(error.contains(expected), "{expected} in {error}");
+    }
+    // 5xx is retried with backoff, a bounded number of times, then fails.
+    let always = vec![MockReply::Status(503); 4];
+    let setup = with_mock_model(always, &[]).await;
+    let (_, token) = setup.server.new_user("errors").await;
+    let conversation = setup.server.new_conversation(&token).await;
+    let run = start(&setup.server, &token, &conversation, json!("hello")).await;
+    let failed = setup.server.run_finished(&token, &conversation, &run).await;
+    assert_eq!(failed["status"], "failed");
+    assert!(
+        failed["error"].as_str().unwrap_or_default().contains("503"),
+        "{failed}"
+    );
+    assert_eq!(setup.llm.requests().len(), 4, "one try and three retries");
+    // A 429 followed by success recovers.
+    let setup = with_mock_model(
+        vec![MockReply::Status(429), MockReply::Text("ok".into())],
+        &[],
+    )
+    .await;
+    let (_, token) = setup.server.new_user("errors").await;
+    let conversation = setup.server.new_conversation(&token).await;
+    let run = start(&setup.server, &token, &conversation, json!("hello")).await;
+    assert_eq!(
+        setup.server.run_finished(&token, &conversation, &run).await["status"],
+        "completed"
+    );
+
+    // Nothing listening at the configured endpoint.
+    let server = TestServer::start_with(
+        ServerOptions::default().env("TOOLGATE_LLM_BASE_URL", "http://127.0.0.1:9/v1"),
+    )
+    .await;
+    let (_, token) = server.new_user("errors").await;
+    let conversation = server.new_conversation(&token).await;
+    let run = start(&server, &token, &conversation, json!("hello")).await;
+    let failed = server.run_finished(&token, &conversation, &run).await;
+    assert!(
+        failed["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("could not be reached"),
+        "{failed}"
+    );
+    assert!(!server.logs().contains("sk-test-key"));
+}
+
+#[tokio::test]
+async fn the_event_stream_replays_and_checks_its_token() {
+    let server = offline_server(&[]).await;
+    let (_, token) = server.new_user("stream").await;
+    let conversation = server.new_conversation(&token).await;
+    let run = start(&server, &token, &conversation, json!("what is 6 * 7?")).await;
+    server.run_finished(&token, &conversation, &run).await;
+    let all = server
+        .events_until(&token, &conversation, 0, Duration::from_secs(10), |e| {
+            e["type"] == "run_status" && e["run"]["status"] == "completed"
+        })
+        .await;
+    let middle = all[2]["id"].as_i64().expect("id");
+    let replay = server
+        .events_until(
+            &token,
+            &conversation,
+            middle,
+            Duration::from_secs(10),
+            |e| e["type"] == "run_status",
+        )
+        .await;
+    assert_eq!(
+        replay[0]["id"].as_i64(),
+        Some(middle + 1),
+        "replay starts after `after`"
+    );
+
+    // Last-Event-ID works like `after`.
+    let (_, stream_token) = server
+        .send(
+            "POST",
+            &format!("/api/conversations/{conversation}/stream-token"),
+            Some(&token),
+            None,
+        )
+        .await;
+    let stream_token = stream_token["token"]
+        .as_str()
+        .expect("stream token")
+        .to_owned();
+    let response = server
+        .client
+        .get(server.url(&format!(
+            "/api/conversations/{conversation}/events?token={stream_token}"
+        )))
+        .header("last-event-id", middle.to_string())
+        .send()
+        .await
+        .expect("stream");
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut stream = response.bytes_stream();
+    use futures::StreamExt;
+    let first = tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await
+        .expect("data")
+        .expect("chunk")
+        .expect("bytes");
+    assert!(String::from_utf8_lossy(&first).contains(&format!("id: {}", middle + 1)));
+
+    // A stream token is for that conversation's stream only.
+    let other = server.new_conversation(&token).await;
+    let (status, _) = server
+        .send(
+            "GET",
+            &format!("/api/conversations/{other}/events?token={stream_token}"),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, _) = server
+        .send("GET", "/api/conversations", Some(&stream_token), None)
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, _) = server
+        .send(
+            "GET",
+            &format!("/api/conversations/{conversation}/events"),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    // Someone else's conversation is not found.
+    let (_, stranger) = server.new_user("stranger").await;
+    let (status, _) = server
+        .send(
+            "GET",
+            &format!("/api/conversations/{conversation}/events"),
+            Some(&stranger),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(
+        !server.logs().contains(&stream_token),
+        "stream tokens stay out of the log"
+    );
+}
+
+#[tokio::test]
+async fn bad_messages_are_refused_with_reasons() {
+    let server = offline_server(&[]).await;
+    let (_, token) = server.new_user("bad").await;
+    let conversation = server.new_conversation(&token).await;
+    for content in [
+        json!("   "),
+        json!([{"type": "image", "url": "file:///etc/passwd"}]),
+        json!([]),
+    ] {
+        let (status, body) = server
+            .post_message(&token, &conversation, content.clone())
+            .await;
+        assert_eq!(
+            status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{content}: {body}"
+        );
+        assert!(body["error"]["fields"]["content"].is_string());
+    }
+    let (status, _) = server.post_message(&token, &conversation, json!(5)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let (status, body) = server.post_message(&token, "not-a-uuid", json!("hi")).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let (status, _) = server
+        .post_message(&token, &uuid::Uuid::new_v4().to_string(), json!("hi"))
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
