@@ -49,7 +49,10 @@ pub async fn run_from_env() -> std::process::ExitCode {
 /// Connects, migrates, starts background work and serves until SIGTERM or Ctrl-C.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     install_tls_provider();
-    let tools = tools::registry::ToolRegistry::load(config.tools_file.as_deref())?;
+    let tools = tools::registry::ToolRegistry::load(
+        config.tools_file.as_deref(),
+        config.skills_dir.as_deref(),
+    )?;
     let pool = db::connect(&config).await?;
     db::migrate(&pool).await?;
     if config.demo {

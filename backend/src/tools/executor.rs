@@ -249,6 +249,15 @@ async fn run_validated(
         Runner::Http(http) => http.run(&state.http, &values, &context).await,
         Runner::Sql(sql) => sql.run(&values, &context).await,
         Runner::Calculator => calculator::run(&values),
+        Runner::ReadSkill(dir) => {
+            let name = values
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            crate::agent::skills::read(dir, name)
+                .map(|text| serde_json::json!({ "name": name, "instructions": text }))
+                .ok_or_else(|| format!("there is no skill named `{name}`"))
+        }
     };
     match result {
         Ok(result) => ToolOutcome::ok(result),

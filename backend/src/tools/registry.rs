@@ -19,6 +19,8 @@ pub enum Runner {
     Http(HttpTool),
     Sql(SqlTool),
     Calculator,
+    /// Reads a skill from the skills folder.
+    ReadSkill(std::path::PathBuf),
 }
 
 impl Runner {
@@ -26,7 +28,7 @@ impl Runner {
         match self {
             Runner::Http(_) => "http",
             Runner::Sql(_) => "sql",
-            Runner::Calculator => "builtin",
+            Runner::Calculator | Runner::ReadSkill(_) => "builtin",
         }
     }
 }
@@ -53,7 +55,7 @@ impl Tool {
         let missing = match &self.runner {
             Runner::Http(http) => http.unavailable_reason(),
             Runner::Sql(sql) => sql.unavailable_reason(),
-            Runner::Calculator => None,
+            Runner::Calculator | Runner::ReadSkill(_) => None,
         };
         missing.map(|why| format!("the tool `{}` is not configured: {why}", self.name))
     }
@@ -98,10 +100,11 @@ pub struct ToolRegistry {
 }
 
 impl ToolRegistry {
-    /// Built-ins plus the tools file, if one is named.
-    pub fn load(path: Option<&Path>) -> anyhow::Result<Self> {
+    /// Built-ins plus the tools file, if one is named. With a skills folder, the
+    /// `read_skill` tool is added.
+    pub fn load(path: Option<&Path>, skills_dir: Option<&Path>) -> anyhow::Result<Self> {
         let mut registry = ToolRegistry::default();
-        for tool in builtins()? {
+        for tool in builtins(skills_dir)? {
             registry.add(tool)?;
         }
         if let Some(path) = path {
@@ -267,7 +270,7 @@ fn read_input_spec(raw: Value) -> anyhow::Result<InputRequestSpec> {
     Ok(spec)
 }
 
-fn builtins() -> anyhow::Result<Vec<Tool>> {
+fn builtins(skills_dir: Option<&Path>) -> anyhow::Result<Vec<Tool>> {
     let parameters = json!({
         "type": "object",
         "properties": {
@@ -280,7 +283,7 @@ fn builtins() -> anyhow::Result<Vec<Tool>> {
     });
     let validator = jsonschema::validator_for(&parameters)
         .map_err(|err| anyhow::anyhow!("calculator schema: {err}"))?;
-    Ok(vec![Tool {
+    let mut tools = vec![Tool {
         name: "calculator".to_owned(),
         description: "Calculate an arithmetic expression: sums, percentages, totals, differences"
             .to_owned(),
@@ -290,7 +293,27 @@ fn builtins() -> anyhow::Result<Vec<Tool>> {
         key_argument: None,
         runner: Runner::Calculator,
         validator,
-    }])
+    }];
+    if let Some(dir) = skills_dir {
+        let parameters = json!({
+            "type": "object",
+            "properties": {"name": {"type": "string", "description": "The skill's name, as listed"}},
+            "required": ["name"]
+        });
+        let validator = jsonschema::validator_for(&parameters)
+            .map_err(|err| anyhow::anyhow!("read_skill schema: {err}"))?;
+        tools.push(Tool {
+            name: "read_skill".to_owned(),
+            description: "Read the full instructions of one of the listed skills".to_owned(),
+            parameters,
+            input_spec: None,
+            enabled: true,
+            key_argument: Some("name".to_owned()),
+            runner: Runner::ReadSkill(dir.to_owned()),
+            validator,
+        });
+    }
+    Ok(tools)
 }
 
 #[cfg(test)]
@@ -370,7 +393,7 @@ url = "{env.LOOKUP_BASE}/accounts/{account}?q={q}"
     #[test]
     fn builtins_and_file_tools_cannot_share_a_name() {
         let mut registry = ToolRegistry::default();
-        for tool in builtins().expect("builtins") {
+        for tool in builtins(None).expect("builtins") {
             registry.add(tool).expect("first");
         }
         let clash = HTTP_TOOL.replace("name = \"lookup\"", "name = \"calculator\"");

@@ -21,6 +21,15 @@ save_for_session = true
 fields = [ { name = "quickbooks_realm_id", type = "text", validation = "^[0-9]{10,20}$" } ]
 [tools.http]
 url = "{env.MOCK_BASE}/v3/company/{quickbooks_realm_id}/reports/ProfitAndLoss?start_date={start_date}&end_date={end_date}"
+
+[[tools]]
+name = "notify"
+description = "Tell the team"
+kind = "http"
+[tools.http]
+method = "POST"
+url = "{env.MOCK_BASE}/notify"
+body = { asked = "{context.original_user_request}", conversation = "{context.conversation_id}" }
 "#;
 
 const REALM: &str = "9130346988354456";
@@ -28,7 +37,7 @@ const REALM: &str = "9130346988354456";
 struct Setup {
     server: TestServer,
     llm: MockLlm,
-    _api: MockHttp,
+    api: MockHttp,
     _tools: TempDir,
 }
 
@@ -48,7 +57,7 @@ async fn with_mock_model(script: Vec<MockReply>, extra: &[(&str, &str)]) -> Setu
     Setup {
         server: TestServer::start_with(options).await,
         llm,
-        _api: api,
+        api,
         _tools: dir,
     }
 }
@@ -907,4 +916,85 @@ async fn bad_messages_are_refused_with_reasons() {
         .post_message(&token, &uuid::Uuid::new_v4().to_string(), json!("hi"))
         .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn tools_get_the_original_request_also_on_later_steps() {
+    let script = vec![
+        MockReply::ToolCalls(vec![call(
+            "call_calc",
+            "calculator",
+            json!({"expression": "2*21"}),
+        )]),
+        MockReply::ToolCalls(vec![call("call_notify", "notify", json!({}))]),
+        MockReply::Text("Told them.".into()),
+    ];
+    let setup = with_mock_model(script, &[]).await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("context").await;
+    let conversation = server.new_conversation(&token).await;
+    let question = "Work out 2*21 and tell the team";
+    let run = start(server, &token, &conversation, json!(question)).await;
+    assert_eq!(
+        server.run_finished(&token, &conversation, &run).await["status"],
+        "completed"
+    );
+    let received = setup.api.received();
+    assert_eq!(received.len(), 1);
+    let body: Value = serde_json::from_str(&received[0].body).expect("json");
+    assert_eq!(
+        body,
+        json!({"asked": question, "conversation": conversation})
+    );
+}
+
+#[tokio::test]
+async fn skills_are_listed_and_read_on_demand() {
+    let dir = TempDir::new("toolgate-skills");
+    std::fs::create_dir_all(dir.0.join("invoices")).expect("skill folder");
+    std::fs::write(
+        dir.0.join("invoices/SKILL.md"),
+        "name: invoices\ndescription: How to chase unpaid invoices\n\nStep 1: be polite.\n",
+    )
+    .expect("skill");
+    let script = vec![
+        MockReply::ToolCalls(vec![call(
+            "call_skill",
+            "read_skill",
+            json!({"name": "invoices"}),
+        )]),
+        MockReply::Text("Be polite.".into()),
+    ];
+    let skills = dir.0.to_string_lossy().into_owned();
+    let setup = with_mock_model(script, &[("TOOLGATE_SKILLS_DIR", &skills)]).await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("skills").await;
+    let conversation = server.new_conversation(&token).await;
+    let run = start(
+        server,
+        &token,
+        &conversation,
+        json!("How do I chase an invoice?"),
+    )
+    .await;
+    assert_eq!(
+        server.run_finished(&token, &conversation, &run).await["status"],
+        "completed"
+    );
+    let requests = setup.llm.requests();
+    let system = system_blocks(&requests[0]).join("");
+    assert!(
+        system.contains("- invoices: How to chase unpaid invoices"),
+        "{system}"
+    );
+    assert!(
+        !system.contains("be polite"),
+        "the skill's body is read on demand only"
+    );
+    assert!(requests[0]["tools"].to_string().contains("read_skill"));
+    assert!(
+        requests[1]["messages"]
+            .to_string()
+            .contains("Step 1: be polite.")
+    );
 }
