@@ -12,9 +12,6 @@ RUN rustup target add wasm32-unknown-unknown \
 WORKDIR /src
 COPY . .
 
-# sqlx query macros read the committed .sqlx/ cache instead of a live database.
-ENV SQLX_OFFLINE=true
-
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     set -eux; \
