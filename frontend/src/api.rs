@@ -1,0 +1,231 @@
+//! Every call the web chat makes to the server: JSON over `fetch`, and the URL of the
+//! event stream. Nothing else in the app talks to the network.
+
+use std::collections::BTreeMap;
+
+use protocol::api::{
+    ClearedValues, Conversation, ConversationList, DevTokenRequest, DevTokenResponse, ErrorBody,
+    ErrorDetail, InputRequest, NewConversation, PendingRequests, SessionValues,
+    SubmitResponseResult,
+};
+use protocol::chat::{
+    ConversationDetail, MessageList, PostContent, PostMessage, PostMessageResponse, ServerInfo,
+    StreamToken,
+};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value, json};
+use uuid::Uuid;
+use wasm_bindgen::{JsCast, JsValue};
+use wasm_bindgen_futures::JsFuture;
+use web_sys::{Headers, RequestInit, Response};
+
+/// Why a call did not give its answer.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ApiError {
+    /// No answer at all: the server is down or the network is gone.
+    Network,
+    /// The server answered with an error status and (usually) our JSON error body.
+    Status { status: u16, detail: ErrorDetail },
+    /// A success status with a body we could not read.
+    Decode(String),
+}
+
+impl ApiError {
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            ApiError::Status { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    pub fn is_unauthorized(&self) -> bool {
+        self.status() == Some(401)
+    }
+
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            ApiError::Status { detail, .. } => Some(detail.code.as_str()),
+            _ => None,
+        }
+    }
+
+    /// Per-field messages of a 422 (or a 400 naming its fields).
+    pub fn fields(&self) -> BTreeMap<String, String> {
+        match self {
+            ApiError::Status { detail, .. } => detail.fields.clone().unwrap_or_default(),
+            _ => BTreeMap::new(),
+        }
+    }
+
+    /// A sentence for a person.
+    pub fn message(&self) -> String {
+        match self {
+            ApiError::Network => {
+                "Can't reach the server. Check your connection, then try again.".to_owned()
+            }
+            ApiError::Status { status: 503, .. } => {
+                "The server is up but can't work right now (its database is unavailable). Try again in a moment.".to_owned()
+            }
+            ApiError::Status { detail, .. } => detail.message.clone(),
+            ApiError::Decode(what) => format!("The server sent an answer this page can't read ({what})."),
+        }
+    }
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;
+
+async fn call<T: DeserializeOwned>(
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&impl Serialize>,
+) -> ApiResult<T> {
+    let text = call_text(method, path, token, body).await?;
+    let text = if text.trim().is_empty() {
+        "null"
+    } else {
+        &text
+    };
+    serde_json::from_str(text).map_err(|err| ApiError::Decode(err.to_string()))
+}
+
+async fn call_text(
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&impl Serialize>,
+) -> ApiResult<String> {
+    let window = web_sys::window().ok_or(ApiError::Network)?;
+    let headers = Headers::new().map_err(|_| ApiError::Network)?;
+    let _ = headers.set("Accept", "application/json");
+    if let Some(token) = token {
+        let _ = headers.set("Authorization", &format!("Bearer {token}"));
+    }
+    let init = RequestInit::new();
+    init.set_method(method);
+    if let Some(body) = body {
+        let text = serde_json::to_string(body).map_err(|err| ApiError::Decode(err.to_string()))?;
+        let _ = headers.set("Content-Type", "application/json");
+        init.set_body(&JsValue::from_str(&text));
+    }
+    init.set_headers(&headers);
+    let response: Response = JsFuture::from(window.fetch_with_str_and_init(path, &init))
+        .await
+        .map_err(|_| ApiError::Network)?
+        .dyn_into()
+        .map_err(|_| ApiError::Network)?;
+    let status = response.status();
+    let text = match response.text() {
+        Ok(promise) => JsFuture::from(promise)
+            .await
+            .map_err(|_| ApiError::Network)?
+            .as_string()
+            .unwrap_or_default(),
+        Err(_) => String::new(),
+    };
+    if (200..300).contains(&status) {
+        return Ok(text);
+    }
+    let detail = serde_json::from_str::<ErrorBody>(&text)
+        .map(|body| body.error)
+        .unwrap_or_else(|_| ErrorDetail {
+            code: format!("http_{status}"),
+            message: match status {
+                502..=504 => {
+                    "The server is not answering right now. Try again in a moment.".to_owned()
+                }
+                _ => format!("The server answered {status} {}", response.status_text()),
+            },
+            fields: None,
+        });
+    Err(ApiError::Status { status, detail })
+}
+
+const NO_BODY: Option<&()> = None;
+
+pub async fn server_info() -> ApiResult<ServerInfo> {
+    call("GET", "/api/info", None, NO_BODY).await
+}
+
+pub async fn dev_token(user_id: &str) -> ApiResult<DevTokenResponse> {
+    let body = DevTokenRequest {
+        user_id: user_id.to_owned(),
+    };
+    call("POST", "/api/dev/token", None, Some(&body)).await
+}
+
+pub async fn list_conversations(token: &str) -> ApiResult<Vec<Conversation>> {
+    let list: ConversationList = call("GET", "/api/conversations", Some(token), NO_BODY).await?;
+    Ok(list.conversations)
+}
+
+pub async fn create_conversation(token: &str, title: Option<String>) -> ApiResult<Conversation> {
+    let body = NewConversation { title };
+    call("POST", "/api/conversations", Some(token), Some(&body)).await
+}
+
+pub async fn conversation_detail(token: &str, id: Uuid) -> ApiResult<ConversationDetail> {
+    let path = format!("/api/conversations/{id}");
+    call("GET", &path, Some(token), NO_BODY).await
+}
+
+pub async fn list_messages(token: &str, id: Uuid) -> ApiResult<MessageList> {
+    let path = format!("/api/conversations/{id}/messages");
+    call("GET", &path, Some(token), NO_BODY).await
+}
+
+pub async fn post_message(token: &str, id: Uuid, text: &str) -> ApiResult<PostMessageResponse> {
+    let path = format!("/api/conversations/{id}/messages");
+    let body = PostMessage {
+        content: PostContent::Text(text.to_owned()),
+    };
+    call("POST", &path, Some(token), Some(&body)).await
+}
+
+pub async fn stream_token(token: &str, id: Uuid) -> ApiResult<StreamToken> {
+    let path = format!("/api/conversations/{id}/stream-token");
+    call("POST", &path, Some(token), NO_BODY).await
+}
+
+/// The event stream's address; `EventSource` sends no headers, so the short-lived
+/// stream token rides in the query.
+pub fn events_url(id: Uuid, stream_token: &str, after: i64) -> String {
+    let token = String::from(js_sys::encode_uri_component(stream_token));
+    format!("/api/conversations/{id}/events?token={token}&after={after}")
+}
+
+async fn action<T: DeserializeOwned>(token: &str, body: Value) -> ApiResult<T> {
+    call("POST", "/api/tool-user-input", Some(token), Some(&body)).await
+}
+
+pub async fn get_pending(token: &str, conversation_id: Uuid) -> ApiResult<Vec<InputRequest>> {
+    let body = json!({"action": "get_pending", "conversation_id": conversation_id});
+    let pending: PendingRequests = action(token, body).await?;
+    Ok(pending.requests)
+}
+
+pub async fn submit_response(
+    token: &str,
+    tool_call_id: &str,
+    user_inputs: Map<String, Value>,
+) -> ApiResult<SubmitResponseResult> {
+    let body = json!({"action": "submit_response", "tool_call_id": tool_call_id,
+        "user_inputs": user_inputs});
+    action(token, body).await
+}
+
+pub async fn cancel_request(token: &str, tool_call_id: &str) -> ApiResult<InputRequest> {
+    let body = json!({"action": "cancel_request", "tool_call_id": tool_call_id});
+    action(token, body).await
+}
+
+pub async fn get_session_values(token: &str, conversation_id: Uuid) -> ApiResult<SessionValues> {
+    let body = json!({"action": "get_session_values", "conversation_id": conversation_id});
+    action(token, body).await
+}
+
+pub async fn clear_session_values(token: &str, conversation_id: Uuid) -> ApiResult<ClearedValues> {
+    let body = json!({"action": "clear_session_values", "conversation_id": conversation_id});
+    action(token, body).await
+}

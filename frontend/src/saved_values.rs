@@ -1,0 +1,125 @@
+//! What the conversation remembers: the values tools may reuse without asking again,
+//! secrets masked, with a button to forget them.
+
+use leptos::prelude::*;
+use leptos::task::spawn_local;
+use protocol::api::{SavedScope, SavedValue};
+
+use crate::api;
+use crate::app::AppState;
+use crate::stream::ChatStore;
+use crate::util;
+
+#[component]
+pub fn SavedValuesPanel(store: ChatStore) -> impl IntoView {
+    let app = expect_context::<AppState>();
+    let values = RwSignal::new(Vec::<SavedValue>::new());
+    let error = RwSignal::new(None::<String>);
+    let status = RwSignal::new(None::<String>);
+    let clearing = RwSignal::new(false);
+
+    Effect::new(move |_| {
+        app.reload.track();
+        store.saved_version.track();
+        let Some(token) = app.token() else {
+            return;
+        };
+        spawn_local(async move {
+            match api::get_session_values(&token, store.id).await {
+                Ok(saved) => {
+                    values.set(saved.values);
+                    error.set(None);
+                }
+                Err(err) => {
+                    if !app.report(&err) && err.status() != Some(404) {
+                        error.set(Some(err.message()));
+                    }
+                }
+            }
+        });
+    });
+
+    let clear = move |_| {
+        let Some(token) = app.token() else {
+            return;
+        };
+        clearing.set(true);
+        status.set(None);
+        spawn_local(async move {
+            match api::clear_session_values(&token, store.id).await {
+                Ok(cleared) => {
+                    status.set(Some(match cleared.cleared {
+                        0 => "Nothing to forget.".to_owned(),
+                        1 => "Forgot 1 value.".to_owned(),
+                        n => format!("Forgot {n} values."),
+                    }));
+                    store.saved_version.update(|n| *n += 1);
+                }
+                Err(err) => {
+                    if !app.report(&err) {
+                        error.set(Some(err.message()));
+                    }
+                }
+            }
+            clearing.set(false);
+        });
+    };
+
+    let count = move || values.with(Vec::len);
+    view! {
+        <details class="saved-values" data-testid="saved-values">
+            <summary>
+                "Remembered values "
+                <span class="count" data-testid="saved-count">{count}</span>
+            </summary>
+            <div class="saved-body">
+                <p class="hint">
+                    "Tools reuse these instead of asking again. Secret values are never shown."
+                </p>
+                <Show
+                    when=move || { count() > 0 }
+                    fallback=|| {
+                        view! { <p class="hint" data-testid="saved-empty">"Nothing remembered yet."</p> }
+                    }
+                >
+                    <dl class="saved-list">
+                        <For
+                            each=move || values.get()
+                            key=|v| (v.name.clone(), v.scope == SavedScope::User, v.updated_at)
+                            let:saved
+                        >
+                            <div class="saved-row" data-testid="saved-value" data-name=saved.name.clone()>
+                                <dt>{saved.name.clone()}</dt>
+                                <dd>
+                                    <span class:secret=saved.is_secret data-testid="saved-text">
+                                        {if saved.is_secret {
+                                            protocol::fields::MASKED.to_owned()
+                                        } else {
+                                            util::plain(&saved.value)
+                                        }}
+                                    </span>
+                                    <span class="scope">
+                                        {match saved.scope {
+                                            SavedScope::Session => "this conversation",
+                                            SavedScope::User => "all your conversations",
+                                        }}
+                                    </span>
+                                </dd>
+                            </div>
+                        </For>
+                    </dl>
+                    <button
+                        type="button"
+                        data-testid="clear-saved"
+                        disabled=move || clearing.get()
+                        on:click=clear
+                    >
+                        "Forget remembered values"
+                    </button>
+                </Show>
+                <p class="field-error" role="alert">{move || error.get()}</p>
+                <p class="hint" role="status" data-testid="saved-status">{move || status.get()}</p>
+            </div>
+        </details>
+    }
+}
