@@ -1,0 +1,458 @@
+//! Cards made directly through the action API: every field type, several cards at once,
+//! the server's own field errors, expiry, and the remembered-values panel.
+
+use serde_json::{Value, json};
+
+use crate::webdriver::{Browser, ENTER};
+use crate::{Fixture, open_app, screenshot, sign_in, unique};
+
+fn call_id() -> String {
+    format!("call_{}", uuid::Uuid::new_v4().simple())
+}
+
+/// A request with one field of every type.
+fn every_type(conversation: &str, tool_call_id: &str) -> Value {
+    json!({
+        "action": "create_request",
+        "conversation_id": conversation,
+        "tool_name": "deploy_service",
+        "tool_call_id": tool_call_id,
+        "reason": "Deploying needs a few details only you know",
+        "save_for": "session",
+        "fields": [
+            {"name": "service", "label": "Service name", "type": "text", "placeholder": "billing-api",
+             "description": "As named in the service catalogue"},
+            {"name": "replicas", "label": "Replicas", "type": "number", "min": 1, "max": 10, "default": 3},
+            {"name": "region", "label": "Region", "type": "select", "default": "eu",
+             "options": [{"value": "eu", "label": "Europe"}, {"value": "us", "label": "United States"}]},
+            {"name": "canary", "label": "Canary first", "type": "boolean", "required": false},
+            {"name": "window", "label": "Maintenance date", "type": "date"},
+            {"name": "owner", "label": "Owner email", "type": "email", "save_for": "user"},
+            {"name": "runbook", "label": "Runbook URL", "type": "url", "required": false},
+            {"name": "notes", "label": "Notes", "type": "textarea", "required": false},
+            {"name": "api_key", "label": "API key", "type": "secret", "min": 8},
+            {"name": "checks", "label": "Checks", "type": "multiselect", "min": 1,
+             "options": ["smoke", "load", "security"]}
+        ]
+    })
+}
+
+fn simple(conversation: &str, tool_call_id: &str) -> Value {
+    json!({
+        "action": "create_request",
+        "conversation_id": conversation,
+        "tool_name": "quickbooks_profit_and_loss",
+        "tool_call_id": tool_call_id,
+        "reason": "QuickBooks API requests require your Company ID (Realm ID)",
+        "save_for_session": true,
+        "fields": [{"name": "quickbooks_realm_id", "label": "QuickBooks Company ID",
+            "type": "text", "validation": "^[0-9]{10,20}$"}]
+    })
+}
+
+/// Signs `user` in, makes a conversation with the given requests, and opens it.
+async fn open_with_requests(
+    fx: &Fixture,
+    b: &Browser,
+    requests: impl Fn(&str) -> Vec<Value>,
+) -> (String, String) {
+    let user = unique("cards");
+    let token = fx.server.token(&user).await;
+    let conversation = fx.server.new_conversation(&token).await;
+    for body in requests(&conversation) {
+        let (status, created) = fx.server.action(&token, body).await;
+        assert_eq!(status.as_u16(), 201, "{created}");
+    }
+    sign_in(b, &fx.base(), &user).await;
+    open_app(b, &format!("{}/#/c/{conversation}", fx.base())).await;
+    (token, conversation)
+}
+
+fn card(tool_call_id: &str) -> String {
+    format!("[data-testid=input-card][data-tool-call-id={tool_call_id}]")
+}
+
+#[tokio::test]
+async fn every_field_type_renders_labelled_with_defaults_and_cards_work_independently() {
+    let Some(fx) = Fixture::start("every_type").await else {
+        return;
+    };
+    let b = fx.browser().await;
+    let (big, small) = (call_id(), call_id());
+    let (token, conversation) =
+        open_with_requests(&fx, &b, |c| vec![every_type(c, &big), simple(c, &small)]).await;
+    let big_card = card(&big);
+    let small_card = card(&small);
+    b.wait_for(&format!("{big_card}[data-status=pending]"))
+        .await
+        .expect("big card");
+    b.wait_for(&format!("{small_card}[data-status=pending]"))
+        .await
+        .expect("small card");
+
+    // Each field: its control, and a label tied to it.
+    let kinds = b
+        .execute(
+            r#"const card = document.querySelector(arguments[0]);
+               const out = {};
+               for (const f of card.querySelectorAll('[data-testid=field]')) {
+                 const c = f.querySelector('input,select,textarea');
+                 const label = c.id ? document.querySelector(`label[for="${c.id}"]`) : null;
+                 out[f.dataset.field] = {
+                   tag: c.tagName.toLowerCase(), type: c.type || '', value: c.value,
+                   checked: !!c.checked, labelled: !!label, legend: !!f.querySelector('legend'),
+                   boxes: f.querySelectorAll('input[type=checkbox]').length };
+               }
+               return out;"#,
+            vec![json!(big_card)],
+        )
+        .await
+        .expect("fields");
+    let expect = [
+        ("service", "input", "text"),
+        ("replicas", "input", "number"),
+        ("region", "select", "select-one"),
+        ("canary", "input", "checkbox"),
+        ("window", "input", "date"),
+        ("owner", "input", "email"),
+        ("runbook", "input", "url"),
+        ("notes", "textarea", "textarea"),
+        ("api_key", "input", "password"),
+        ("checks", "input", "checkbox"),
+    ];
+    for (name, tag, kind) in expect {
+        let field = &kinds[name];
+        assert_eq!(field["tag"], tag, "{name}: {field}");
+        assert_eq!(field["type"], kind, "{name}: {field}");
+        if name == "checks" {
+            assert_eq!(field["legend"], true, "multiselect has a legend");
+            assert_eq!(field["boxes"], 3);
+        } else {
+            assert_eq!(field["labelled"], true, "{name} has a label: {field}");
+        }
+    }
+    assert_eq!(kinds["replicas"]["value"], "3", "default filled in");
+    assert_eq!(kinds["region"]["value"], "eu", "default chosen");
+    let text = b.text(&big_card).await.expect("card text");
+    assert!(text.contains("As named in the service catalogue"));
+    assert!(
+        text.contains("Remembered for all your conversations"),
+        "{text}"
+    );
+    assert!(text.contains("Remembered for this conversation"), "{text}");
+
+    // Type into the big card, then answer the small one: the big one keeps its text.
+    let service = b
+        .find(&format!("{big_card} [data-field=service] input"))
+        .await
+        .expect("service");
+    service.send_keys("billing-api").await.expect("type");
+    let realm = b.find(&format!("{small_card} input")).await.expect("realm");
+    realm.send_keys("1234567890").await.expect("type");
+    realm.send_keys(ENTER).await.expect("submit");
+    b.wait_for(&format!("{small_card}[data-status=completed]"))
+        .await
+        .expect("small completed");
+    assert_eq!(
+        b.count(&format!("{big_card}[data-status=pending]"))
+            .await
+            .expect("big"),
+        1
+    );
+    assert_eq!(
+        service.prop("value").await.expect("value"),
+        "billing-api",
+        "typing survives the other card's submit"
+    );
+
+    // Fill the rest of the big card.
+    let submit = b
+        .find(&format!("{big_card} [data-testid=card-submit]"))
+        .await
+        .expect("submit");
+    assert!(!submit.is_enabled().await.expect("enabled?"));
+    let field = |name: &str| format!("{big_card} [data-field={name}] input");
+    b.execute(
+        "const i = document.querySelector(arguments[0]); i.value = '2030-01-31'; i.dispatchEvent(new Event('input', {bubbles: true}));",
+        vec![json!(field("window"))],
+    )
+    .await
+    .expect("set date");
+    b.find(&field("owner"))
+        .await
+        .expect("owner")
+        .send_keys("not-an-email")
+        .await
+        .expect("type");
+    b.wait_until(
+        "the email message",
+        &format!(
+            "document.querySelector('{big_card} [data-field=owner] [data-testid=field-error]').innerText === 'Must be an email address'"
+        ),
+    )
+    .await
+    .expect("email message");
+    b.find(&field("owner"))
+        .await
+        .expect("owner")
+        .send_keys("\u{E009}a\u{E000}ops@example.com")
+        .await
+        .expect("retype");
+    b.find(&field("api_key"))
+        .await
+        .expect("key")
+        .send_keys("s3cret-value-42")
+        .await
+        .expect("type");
+    b.find(&format!(
+        "{big_card} [data-field=checks] input[value=smoke]"
+    ))
+    .await
+    .expect("smoke")
+    .click()
+    .await
+    .expect("tick");
+    b.find(&field("canary"))
+        .await
+        .expect("canary")
+        .click()
+        .await
+        .expect("tick");
+    b.wait_until(
+        "the big card to be valid",
+        &format!("!document.querySelector('{big_card} [data-testid=card-submit]').disabled"),
+    )
+    .await
+    .expect("valid");
+    submit.click().await.expect("submit");
+    let done = b
+        .wait_for(&format!("{big_card}[data-status=completed]"))
+        .await
+        .expect("big completed");
+    let summary = done.text().await.expect("summary");
+    assert!(summary.contains("billing-api"), "{summary}");
+    assert!(summary.contains("smoke"), "{summary}");
+    let page = b
+        .execute("return document.body.innerText", vec![])
+        .await
+        .expect("page");
+    assert!(
+        !page
+            .as_str()
+            .unwrap_or_default()
+            .contains("s3cret-value-42"),
+        "a secret is never shown back"
+    );
+
+    // What the server stored matches.
+    let (_, saved) = fx
+        .server
+        .action(
+            &token,
+            json!({"action": "get_session_values", "conversation_id": conversation}),
+        )
+        .await;
+    let names: Vec<&str> = saved["values"]
+        .as_array()
+        .expect("values")
+        .iter()
+        .filter_map(|v| v["name"].as_str())
+        .collect();
+    assert!(
+        names.contains(&"api_key") && names.contains(&"owner"),
+        "{saved}"
+    );
+    b.quit().await;
+}
+
+#[tokio::test]
+async fn server_field_errors_show_on_their_fields() {
+    let Some(fx) = Fixture::start("server_422").await else {
+        return;
+    };
+    let b = fx.browser().await;
+    let id = call_id();
+    open_with_requests(&fx, &b, |c| vec![simple(c, &id)]).await;
+    let input = b
+        .wait_for(&format!("{} input", card(&id)))
+        .await
+        .expect("card");
+    // The browser and the server share their rules, so only a server that changed its
+    // mind answers 422 to a value the card accepted: stand in for one, once.
+    b.execute(
+        r#"const real = window.fetch;
+           window.fetch = (url, init) => {
+             if (String(url).includes('/api/tool-user-input') && init && String(init.body).includes('submit_response')) {
+               window.fetch = real;
+               return Promise.resolve(new Response(JSON.stringify({error: {code: 'validation_failed',
+                 message: 'some values are not valid',
+                 fields: {quickbooks_realm_id: 'No QuickBooks company has this ID'}}}),
+                 {status: 422, headers: {'content-type': 'application/json'}}));
+             }
+             return real(url, init);
+           };"#,
+        vec![],
+    )
+    .await
+    .expect("stand-in");
+    input.send_keys("1234567890").await.expect("type");
+    input.send_keys(ENTER).await.expect("submit");
+    b.wait_until(
+        "the server's message on the field",
+        "document.querySelector('[data-testid=input-card] [data-testid=field-error]').innerText === 'No QuickBooks company has this ID'",
+    )
+    .await
+    .expect("server message");
+    let error = b
+        .find("[data-testid=card-error]")
+        .await
+        .expect("card error");
+    assert_eq!(
+        error.attr("role").await.expect("role").as_deref(),
+        Some("alert")
+    );
+    assert_eq!(
+        input.attr("aria-invalid").await.expect("aria").as_deref(),
+        Some("true")
+    );
+    let active = b.active().await.expect("focus");
+    assert_eq!(
+        active.attr("id").await.expect("id"),
+        input.attr("id").await.expect("id"),
+        "focus goes to the field with the error"
+    );
+    // Editing the field clears the server's message; the real server then accepts.
+    input
+        .send_keys("\u{E009}a\u{E000}9130346988354456")
+        .await
+        .expect("retype");
+    b.wait_until(
+        "the message to clear",
+        "document.querySelector('[data-testid=input-card] [data-testid=field-error]').innerText === ''",
+    )
+    .await
+    .expect("cleared");
+    input.send_keys(ENTER).await.expect("submit");
+    b.wait_for("[data-testid=input-card][data-status=completed]")
+        .await
+        .expect("completed");
+    b.quit().await;
+}
+
+#[tokio::test]
+async fn a_request_that_runs_out_of_time_while_shown_turns_expired() {
+    let Some(fx) = Fixture::start("expired").await else {
+        return;
+    };
+    let b = fx.browser().await;
+    let id = call_id();
+    open_with_requests(&fx, &b, |c| vec![simple(c, &id)]).await;
+    let pending = format!("{}[data-status=pending]", card(&id));
+    b.wait_for(&pending).await.expect("pending card");
+    // Its time runs out a few seconds from now, while the page is open.
+    let mut db = <sqlx::PgConnection as sqlx::Connection>::connect(&fx.server.database_url)
+        .await
+        .expect("db");
+    sqlx::query(
+        "update tool_user_input_requests set expires_at = now() + interval '2 seconds' where tool_call_id = $1",
+    )
+    .bind(&id)
+    .execute(&mut db)
+    .await
+    .expect("shorten");
+    b.refresh().await.expect("reload");
+    b.wait_for(&pending)
+        .await
+        .expect("still pending after the reload");
+    b.wait_for(&format!(
+        "{}[data-status=expired] [data-testid=card-expired]",
+        card(&id)
+    ))
+    .await
+    .expect("expired card");
+    assert_eq!(
+        b.count("[data-testid=card-submit]").await.expect("no form"),
+        0
+    );
+    b.quit().await;
+}
+
+#[tokio::test]
+async fn remembered_values_panel_masks_secrets_and_clears() {
+    let Some(fx) = Fixture::start("saved_values").await else {
+        return;
+    };
+    let b = fx.browser().await;
+    let id = call_id();
+    let (token, conversation) = open_with_requests(&fx, &b, |c| {
+        vec![json!({
+            "action": "create_request", "conversation_id": c, "tool_name": "post_webhook",
+            "tool_call_id": id, "reason": "Posting needs your webhook and its token",
+            "save_for": "session",
+            "fields": [{"name": "webhook_url", "label": "Webhook URL", "type": "url"},
+                       {"name": "webhook_token", "label": "Webhook token", "type": "secret"}]
+        })]
+    })
+    .await;
+    b.wait_for("[data-testid=input-card][data-status=pending]")
+        .await
+        .expect("card");
+    b.find("[data-field=webhook_url] input")
+        .await
+        .expect("url")
+        .send_keys("https://hooks.example.com/T1")
+        .await
+        .expect("type");
+    let secret = b
+        .find("[data-field=webhook_token] input")
+        .await
+        .expect("token");
+    secret.send_keys("tok-very-secret").await.expect("type");
+    secret.send_keys(ENTER).await.expect("submit");
+    b.wait_for("[data-testid=input-card][data-status=completed]")
+        .await
+        .expect("completed");
+
+    b.find("[data-testid=saved-values] summary")
+        .await
+        .expect("panel")
+        .click()
+        .await
+        .expect("open");
+    b.wait_until(
+        "two remembered values",
+        "document.querySelectorAll('[data-testid=saved-value]').length === 2",
+    )
+    .await
+    .expect("two values");
+    let panel = b
+        .text("[data-testid=saved-values]")
+        .await
+        .expect("panel text");
+    assert!(panel.contains("https://hooks.example.com/T1"), "{panel}");
+    assert!(panel.contains("••••••••"), "secret masked: {panel}");
+    assert!(!panel.contains("tok-very-secret"), "{panel}");
+    assert!(panel.contains("this conversation"), "{panel}");
+    screenshot(&b, "saved-values.png").await;
+
+    b.find("[data-testid=clear-saved]")
+        .await
+        .expect("clear")
+        .click()
+        .await
+        .expect("click clear");
+    b.wait_for("[data-testid=saved-empty]")
+        .await
+        .expect("nothing remembered");
+    let status = b.text("[data-testid=saved-status]").await.expect("status");
+    assert_eq!(status, "Forgot 2 values.");
+    let (_, saved) = fx
+        .server
+        .action(
+            &token,
+            json!({"action": "get_session_values", "conversation_id": conversation}),
+        )
+        .await;
+    assert_eq!(saved["values"], json!([]));
+    b.quit().await;
+}

@@ -1,0 +1,261 @@
+//! When things go wrong: a refused token, the server going away and coming back, a
+//! phone-sized screen, sign-in and sign-out.
+
+use serde_json::json;
+
+use crate::webdriver::ENTER;
+use crate::{Fixture, ask, new_conversation, open_app, screenshot, sign_in, start_server, unique};
+
+const PENDING_CARD: &str = "[data-testid=input-card][data-status=pending]";
+
+#[tokio::test]
+async fn sign_in_survives_a_reload_and_sign_out_forgets_it() {
+    let Some(fx) = Fixture::start("sign_in_out").await else {
+        return;
+    };
+    let b = fx.browser().await;
+    let user = unique("carol");
+    sign_in(&b, &fx.base(), &user).await;
+    assert_eq!(
+        b.text("[data-testid=signed-in-user]").await.expect("user"),
+        user
+    );
+    let kept = b
+        .execute("return localStorage.getItem('toolgate.session')", vec![])
+        .await
+        .expect("storage");
+    assert!(kept.as_str().unwrap_or_default().contains(&user));
+
+    b.refresh().await.expect("reload");
+    open_app(&b, &fx.base()).await;
+    b.wait_for("[data-testid=new-conversation]")
+        .await
+        .expect("still signed in");
+
+    b.find("[data-testid=sign-out]")
+        .await
+        .expect("sign out")
+        .click()
+        .await
+        .expect("click");
+    b.wait_for("[data-testid=user-name]")
+        .await
+        .expect("signed out");
+    let kept = b
+        .execute("return localStorage.getItem('toolgate.session')", vec![])
+        .await
+        .expect("storage");
+    assert!(kept.is_null(), "token forgotten: {kept}");
+    b.quit().await;
+}
+
+#[tokio::test]
+async fn an_expired_token_signs_out_plainly_and_signing_in_again_works() {
+    let Some(fx) = Fixture::start("expired_token").await else {
+        return;
+    };
+    let b = fx.browser().await;
+    open_app(&b, &fx.base()).await;
+    // A token that ran out a minute ago, which the page cannot know in advance.
+    let user = unique("dave");
+    let token = tests::sign_token(
+        &json!({"sub": user, "exp": tests::now() - 60, "iat": tests::now() - 3600}),
+        tests::JWT_SECRET,
+        jsonwebtoken::Algorithm::HS256,
+    );
+    b.execute(
+        "localStorage.setItem('toolgate.session', JSON.stringify({token: arguments[0], user_id: arguments[1]}))",
+        vec![json!(token), json!(user)],
+    )
+    .await
+    .expect("plant token");
+    b.refresh().await.expect("reload");
+    open_app(&b, &fx.base()).await;
+    let reason = b
+        .wait_for("[data-testid=signed-out-reason]")
+        .await
+        .expect("told why")
+        .text()
+        .await
+        .expect("text");
+    assert!(reason.contains("expired"), "{reason}");
+    sign_in(&b, &fx.base(), &user).await;
+    assert_eq!(
+        b.count("[data-testid=signed-out-reason]")
+            .await
+            .expect("gone"),
+        0
+    );
+    b.quit().await;
+}
+
+#[tokio::test]
+async fn server_down_is_shown_with_retry_and_the_stream_catches_up_after_a_restart() {
+    let Some(mut fx) = Fixture::start("server_down").await else {
+        return;
+    };
+    let b = fx.browser().await;
+    let user = unique("erin");
+    sign_in(&b, &fx.base(), &user).await;
+    new_conversation(&b).await;
+    ask(&b, "Get my P&L report for Q1 2025").await;
+    b.wait_for(PENDING_CARD).await.expect("card");
+    b.wait_for("[data-testid=stream-status][data-state=live]")
+        .await
+        .expect("stream live");
+    let url = b.current_url().await.expect("url");
+    let conversation = url.rsplit('/').next().expect("id").to_owned();
+
+    fx.server.terminate().await.expect("stop the server");
+    b.wait_for("[data-testid=stream-status][data-state=reconnecting]")
+        .await
+        .expect("stream reconnecting");
+    // Answering while the server is away says so, keeps the answer and offers a retry.
+    let input = b
+        .find("[data-testid=input-card] input")
+        .await
+        .expect("input");
+    input.send_keys("9130346988354456").await.expect("type");
+    input.send_keys(ENTER).await.expect("submit");
+    let banner = b
+        .wait_for("[data-testid=error-banner]")
+        .await
+        .expect("banner")
+        .text()
+        .await
+        .expect("text");
+    assert!(banner.contains("Can't reach the server"), "{banner}");
+    b.wait_for("[data-testid=retry]")
+        .await
+        .expect("retry button");
+    let card_error = b
+        .text("[data-testid=card-error]")
+        .await
+        .expect("card error");
+    assert!(card_error.contains("Not sent"), "{card_error}");
+    assert_eq!(b.count(PENDING_CARD).await.expect("still pending"), 1);
+
+    // Back on the same address. The answer arrives from elsewhere (another tab) while
+    // the page is still reconnecting: the stream must replay what it missed.
+    let database = fx.server.database_url.clone();
+    fx.server = start_server(fx.port, Some(database)).await;
+    let token = fx.server.token(&user).await;
+    let (_, pending) = fx
+        .server
+        .action(
+            &token,
+            json!({"action": "get_pending", "conversation_id": conversation}),
+        )
+        .await;
+    let tool_call_id = pending["requests"][0]["tool_call_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no pending request after the restart: {pending}"))
+        .to_owned();
+    let (status, body) = fx
+        .server
+        .action(
+            &token,
+            json!({"action": "submit_response", "tool_call_id": tool_call_id,
+                   "user_inputs": {"quickbooks_realm_id": "9130346988354456"}}),
+        )
+        .await;
+    assert_eq!(status.as_u16(), 200, "{body}");
+
+    b.wait_for("[data-testid=input-card][data-status=completed]")
+        .await
+        .expect("the card learns it was answered");
+    crate::wait_for_answer(&b, "net income").await;
+    b.wait_for("[data-testid=stream-status][data-state=live]")
+        .await
+        .expect("live again");
+    // The banner goes once the server answers again (by itself, or on Retry).
+    b.wait_until(
+        "the banner to go",
+        "(() => { const r = document.querySelector('[data-testid=retry]'); if (r) r.click(); \
+          return !document.querySelector('[data-testid=error-banner]'); })()",
+    )
+    .await
+    .expect("banner gone");
+    b.quit().await;
+}
+
+#[tokio::test]
+async fn works_at_375_pixels_wide() {
+    let Some(fx) = Fixture::start("narrow").await else {
+        return;
+    };
+    let b = fx.browser().await;
+    b.set_window_size(375, 812).await.expect("narrow window");
+    sign_in(&b, &fx.base(), &unique("frank")).await;
+    new_conversation(&b).await;
+    ask(&b, "Which customers do we have? Query the database.").await;
+    b.wait_for(PENDING_CARD).await.expect("card");
+    b.find("[data-field=database] select option[value=production]")
+        .await
+        .expect("option")
+        .click()
+        .await
+        .expect("choose");
+    b.wait_for("[data-field=production_reason] textarea")
+        .await
+        .expect("reason field");
+    let overflow = b
+        .execute(
+            "return [document.documentElement.scrollWidth, window.innerWidth]",
+            vec![],
+        )
+        .await
+        .expect("widths");
+    let (scroll, inner) = (
+        overflow[0].as_f64().unwrap_or(0.0),
+        overflow[1].as_f64().unwrap_or(0.0),
+    );
+    assert!(inner <= 400.0, "window is narrow: {inner}");
+    assert!(
+        scroll <= inner + 1.0,
+        "no sideways scrolling: {scroll} > {inner}"
+    );
+    let submit = b.find("[data-testid=card-submit]").await.expect("submit");
+    assert!(submit.is_displayed().await.expect("visible"));
+    screenshot(&b, "card-375.png").await;
+    b.quit().await;
+}
+
+#[tokio::test]
+async fn losing_the_network_is_shown_and_the_stream_comes_back_by_itself() {
+    let Some(fx) = Fixture::start("offline").await else {
+        return;
+    };
+    let b = fx.browser().await;
+    sign_in(&b, &fx.base(), &unique("gina")).await;
+    new_conversation(&b).await;
+    ask(&b, "Get my P&L report for Q1 2025").await;
+    b.wait_for(PENDING_CARD).await.expect("card");
+    b.wait_for("[data-testid=stream-status][data-state=live]")
+        .await
+        .expect("stream live");
+
+    b.set_offline(true).await.expect("cut the network");
+    b.wait_for("[data-testid=offline-banner]")
+        .await
+        .expect("offline banner");
+    b.set_offline(false).await.expect("restore the network");
+    b.wait_until(
+        "the offline banner to go",
+        "!document.querySelector('[data-testid=offline-banner]')",
+    )
+    .await
+    .expect("banner gone");
+    b.wait_for("[data-testid=stream-status][data-state=live]")
+        .await
+        .expect("live again");
+    // The card still answers and the run goes on.
+    let input = b
+        .find("[data-testid=input-card] input")
+        .await
+        .expect("input");
+    input.send_keys("9130346988354456").await.expect("type");
+    input.send_keys(ENTER).await.expect("submit");
+    crate::wait_for_answer(&b, "net income").await;
+    b.quit().await;
+}
