@@ -657,8 +657,8 @@ fn Composer(store: Option<ChatStore>) -> impl IntoView {
                 data-testid="composer-input"
                 node_ref=input
                 rows="2"
-                placeholder="Ask something… (Enter sends, Shift+Enter for a new line)"
-                aria-describedby="composer-status"
+                placeholder="Ask something…"
+                aria-describedby="composer-keys composer-status"
                 on:input=move |ev| text.set(event_target_value(&ev))
                 on:keydown=move |ev| {
                     if ev.key() == "Enter" && !ev.shift_key() && !ev.is_composing() {
@@ -678,6 +678,7 @@ fn Composer(store: Option<ChatStore>) -> impl IntoView {
             <p id="composer-status" class="composer-status" aria-live="polite">
                 <span class="field-error" data-testid="composer-error">{move || error.get()}</span>
                 <span class="hint">{busy_hint}</span>
+                <span id="composer-keys" class="hint keys">"Enter sends · Shift+Enter for a new line"</span>
             </p>
         </form>
     }

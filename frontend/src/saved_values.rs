@@ -66,10 +66,25 @@ pub fn SavedValuesPanel(store: ChatStore) -> impl IntoView {
     };
 
     let count = move || values.with(Vec::len);
+    // A field's label, when a card of this conversation named it.
+    let label = move |name: &str| {
+        store
+            .requests
+            .with(|requests| {
+                requests
+                    .iter()
+                    .flat_map(|r| r.fields.iter())
+                    .find(|f| f.name == name)
+                    .map(|f| f.label().to_owned())
+            })
+            .unwrap_or_else(|| name.to_owned())
+    };
     view! {
         <details class="saved-values" data-testid="saved-values">
             <summary>
-                "Remembered values "
+                "Remembered"
+                <span class="wide-only">" values"</span>
+                " "
                 <span class="count" data-testid="saved-count">{count}</span>
             </summary>
             <div class="saved-body">
@@ -89,7 +104,7 @@ pub fn SavedValuesPanel(store: ChatStore) -> impl IntoView {
                             let:saved
                         >
                             <div class="saved-row" data-testid="saved-value" data-name=saved.name.clone()>
-                                <dt>{saved.name.clone()}</dt>
+                                <dt title=saved.name.clone()>{label(&saved.name)}</dt>
                                 <dd>
                                     <span class:secret=saved.is_secret data-testid="saved-text">
                                         {if saved.is_secret {
