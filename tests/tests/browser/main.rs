@@ -40,7 +40,10 @@ fn tools_or_skip(test: &str) -> Option<Tools> {
             panic!("CI is set but chromium and chromedriver are not installed")
         }
         None => {
-            eprintln!(
+            // Straight to stderr: libtest hides what `eprintln!` prints in a passing test.
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
                 "SKIPPED {test}: chromium and chromedriver are not installed \
                  (apt-get install chromium chromium-driver, or run scripts/test.sh)"
             );
@@ -64,6 +67,14 @@ fn web_dir() -> PathBuf {
 /// mode, with the QuickBooks stand-in on its own address. `database` reuses a database
 /// (a restart); otherwise the server gets a fresh one.
 pub async fn start_server(port: u16, database: Option<String>) -> TestServer {
+    start_server_with(port, database, |options| options).await
+}
+
+pub async fn start_server_with(
+    port: u16,
+    database: Option<String>,
+    adjust: impl FnOnce(ServerOptions) -> ServerOptions,
+) -> TestServer {
     let base = format!("http://127.0.0.1:{port}");
     let mut options = ServerOptions::default()
         .env("TOOLGATE_WEB_DIR", &web_dir().to_string_lossy())
@@ -77,7 +88,7 @@ pub async fn start_server(port: u16, database: Option<String>) -> TestServer {
         .env("QUICKBOOKS_BASE_URL", &format!("{base}/demo/quickbooks"))
         .env("QUICKBOOKS_ACCESS_TOKEN", "demo-token");
     options.database_url = database;
-    TestServer::start_on(options, port).await
+    TestServer::start_on(adjust(options), port).await
 }
 
 /// A server and the means to open browsers on it.
@@ -91,10 +102,18 @@ pub struct Fixture {
 impl Fixture {
     /// `None` when the test is to be skipped.
     pub async fn start(test: &str) -> Option<Fixture> {
+        Self::start_with(test, |options| options).await
+    }
+
+    /// With the server's settings changed by `adjust`.
+    pub async fn start_with(
+        test: &str,
+        adjust: impl FnOnce(ServerOptions) -> ServerOptions,
+    ) -> Option<Fixture> {
         let tools = tools_or_skip(test)?;
         let turn = ONE_AT_A_TIME.acquire().await.expect("semaphore");
         let port = tests::free_port().expect("free port");
-        let server = start_server(port, None).await;
+        let server = start_server_with(port, None, adjust).await;
         Some(Fixture {
             server,
             port,

@@ -259,3 +259,90 @@ async fn losing_the_network_is_shown_and_the_stream_comes_back_by_itself() {
     crate::wait_for_answer(&b, "net income").await;
     b.quit().await;
 }
+
+#[tokio::test]
+async fn without_dev_sign_in_the_page_explains_tokens_and_accepts_a_pasted_one() {
+    let Some(fx) = Fixture::start_with("no_dev_auth", |o| o.without("TOOLGATE_DEV_AUTH")).await
+    else {
+        return;
+    };
+    let b = fx.browser().await;
+    open_app(&b, &fx.base()).await;
+    let explanation = b
+        .wait_for("[data-testid=token-explanation]")
+        .await
+        .expect("explanation")
+        .text()
+        .await
+        .expect("text");
+    assert!(explanation.contains("JWT"), "{explanation}");
+    assert_eq!(
+        b.count("[data-testid=user-name]").await.expect("no form"),
+        0
+    );
+
+    let field = b
+        .wait_for("[data-testid=token-input]")
+        .await
+        .expect("token field");
+    field.send_keys("not-a-token").await.expect("type");
+    b.find("[data-testid=token-sign-in] button[type=submit]")
+        .await
+        .expect("button")
+        .click()
+        .await
+        .expect("click");
+    b.wait_until(
+        "the token problem",
+        "document.querySelector('#token-error').innerText.includes('three parts')",
+    )
+    .await
+    .expect("told what is wrong");
+
+    let user = unique("hana");
+    let wrong = tests::sign_token(
+        &json!({"sub": user, "exp": tests::now() + 3600}),
+        "another-secret-that-is-long-enough-0123456789",
+        jsonwebtoken::Algorithm::HS256,
+    );
+    field
+        .send_keys(&format!("\u{E009}a\u{E000}{wrong}"))
+        .await
+        .expect("paste");
+    b.find("[data-testid=token-sign-in] button[type=submit]")
+        .await
+        .expect("button")
+        .click()
+        .await
+        .expect("click");
+    b.wait_until(
+        "the refusal",
+        "document.querySelector('#token-error').innerText.includes('refused')",
+    )
+    .await
+    .expect("refused");
+
+    let good = tests::sign_token(
+        &json!({"sub": user, "exp": tests::now() + 3600}),
+        tests::JWT_SECRET,
+        jsonwebtoken::Algorithm::HS256,
+    );
+    field
+        .send_keys(&format!("\u{E009}a\u{E000}{good}"))
+        .await
+        .expect("paste");
+    b.find("[data-testid=token-sign-in] button[type=submit]")
+        .await
+        .expect("button")
+        .click()
+        .await
+        .expect("click");
+    b.wait_for("[data-testid=new-conversation]")
+        .await
+        .expect("signed in with the token");
+    assert_eq!(
+        b.text("[data-testid=signed-in-user]").await.expect("user"),
+        user
+    );
+    b.quit().await;
+}

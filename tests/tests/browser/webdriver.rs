@@ -32,13 +32,15 @@ impl Tools {
     /// `CHROMIUM` / `CHROMEDRIVER`, else `chromium` (or `chromium-browser`) and
     /// `chromedriver` on the PATH.
     pub fn find() -> Option<Tools> {
-        let chromium = std::env::var_os("CHROMIUM")
-            .map(PathBuf::from)
-            .or_else(|| on_path("chromium"))
-            .or_else(|| on_path("chromium-browser"))?;
-        let chromedriver = std::env::var_os("CHROMEDRIVER")
-            .map(PathBuf::from)
-            .or_else(|| on_path("chromedriver"))?;
+        let chosen = |name: &str| std::env::var_os(name).map(PathBuf::from);
+        let chromium = match chosen("CHROMIUM") {
+            Some(path) => path,
+            None => on_path("chromium").or_else(|| on_path("chromium-browser"))?,
+        };
+        let chromedriver = chosen("CHROMEDRIVER").or_else(|| on_path("chromedriver"))?;
+        if !chromium.is_file() || !chromedriver.is_file() {
+            return None;
+        }
         Some(Tools {
             chromium,
             chromedriver,
