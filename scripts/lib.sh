@@ -558,3 +558,33 @@ demo_reader_url() {
     esac
     printf '%s://toolgate_demo_reader:demo-reader@%s\n' "$scheme" "$rest"
 }
+
+# ---------------------------------------------------------------------------
+# Benchmarks
+
+# ensure_pgbench: exports PGBENCH, installing Debian's postgresql-contrib when no
+# pgbench is found on PATH or beside the server binaries.
+ensure_pgbench() {
+    step "checking pgbench"
+    local found="" dir
+    if found="$(command -v pgbench 2>/dev/null)"; then
+        :
+    else
+        found=""
+        for dir in $(_pg_bin_dirs); do
+            if [ -x "$dir/pgbench" ]; then
+                found="$dir/pgbench"
+                break
+            fi
+        done
+    fi
+    if [ -z "$found" ]; then
+        note "installing postgresql-contrib (pgbench)"
+        apt_install postgresql-contrib
+        found="$(command -v pgbench 2>/dev/null || ls /usr/lib/postgresql/*/bin/pgbench 2>/dev/null | tail -n 1)"
+    fi
+    [ -n "$found" ] || die "pgbench not found; install postgresql-contrib"
+    note "$found"
+    PGBENCH="$found"
+    export PGBENCH
+}

@@ -11,7 +11,7 @@ pub mod skills;
 pub mod tokens;
 
 pub use run_loop::{
-    RequestResolution, StartedRun, fail_abandoned_runs, resolve_request, start_run,
+    RequestResolution, StartedRun, fail_abandoned_runs, prepare_request, resolve_request, start_run,
 };
 
 use std::sync::Arc;

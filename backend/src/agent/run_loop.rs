@@ -220,6 +220,29 @@ fn tool_specs(state: &AppState) -> Vec<ToolSpec> {
         .collect()
 }
 
+/// One step's model request, everything but the model call: the stored history, the
+/// available tools, and the middleware's `before_model` hooks.
+pub async fn prepare_request(
+    state: &AppState,
+    run: &RunContext,
+    stored: &[Message],
+) -> Result<ModelRequest> {
+    let ctx = Ctx {
+        run,
+        state,
+        provider: state.agent.provider.as_ref(),
+    };
+    let mut request = ModelRequest {
+        model: state.agent.default_model(),
+        system: vec![SYSTEM_PROMPT.to_owned()],
+        messages: context_messages(stored),
+        tools: tool_specs(state),
+        purpose: Purpose::Chat,
+    };
+    state.agent.chain.before_model(&ctx, &mut request).await?;
+    Ok(request)
+}
+
 async fn drive(state: &AppState, user_id: &str, run_id: Uuid) -> Result<()> {
     loop {
         let mut tx = db::begin_as_user(&state.db, user_id).await?;
@@ -249,19 +272,12 @@ async fn drive(state: &AppState, user_id: &str, run_id: Uuid) -> Result<()> {
             step: run.step,
             original_user_request: original,
         };
+        let request = prepare_request(state, &run_context, &stored).await?;
         let ctx = Ctx {
             run: &run_context,
             state,
             provider: state.agent.provider.as_ref(),
         };
-        let mut request = ModelRequest {
-            model: state.agent.default_model(),
-            system: vec![SYSTEM_PROMPT.to_owned()],
-            messages: context_messages(&stored),
-            tools: tool_specs(state),
-            purpose: Purpose::Chat,
-        };
-        state.agent.chain.before_model(&ctx, &mut request).await?;
 
         let mut tx = db::begin_as_user(&state.db, user_id).await?;
         runs::renew_lease(&mut tx, run_id, lease(state), Some(&request.model)).await?;

@@ -97,7 +97,8 @@ impl JwtKeys {
 
     fn subject(claims: Claims) -> Result<String, Error> {
         let sub = claims.sub;
-        if sub.trim().is_empty() || sub.len() > MAX_USER_ID_LEN {
+        if sub.trim().is_empty() || sub.len() > MAX_USER_ID_LEN || sub.chars().any(char::is_control)
+        {
             return Err(Error::Unauthorized(
                 "token subject is empty or too long".into(),
             ));

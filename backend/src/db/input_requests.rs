@@ -51,15 +51,17 @@ pub struct NewInputRequest<'a> {
     pub original_user_request: Option<&'a str>,
 }
 
+/// Stores a request if its conversation is visible to the caller; `None` otherwise.
 pub async fn insert(
     conn: &mut PgConnection,
     new: NewInputRequest<'_>,
-) -> sqlx::Result<InputRequestRow> {
+) -> sqlx::Result<Option<InputRequestRow>> {
     sqlx::query_as::<_, InputRequestRow>(&format!(
         "insert into tool_user_input_requests
              (id, user_id, conversation_id, run_id, tool_name, tool_call_id, tool_args,
               reason, required_fields, save_for, expires_at, origin, original_user_request)
-         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+         select $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13
+         where exists (select 1 from conversations where id = $3)
          returning {COLUMNS}"
     ))
     .bind(Uuid::new_v4())
@@ -75,7 +77,7 @@ pub async fn insert(
     .bind(new.expires_at)
     .bind(new.origin)
     .bind(new.original_user_request)
-    .fetch_one(conn)
+    .fetch_optional(conn)
     .await
 }
 

@@ -40,14 +40,16 @@ pub async fn upsert(
     Ok(())
 }
 
-/// The conversation's values followed by the user-wide ones.
+/// The conversation's values followed by the user-wide ones; nothing at all when the
+/// conversation is not the caller's.
 pub async fn list_for_conversation(
     conn: &mut PgConnection,
     conversation_id: Uuid,
 ) -> sqlx::Result<Vec<SavedInputRow>> {
     sqlx::query_as::<_, SavedInputRow>(
         "select conversation_id, name, value, is_secret, updated_at from saved_tool_inputs
-         where conversation_id = $1 or conversation_id is null
+         where (conversation_id = $1 or conversation_id is null)
+           and exists (select 1 from conversations where id = $1)
          order by conversation_id nulls last, name",
     )
     .bind(conversation_id)

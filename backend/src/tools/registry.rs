@@ -228,9 +228,16 @@ fn build(entry: ToolEntry) -> anyhow::Result<Tool> {
             }
             Runner::Sql(SqlTool::new(sql, options).map_err(anyhow::Error::msg)?)
         }
+        ("calculator", None, None) => {
+            if !known.contains("expression") {
+                bail!("a calculator tool needs an `expression` argument");
+            }
+            Runner::Calculator
+        }
         ("http", _, _) => bail!("an http tool needs an [http] table and nothing else"),
         ("sql", _, _) => bail!("a sql tool needs a [sql] table and nothing else"),
-        (other, _, _) => bail!("unknown kind `{other}`; expected http or sql"),
+        ("calculator", _, _) => bail!("a calculator tool takes no [http] or [sql] table"),
+        (other, _, _) => bail!("unknown kind `{other}`; expected http, sql or calculator"),
     };
     Ok(Tool {
         name: entry.name,

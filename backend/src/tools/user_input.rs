@@ -175,9 +175,8 @@ pub async fn insert_request(
     fields: &[FieldSpec],
     save_for: SaveFor,
 ) -> Result<InputRequestRow> {
-    ensure_conversation(conn, conversation_id).await?;
     let ttl = chrono::Duration::from_std(ctx.ttl).unwrap_or(chrono::Duration::hours(24));
-    input_requests::insert(
+    let inserted = input_requests::insert(
         conn,
         NewInputRequest {
             user_id: ctx.user_id,
@@ -200,7 +199,9 @@ pub async fn insert_request(
             "duplicate_tool_call_id",
             format!("a request for tool call `{tool_call_id}` already exists"),
         )
-    })
+    })?;
+    // The insert only happens when the conversation is the caller's.
+    inserted.ok_or(Error::NotFound("conversation"))
 }
 
 fn not_pending(row: &InputRequestRow) -> Error {
@@ -276,8 +277,13 @@ pub async fn get_pending(
     conn: &mut PgConnection,
     conversation_id: Uuid,
 ) -> Result<Vec<InputRequestRow>> {
-    ensure_conversation(conn, conversation_id).await?;
-    Ok(input_requests::list_pending(conn, conversation_id).await?)
+    // One round trip in the common case; only an empty answer needs to tell
+    // "none pending" from "not your conversation".
+    let rows = input_requests::list_pending(conn, conversation_id).await?;
+    if rows.is_empty() {
+        ensure_conversation(conn, conversation_id).await?;
+    }
+    Ok(rows)
 }
 
 /// The values remembered for the conversation and the user-wide ones, secrets masked.
@@ -285,8 +291,10 @@ pub async fn get_session_values(
     conn: &mut PgConnection,
     conversation_id: Uuid,
 ) -> Result<Vec<SavedValue>> {
-    ensure_conversation(conn, conversation_id).await?;
     let rows = saved_inputs::list_for_conversation(conn, conversation_id).await?;
+    if rows.is_empty() {
+        ensure_conversation(conn, conversation_id).await?;
+    }
     Ok(rows
         .into_iter()
         .map(|row| SavedValue {
