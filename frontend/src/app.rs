@@ -42,6 +42,8 @@ pub struct Notice {
     pub message: String,
 }
 
+const EXPIRED: &str = "Your session has expired or was refused by the server. You are signed out; sign in again to continue.";
+
 /// State every component can reach through the context.
 #[derive(Clone, Copy)]
 pub struct AppState {
@@ -64,11 +66,16 @@ impl AppState {
         let online = web_sys::window()
             .map(|w| w.navigator().on_line())
             .unwrap_or(true);
+        let (session, reason) = match auth::load_session() {
+            auth::Stored::Session(session) => (Some(session), None),
+            auth::Stored::Expired => (None, Some(EXPIRED.to_owned())),
+            auth::Stored::Nothing => (None, None),
+        };
         AppState {
-            session: RwSignal::new(auth::load_session()),
+            session: RwSignal::new(session),
             info: RwSignal::new(InfoState::Loading),
             notice: RwSignal::new(None),
-            signed_out_reason: RwSignal::new(None),
+            signed_out_reason: RwSignal::new(reason),
             reload: RwSignal::new(0),
             online: RwSignal::new(online),
             now_ms: RwSignal::new(util::now_ms()),
@@ -103,9 +110,7 @@ impl AppState {
         if self.session.with_untracked(Option::is_none) {
             return;
         }
-        self.signed_out_reason.set(Some(
-            "Your session has expired or was refused by the server. You are signed out; sign in again to continue.".into(),
-        ));
+        self.signed_out_reason.set(Some(EXPIRED.to_owned()));
         auth::clear_session();
         self.conversations.set(Vec::new());
         self.session.set(None);

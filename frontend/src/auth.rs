@@ -32,11 +32,29 @@ fn storage() -> Option<web_sys::Storage> {
     web_sys::window()?.local_storage().ok().flatten()
 }
 
-/// The session kept by an earlier visit, unless its token has run out.
-pub fn load_session() -> Option<Session> {
-    let text = storage()?.get_item(STORAGE_KEY).ok().flatten()?;
-    let session: Session = serde_json::from_str(&text).ok()?;
-    (!session.expired()).then_some(session)
+/// What an earlier visit left in this browser.
+pub enum Stored {
+    Nothing,
+    Session(Session),
+    /// A session whose token has run out since; it is forgotten.
+    Expired,
+}
+
+pub fn load_session() -> Stored {
+    let Some(text) = storage().and_then(|s| s.get_item(STORAGE_KEY).ok().flatten()) else {
+        return Stored::Nothing;
+    };
+    match serde_json::from_str::<Session>(&text) {
+        Ok(session) if !session.expired() => Stored::Session(session),
+        Ok(_) => {
+            clear_session();
+            Stored::Expired
+        }
+        Err(_) => {
+            clear_session();
+            Stored::Nothing
+        }
+    }
 }
 
 pub fn save_session(session: &Session) {

@@ -79,6 +79,19 @@ async fn an_expired_token_signs_out_plainly_and_signing_in_again_works() {
         .await
         .expect("text");
     assert!(reason.contains("expired"), "{reason}");
+
+    // A session this browser knows has run out is not even tried.
+    b.execute(
+        "localStorage.setItem('toolgate.session', JSON.stringify({token: 'x.y.z', user_id: arguments[0], expires_at_ms: Date.now() - 1000}))",
+        vec![json!(user)],
+    )
+    .await
+    .expect("plant session");
+    b.refresh().await.expect("reload");
+    open_app(&b, &fx.base()).await;
+    b.wait_for("[data-testid=signed-out-reason]")
+        .await
+        .expect("told why again");
     sign_in(&b, &fx.base(), &user).await;
     assert_eq!(
         b.count("[data-testid=signed-out-reason]")
