@@ -1,6 +1,8 @@
 //! The chat with the offline model: the P&L card, remembered values, reload, cancel,
 //! the database card with its select and conditional field, and two users.
 
+use serde_json::json;
+
 use crate::webdriver::{ENTER, ESCAPE};
 use crate::{
     Fixture, ask, new_conversation, open_app, screenshot, sign_in, unique, wait_for_answer,
@@ -77,12 +79,17 @@ async fn pnl_card_validates_as_you_type_then_completes_and_the_answer_streams_in
     assert!(field_text.contains("Find this in your QuickBooks URL"));
     assert!(field_text.contains("Remembered for this conversation"));
 
-    // Focus went to the empty field when the card appeared: keyboard only from here.
+    // Focus goes to the empty field when the card appears: keyboard only from here.
+    b.wait_until(
+        "the focus in the card's field",
+        &format!(
+            "document.activeElement && document.activeElement.id === {}",
+            json!(id)
+        ),
+    )
+    .await
+    .expect("focused");
     let active = b.active().await.expect("focused element");
-    assert_eq!(
-        active.attr("id").await.expect("id").as_deref(),
-        Some(id.as_str())
-    );
     active.send_keys("12ab").await.expect("type");
     b.wait_until(
         "the validation message",
