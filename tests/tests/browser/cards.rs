@@ -360,7 +360,7 @@ async fn a_request_that_runs_out_of_time_while_shown_turns_expired() {
     .execute(&mut db)
     .await
     .expect("shorten");
-    b.refresh().await.expect("reload");
+    crate::reload(&b).await;
     b.wait_for(&pending)
         .await
         .expect("still pending after the reload");

@@ -5,7 +5,7 @@ use serde_json::json;
 
 use crate::webdriver::{ENTER, ESCAPE};
 use crate::{
-    Fixture, ask, new_conversation, open_app, screenshot, sign_in, unique, wait_for_answer,
+    Fixture, ask, new_conversation, open_app, reload, screenshot, sign_in, unique, wait_for_answer,
     wait_idle,
 };
 
@@ -215,8 +215,7 @@ async fn a_pending_card_comes_back_after_a_reload_and_answering_it_resumes_the_r
         "the address names the conversation: {url}"
     );
 
-    b.refresh().await.expect("reload");
-    open_app(&b, &url).await;
+    reload(&b).await;
     let input = b.wait_for(REALM_INPUT).await.expect("card after reload");
     input.send_keys("9130346988354456").await.expect("type");
     input.send_keys(ENTER).await.expect("submit");
@@ -418,7 +417,7 @@ async fn two_users_never_see_each_others_conversations_or_cards() {
 
     // Each list holds only its owner's conversation.
     for (browser, own, other) in [(&alice, "alice", "bob"), (&bob, "bob", "alice")] {
-        browser.refresh().await.expect("reload");
+        reload(browser).await;
         browser
             .wait_until(
                 "the conversation list",

@@ -143,6 +143,16 @@ pub fn unique(prefix: &str) -> String {
 /// Opens the app and waits until it has mounted (clicks before that are lost).
 pub async fn open_app(browser: &Browser, url: &str) {
     browser.goto(url).await.expect("open the app");
+    wait_mounted(browser).await;
+}
+
+/// Reloads the page and waits until the app has mounted again.
+pub async fn reload(browser: &Browser) {
+    browser.refresh().await.expect("reload");
+    wait_mounted(browser).await;
+}
+
+async fn wait_mounted(browser: &Browser) {
     browser
         .wait_until(
             "the app to mount",

@@ -4,7 +4,9 @@
 use serde_json::json;
 
 use crate::webdriver::ENTER;
-use crate::{Fixture, ask, new_conversation, open_app, screenshot, sign_in, start_server, unique};
+use crate::{
+    Fixture, ask, new_conversation, open_app, reload, screenshot, sign_in, start_server, unique,
+};
 
 const PENDING_CARD: &str = "[data-testid=input-card][data-status=pending]";
 
@@ -26,8 +28,7 @@ async fn sign_in_survives_a_reload_and_sign_out_forgets_it() {
         .expect("storage");
     assert!(kept.as_str().unwrap_or_default().contains(&user));
 
-    b.refresh().await.expect("reload");
-    open_app(&b, &fx.base()).await;
+    reload(&b).await;
     b.wait_for("[data-testid=new-conversation]")
         .await
         .expect("still signed in");
@@ -56,10 +57,11 @@ async fn an_expired_token_signs_out_plainly_and_signing_in_again_works() {
     };
     let b = fx.browser().await;
     open_app(&b, &fx.base()).await;
-    // A token that ran out a minute ago, which the page cannot know in advance.
+    // A token that ran out ten minutes ago (well past any clock leeway), which the page
+    // cannot know in advance.
     let user = unique("dave");
     let token = tests::sign_token(
-        &json!({"sub": user, "exp": tests::now() - 60, "iat": tests::now() - 3600}),
+        &json!({"sub": user, "exp": tests::now() - 600, "iat": tests::now() - 3600}),
         tests::JWT_SECRET,
         jsonwebtoken::Algorithm::HS256,
     );
@@ -69,8 +71,7 @@ async fn an_expired_token_signs_out_plainly_and_signing_in_again_works() {
     )
     .await
     .expect("plant token");
-    b.refresh().await.expect("reload");
-    open_app(&b, &fx.base()).await;
+    reload(&b).await;
     let reason = b
         .wait_for("[data-testid=signed-out-reason]")
         .await
@@ -87,8 +88,7 @@ async fn an_expired_token_signs_out_plainly_and_signing_in_again_works() {
     )
     .await
     .expect("plant session");
-    b.refresh().await.expect("reload");
-    open_app(&b, &fx.base()).await;
+    reload(&b).await;
     b.wait_for("[data-testid=signed-out-reason]")
         .await
         .expect("told why again");
