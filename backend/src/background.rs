@@ -14,11 +14,14 @@ const SWEEP_EVERY: Duration = Duration::from_secs(5);
 pub async fn sweep_once(state: &AppState) -> anyhow::Result<(usize, usize)> {
     let mut tx = db::begin_background(&state.db).await?;
     let expired = input_requests::expire_overdue(&mut tx).await?;
+    for row in &expired {
+        agent::announce_resolved(&mut tx, row).await?;
+    }
     tx.commit().await?;
     if !expired.is_empty() {
         tracing::info!(count = expired.len(), "expired pending input requests");
     }
-    for row in &expired {
+    for row in expired.iter().filter(|row| row.run_id.is_some()) {
         let owner = row.user_id.clone();
         if let Err(err) =
             agent::resolve_request(state, &owner, row, RequestResolution::Expired).await

@@ -388,6 +388,7 @@ impl TestServer {
         let status = tokio::time::timeout(Duration::from_secs(15), self.child.wait())
             .await
             .context("server did not stop within 15 s of SIGTERM")??;
+        self.log.drained().await;
         Ok(status)
     }
 

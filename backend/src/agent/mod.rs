@@ -11,7 +11,8 @@ pub mod skills;
 pub mod tokens;
 
 pub use run_loop::{
-    RequestResolution, StartedRun, fail_abandoned_runs, prepare_request, resolve_request, start_run,
+    RequestResolution, StartedRun, announce_resolved, fail_abandoned_runs, prepare_request,
+    resolve_request, start_run,
 };
 
 use std::sync::Arc;

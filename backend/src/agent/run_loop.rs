@@ -547,30 +547,27 @@ async fn record_tool_result(
     Ok(())
 }
 
-/// Records how an input request was settled, and resumes its run when it was the last
-/// one the run waited for. The run row is locked first, so two requests of one run
-/// settled at once cannot both think the other is still open.
+/// The `input_resolved` event, written in the transaction that settles the request.
+pub async fn announce_resolved(conn: &mut PgConnection, row: &InputRequestRow) -> Result<()> {
+    let kind = EventKind::InputResolved {
+        request: row.to_api(),
+    };
+    emit(conn, row.conversation_id, &row.user_id, row.run_id, kind).await
+}
+
+/// Gives the run of a settled input request its tool result, and resumes the run when
+/// that was the last request it waited for. The run row is locked first, so two
+/// requests of one run settled at once cannot both think the other is still open.
 pub async fn resolve_request(
     state: &AppState,
     user_id: &str,
     row: &InputRequestRow,
     resolution: RequestResolution,
 ) -> Result<()> {
-    let mut tx = db::begin_as_user(&state.db, user_id).await?;
-    emit(
-        &mut tx,
-        row.conversation_id,
-        user_id,
-        row.run_id,
-        EventKind::InputResolved {
-            request: row.to_api(),
-        },
-    )
-    .await?;
     let Some(run_id) = row.run_id else {
-        tx.commit().await?;
         return Ok(());
     };
+    let mut tx = db::begin_as_user(&state.db, user_id).await?;
     let Some(run) = runs::find_for_update(&mut tx, run_id).await? else {
         tx.commit().await?;
         return Ok(());

@@ -7,7 +7,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use protocol::api::{
     ClearedValues, ConversationParams, CreateRequestParams, InputRequest, PendingRequests,
-    SessionValues, SubmitResponseParams, SubmitResponseResult, ToolCallParams, ToolOutcome,
+    SessionValues, SubmitResponseParams, SubmitResponseResult, ToolCallParams,
 };
 use serde::Deserialize;
 use serde_json::Value;
@@ -112,26 +112,15 @@ pub async fn dispatch_action(
         Action::SubmitResponse(params) => {
             let row =
                 user_input::submit_response(&mut tx, &state.vault, &user.user_id, params).await?;
+            agent::announce_resolved(&mut tx, &row).await?;
             // The values are committed before the retry, so a failing retry loses nothing.
             tx.commit().await?;
             let tool_result = if row.origin == "executor" {
                 let outcome = executor::retry_completed(&state, &user.user_id, &row).await?;
-                agent::resolve_request(
-                    &state,
-                    &user.user_id,
-                    &row,
-                    RequestResolution::Completed(Box::new(outcome.clone())),
-                )
-                .await?;
+                let resolution = RequestResolution::Completed(Box::new(outcome.clone()));
+                agent::resolve_request(&state, &user.user_id, &row, resolution).await?;
                 Some(outcome)
             } else {
-                agent::resolve_request(
-                    &state,
-                    &user.user_id,
-                    &row,
-                    RequestResolution::Completed(Box::new(ToolOutcome::ok(Value::Null))),
-                )
-                .await?;
                 None
             };
             return Ok(Json(SubmitResponseResult {
@@ -155,6 +144,7 @@ pub async fn dispatch_action(
         }
         Action::CancelRequest(params) => {
             let row = user_input::cancel_request(&mut tx, &params.tool_call_id).await?;
+            agent::announce_resolved(&mut tx, &row).await?;
             tx.commit().await?;
             agent::resolve_request(&state, &user.user_id, &row, RequestResolution::Cancelled)
                 .await?;

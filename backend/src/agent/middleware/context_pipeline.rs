@@ -291,30 +291,41 @@ fn dedupe(request: &mut ModelRequest, scores: &mut Vec<f64>) {
 /// Drops whole turns — an assistant message with its tool results, or a single
 /// message — least relevant first, until the request fits `budget`.
 fn trim_to_budget(request: &mut ModelRequest, scores: &mut Vec<f64>, budget: usize) {
-    loop {
-        if tokens::count_request(request) <= budget {
-            return;
-        }
-        let protected = protected_from(request);
-        let units = units(&request.messages[..protected]);
-        let score = |range: &std::ops::Range<usize>| -> f64 {
-            range
-                .clone()
-                .map(|i| scores.get(i).copied().unwrap_or(i as f64 / 1000.0))
-                .fold(f64::MIN, f64::max)
-        };
-        let Some(victim) = units
-            .into_iter()
-            .filter(|range| request.messages[range.start].role != Role::System || range.start > 0)
-            .min_by(|a, b| score(a).total_cmp(&score(b)).then(a.start.cmp(&b.start)))
-        else {
-            return;
-        };
-        let keep: Vec<bool> = (0..request.messages.len())
-            .map(|i| !victim.contains(&i))
-            .collect();
-        retain_by(request, scores, &keep);
+    // Counted once: re-tokenising the whole request per dropped turn made long
+    // conversations quadratic.
+    let counts: Vec<usize> = request.messages.iter().map(tokens::count_message).collect();
+    let mut total = request
+        .system
+        .iter()
+        .map(|s| tokens::count_text(s))
+        .sum::<usize>()
+        + counts.iter().sum::<usize>();
+    if total <= budget {
+        return;
     }
+    let protected = protected_from(request);
+    let score = |range: &std::ops::Range<usize>| -> f64 {
+        range
+            .clone()
+            .map(|i| scores.get(i).copied().unwrap_or(i as f64 / 1000.0))
+            .fold(f64::MIN, f64::max)
+    };
+    let mut candidates: Vec<std::ops::Range<usize>> = units(&request.messages[..protected])
+        .into_iter()
+        .filter(|range| request.messages[range.start].role != Role::System || range.start > 0)
+        .collect();
+    candidates.sort_by(|a, b| score(a).total_cmp(&score(b)).then(a.start.cmp(&b.start)));
+    let mut keep = vec![true; request.messages.len()];
+    for victim in candidates {
+        if total <= budget {
+            break;
+        }
+        for index in victim {
+            keep[index] = false;
+            total -= counts[index];
+        }
+    }
+    retain_by(request, scores, &keep);
 }
 
 /// Groups messages so a tool call and its results form one unit.
