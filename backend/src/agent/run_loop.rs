@@ -167,10 +167,31 @@ async fn keep_lease(state: AppState, user_id: String, run_id: Uuid) {
     }
 }
 
+/// Moves a run to `to` if it is in one of `from`, and tells the stream.
+#[allow(clippy::too_many_arguments)]
+async fn move_run(
+    conn: &mut PgConnection,
+    user_id: &str,
+    run_id: Uuid,
+    from: &[RunStatus],
+    to: RunStatus,
+    step: Option<i32>,
+    error: Option<&str>,
+    lease: Option<chrono::Duration>,
+) -> Result<Option<runs::RunRow>> {
+    let moved = runs::transition(conn, run_id, from, to, step, error, lease).await?;
+    if let Some(run) = &moved {
+        let kind = EventKind::RunStatus { run: run.to_api() };
+        emit(conn, run.conversation_id, user_id, Some(run_id), kind).await?;
+    }
+    Ok(moved)
+}
+
 async fn fail_run(state: &AppState, user_id: &str, run_id: Uuid, message: &str) -> Result<()> {
     let mut tx = db::begin_as_user(&state.db, user_id).await?;
-    let failed = runs::transition(
+    move_run(
         &mut tx,
+        user_id,
         run_id,
         &[RunStatus::Running, RunStatus::WaitingForInput],
         RunStatus::Failed,
@@ -179,16 +200,6 @@ async fn fail_run(state: &AppState, user_id: &str, run_id: Uuid, message: &str) 
         None,
     )
     .await?;
-    if let Some(run) = failed {
-        emit(
-            &mut tx,
-            run.conversation_id,
-            user_id,
-            Some(run_id),
-            EventKind::RunStatus { run: run.to_api() },
-        )
-        .await?;
-    }
     tx.commit().await?;
     Ok(())
 }
@@ -335,8 +346,9 @@ async fn drive(state: &AppState, user_id: &str, run_id: Uuid) -> Result<()> {
         )
         .await?;
         if reply.tool_calls.is_empty() {
-            let done = runs::transition(
+            move_run(
                 &mut tx,
+                user_id,
                 run_id,
                 &[RunStatus::Running],
                 RunStatus::Completed,
@@ -345,16 +357,6 @@ async fn drive(state: &AppState, user_id: &str, run_id: Uuid) -> Result<()> {
                 None,
             )
             .await?;
-            if let Some(done) = done {
-                emit(
-                    &mut tx,
-                    run.conversation_id,
-                    user_id,
-                    Some(run_id),
-                    EventKind::RunStatus { run: done.to_api() },
-                )
-                .await?;
-            }
             tx.commit().await?;
             return Ok(());
         }
@@ -436,8 +438,9 @@ async fn drive(state: &AppState, user_id: &str, run_id: Uuid) -> Result<()> {
         } else {
             (RunStatus::Running, Some(lease(state)))
         };
-        let moved = runs::transition(
+        move_run(
             &mut tx,
+            user_id,
             run_id,
             &[RunStatus::Running],
             next_status,
@@ -446,18 +449,6 @@ async fn drive(state: &AppState, user_id: &str, run_id: Uuid) -> Result<()> {
             next_lease,
         )
         .await?;
-        if waiting && let Some(moved) = moved {
-            emit(
-                &mut tx,
-                run.conversation_id,
-                user_id,
-                Some(run_id),
-                EventKind::RunStatus {
-                    run: moved.to_api(),
-                },
-            )
-            .await?;
-        }
         tx.commit().await?;
         if waiting {
             return Ok(());
@@ -594,8 +585,9 @@ pub async fn resolve_request(
     let still_open = input_requests::count_pending_for_run(&mut tx, run_id).await?;
     let mut resume = false;
     if still_open == 0 && run.status() == RunStatus::WaitingForInput {
-        let moved = runs::transition(
+        resume = move_run(
             &mut tx,
+            user_id,
             run_id,
             &[RunStatus::WaitingForInput],
             RunStatus::Running,
@@ -603,20 +595,8 @@ pub async fn resolve_request(
             None,
             Some(lease(state)),
         )
-        .await?;
-        if let Some(moved) = moved {
-            emit(
-                &mut tx,
-                row.conversation_id,
-                user_id,
-                Some(run_id),
-                EventKind::RunStatus {
-                    run: moved.to_api(),
-                },
-            )
-            .await?;
-            resume = true;
-        }
+        .await?
+        .is_some();
     }
     tx.commit().await?;
     if resume {
