@@ -522,6 +522,12 @@ build_frontend() {
     wasm-bindgen --target web --no-typescript --out-dir "$dist/pkg" "$wasm" || return 1
 
     local opt bg="$dist/pkg/frontend_bg.wasm"
+    if [ "$kind" = release ] && ! _good_wasm_opt >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
+        # npm's binaryen; never Debian's, whose wasm-opt breaks the bundle in Chromium.
+        step "installing wasm-opt (npm binaryen@132) into node_modules"
+        (cd "$root" && npm install --no-save --no-package-lock --no-audit --no-fund --loglevel=error binaryen@132) ||
+            note "could not install binaryen; the bundle stays unoptimised"
+    fi
     if [ "$kind" = release ] && opt="$(_good_wasm_opt)"; then
         step "wasm-opt -Oz frontend_bg.wasm ($("$opt" --version | head -n 1))"
         if "$opt" -Oz "$bg" -o "$bg.opt" 2>/dev/null ||
@@ -540,6 +546,12 @@ build_frontend() {
     cp "$root/frontend/index.html" "$dist/" || return 1
     if [ -f "$root/frontend/style.css" ]; then
         cp "$root/frontend/style.css" "$dist/" || return 1
+    fi
+    if [ "$kind" = release ]; then
+        # Served as is to browsers that accept gzip, so nothing is compressed per request.
+        step "gzip -9 the bundle"
+        find "$dist" -type f \( -name '*.wasm' -o -name '*.js' -o -name '*.css' -o -name '*.html' \) \
+            -exec gzip -9 -k -f {} \;
     fi
     note "bundle: $(du -sh "$dist" | cut -f1) in frontend/dist"
 }

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 
-use regex::Regex;
+use regex_lite::Regex;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
@@ -743,7 +743,7 @@ fn is_url(text: &str) -> bool {
 
 /// Compiles `^(?:pattern)$` so the rule covers the whole value, caching the result:
 /// the same few patterns are checked on every keystroke and every submit.
-fn compile_anchored(pattern: &str) -> Result<Regex, regex::Error> {
+fn compile_anchored(pattern: &str) -> Result<Regex, regex_lite::Error> {
     static CACHE: Mutex<Option<HashMap<String, Regex>>> = Mutex::new(None);
     let mut guard = CACHE
         .lock()
