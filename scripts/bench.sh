@@ -10,6 +10,7 @@ source scripts/lib.sh
 
 ensure_postgres
 ensure_pgbench
+ensure_wrk
 if [ ! -f frontend/dist/pkg/frontend_bg.wasm ]; then
     ensure_wasm_toolchain
     build_frontend release

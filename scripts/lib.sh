@@ -600,3 +600,14 @@ ensure_pgbench() {
     PGBENCH="$found"
     export PGBENCH
 }
+
+# ensure_wrk: the HTTP load generator (Debian's wrk).
+ensure_wrk() {
+    step "checking wrk"
+    if ! command -v wrk >/dev/null 2>&1; then
+        note "installing wrk"
+        apt_install wrk
+    fi
+    command -v wrk >/dev/null 2>&1 || die "wrk not found; install Debian's wrk package"
+    note "$(command -v wrk)"
+}
