@@ -107,18 +107,22 @@ pub async fn find(
     .await
 }
 
-/// The conversation's requests still waiting for the user, oldest first.
+/// The conversation's requests still waiting for the user, oldest first, read in one
+/// round trip as the caller.
 pub async fn list_pending(
-    conn: &mut PgConnection,
+    pool: &sqlx::PgPool,
+    user_id: &str,
     conversation_id: Uuid,
 ) -> sqlx::Result<Vec<InputRequestRow>> {
-    sqlx::query_as::<_, InputRequestRow>(&format!(
-        "select {COLUMNS} from tool_user_input_requests
-         where conversation_id = $1 and status = 'pending' and expires_at > now()
-         order by created_at, id"
-    ))
-    .bind(conversation_id)
-    .fetch_all(conn)
+    super::read_as_user(
+        pool,
+        user_id,
+        &format!(
+            "select {COLUMNS} from tool_user_input_requests
+             where conversation_id = '{conversation_id}' and status = 'pending' and expires_at > now()
+             order by created_at, id"
+        ),
+    )
     .await
 }
 
