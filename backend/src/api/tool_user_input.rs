@@ -96,26 +96,6 @@ pub async fn dispatch_action(
     ApiJson(body): ApiJson<Value>,
 ) -> Result<Response> {
     let action = parse_action(body)?;
-    // The hot reads need no transaction of ours: each is one round trip.
-    match action {
-        Action::GetPending(params) => {
-            let rows =
-                user_input::get_pending(&state.db, &user.user_id, params.conversation_id).await?;
-            let requests = rows.iter().map(|row| row.to_api()).collect();
-            return Ok(Json(PendingRequests { requests }).into_response());
-        }
-        Action::GetSessionValues(params) => {
-            let values =
-                user_input::get_session_values(&state.db, &user.user_id, params.conversation_id)
-                    .await?;
-            return Ok(Json(SessionValues {
-                conversation_id: params.conversation_id,
-                values,
-            })
-            .into_response());
-        }
-        _ => {}
-    }
     let mut tx = db::begin_as_user(&state.db, &user.user_id).await?;
     let response = match action {
         Action::CreateRequest(params) => {
@@ -149,10 +129,18 @@ pub async fn dispatch_action(
             })
             .into_response());
         }
-        Action::GetPending(_) | Action::GetSessionValues(_) => {
-            return Err(Error::Internal(anyhow::anyhow!(
-                "reads are answered before a transaction is opened"
-            )));
+        Action::GetPending(params) => {
+            let rows = user_input::get_pending(&mut tx, params.conversation_id).await?;
+            let requests = rows.iter().map(|row| row.to_api()).collect();
+            Json(PendingRequests { requests }).into_response()
+        }
+        Action::GetSessionValues(params) => {
+            let values = user_input::get_session_values(&mut tx, params.conversation_id).await?;
+            Json(SessionValues {
+                conversation_id: params.conversation_id,
+                values,
+            })
+            .into_response()
         }
         Action::CancelRequest(params) => {
             let row = user_input::cancel_request(&mut tx, &params.tool_call_id).await?;

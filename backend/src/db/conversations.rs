@@ -90,14 +90,3 @@ pub async fn set_context_pipeline(
         .await?;
     Ok(())
 }
-
-/// Whether the conversation is visible to `user_id`, in one round trip.
-pub async fn visible_to(pool: &sqlx::PgPool, user_id: &str, id: Uuid) -> sqlx::Result<bool> {
-    let found: Vec<(i32,)> = super::read_as_user(
-        pool,
-        user_id,
-        &format!("select 1 from conversations where id = '{id}'"),
-    )
-    .await?;
-    Ok(!found.is_empty())
-}

@@ -107,22 +107,18 @@ pub async fn find(
     .await
 }
 
-/// The conversation's requests still waiting for the user, oldest first, read in one
-/// round trip as the caller.
+/// The conversation's requests still waiting for the user, oldest first.
 pub async fn list_pending(
-    pool: &sqlx::PgPool,
-    user_id: &str,
+    conn: &mut PgConnection,
     conversation_id: Uuid,
 ) -> sqlx::Result<Vec<InputRequestRow>> {
-    super::read_as_user(
-        pool,
-        user_id,
-        &format!(
-            "select {COLUMNS} from tool_user_input_requests
-             where conversation_id = '{conversation_id}' and status = 'pending' and expires_at > now()
-             order by created_at, id"
-        ),
-    )
+    sqlx::query_as::<_, InputRequestRow>(&format!(
+        "select {COLUMNS} from tool_user_input_requests
+         where conversation_id = $1 and status = 'pending' and expires_at > now()
+         order by created_at, id"
+    ))
+    .bind(conversation_id)
+    .fetch_all(conn)
     .await
 }
 

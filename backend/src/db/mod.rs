@@ -62,31 +62,6 @@ pub async fn begin_as_user(pool: &PgPool, user_id: &str) -> sqlx::Result<Tx> {
     Ok(tx)
 }
 
-/// Runs one read as `user_id` in a single round trip: the identity and the query go in
-/// one simple-protocol message, which Postgres runs as one implicit transaction, so
-/// the role and user id apply to the query and lapse with it. A round trip costs the
-/// server more than the query itself on the hot reads.
-///
-/// `query` is trusted text; values in it must come from [`literal`] or be typed
-/// (a `Uuid` formats as a safe literal).
-pub async fn read_as_user<T>(pool: &PgPool, user_id: &str, query: &str) -> sqlx::Result<Vec<T>>
-where
-    T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
-{
-    let sql = format!(
-        "select set_config('role', 'toolgate_app', true), set_config('toolgate.user_id', {}, true); {query}",
-        literal(user_id)
-    );
-    let rows = sqlx::raw_sql(&sql).fetch_all(pool).await?;
-    // The first row is the identity statement's.
-    rows.iter().skip(1).map(T::from_row).collect()
-}
-
-/// A Postgres string literal for any text, whatever `standard_conforming_strings` says.
-pub fn literal(text: &str) -> String {
-    format!("E'{}'", text.replace('\\', "\\\\").replace('\'', "\\'"))
-}
-
 /// Starts a transaction for background work that spans users (expiry, resuming runs).
 /// It bypasses row-level security deliberately, so only code that is not serving a
 /// caller may use it.

@@ -40,25 +40,6 @@ pub async fn upsert(
     Ok(())
 }
 
-/// Like [`list_for_conversation`], read in one round trip as the caller.
-pub async fn read_for_conversation(
-    pool: &sqlx::PgPool,
-    user_id: &str,
-    conversation_id: Uuid,
-) -> sqlx::Result<Vec<SavedInputRow>> {
-    super::read_as_user(
-        pool,
-        user_id,
-        &format!(
-            "select conversation_id, name, value, is_secret, updated_at from saved_tool_inputs
-             where (conversation_id = '{conversation_id}' or conversation_id is null)
-               and exists (select 1 from conversations where id = '{conversation_id}')
-             order by conversation_id nulls last, name"
-        ),
-    )
-    .await
-}
-
 /// The conversation's values followed by the user-wide ones; nothing at all when the
 /// conversation is not the caller's.
 pub async fn list_for_conversation(

@@ -10,7 +10,7 @@ use protocol::api::{
 };
 use protocol::fields::{self, FieldSpec, MASKED, SaveFor, mask_secrets};
 use serde_json::{Map, Value};
-use sqlx::{PgConnection, PgPool};
+use sqlx::PgConnection;
 use uuid::Uuid;
 
 use crate::db::input_requests::{self, InputRequestRow, NewInputRequest};
@@ -273,29 +273,27 @@ pub async fn cancel_request(
     Ok(input_requests::cancel(conn, row.id).await?)
 }
 
-/// The conversation's pending requests, oldest first. Reads in one round trip; only an
-/// empty answer needs a second look to tell "none pending" from "not yours".
 pub async fn get_pending(
-    pool: &PgPool,
-    user_id: &str,
+    conn: &mut PgConnection,
     conversation_id: Uuid,
 ) -> Result<Vec<InputRequestRow>> {
-    let rows = input_requests::list_pending(pool, user_id, conversation_id).await?;
-    if rows.is_empty() && !conversations::visible_to(pool, user_id, conversation_id).await? {
-        return Err(Error::NotFound("conversation"));
+    // One round trip in the common case; only an empty answer needs to tell
+    // "none pending" from "not your conversation".
+    let rows = input_requests::list_pending(conn, conversation_id).await?;
+    if rows.is_empty() {
+        ensure_conversation(conn, conversation_id).await?;
     }
     Ok(rows)
 }
 
 /// The values remembered for the conversation and the user-wide ones, secrets masked.
 pub async fn get_session_values(
-    pool: &PgPool,
-    user_id: &str,
+    conn: &mut PgConnection,
     conversation_id: Uuid,
 ) -> Result<Vec<SavedValue>> {
-    let rows = saved_inputs::read_for_conversation(pool, user_id, conversation_id).await?;
-    if rows.is_empty() && !conversations::visible_to(pool, user_id, conversation_id).await? {
-        return Err(Error::NotFound("conversation"));
+    let rows = saved_inputs::list_for_conversation(conn, conversation_id).await?;
+    if rows.is_empty() {
+        ensure_conversation(conn, conversation_id).await?;
     }
     Ok(rows
         .into_iter()

@@ -277,10 +277,12 @@ fn pg_parts(url: &str) -> (String, String, String, String) {
 }
 
 /// Runs a pgbench custom script; returns transactions per second.
-fn pgbench(url: &str, script: &Path, mode: &str, clients: usize, seconds: u64) -> Result<f64> {
+fn pgbench(url: &str, script: &Path, clients: usize, seconds: u64) -> Result<f64> {
     let (host, port, user, database) = pg_parts(url);
     let output = Command::new(std::env::var("PGBENCH").unwrap_or_else(|_| "pgbench".into()))
-        .args(["-n", "-M", mode, "-h", &host, "-p", &port, "-U", &user])
+        .args([
+            "-n", "-M", "prepared", "-h", &host, "-p", &port, "-U", &user,
+        ])
         .args([
             "-c",
             &clients.to_string(),
@@ -309,9 +311,7 @@ fn pgbench(url: &str, script: &Path, mode: &str, clients: usize, seconds: u64) -
         .context("reading pgbench's tps")
 }
 
-/// The reads: identity and query in one simple-protocol message (`\\;`), as the
-/// server sends them; run with `-M simple`.
-const READ_IDENTITY: &str = "\\set u random(0, 999)\nselect set_config('role', 'toolgate_app', true), set_config('toolgate.user_id', 'bench-u' || :u, true) \\; ";
+const IDENTITY: &str = "\\set u random(0, 999)\nBEGIN;\nselect set_config('role', 'toolgate_app', true), set_config('toolgate.user_id', 'bench-u' || :u, true);\n";
 const WRITER_IDENTITY: &str = "\\set u random(1000, 1999)\nBEGIN;\nselect set_config('role', 'toolgate_app', true), set_config('toolgate.user_id', 'bench-u' || :u, true);\n";
 const CONVERSATION: &str = "('00000000-0000-0000-0000-' || lpad(:u::text, 12, '0'))::uuid";
 
@@ -322,13 +322,13 @@ fn baseline_scripts() -> BTreeMap<&'static str, String> {
         (
             "get_pending",
             format!(
-                "{READ_IDENTITY}select {columns} from tool_user_input_requests where conversation_id = {CONVERSATION} and status = 'pending' and expires_at > now() order by created_at, id;\n"
+                "{IDENTITY}select {columns} from tool_user_input_requests where conversation_id = {CONVERSATION} and status = 'pending' and expires_at > now() order by created_at, id;\nCOMMIT;\n"
             ),
         ),
         (
             "get_session_values",
             format!(
-                "{READ_IDENTITY}select conversation_id, name, value, is_secret, updated_at from saved_tool_inputs where (conversation_id = {CONVERSATION} or conversation_id is null) and exists (select 1 from conversations where id = {CONVERSATION}) order by conversation_id nulls last, name;\n"
+                "{IDENTITY}select conversation_id, name, value, is_secret, updated_at from saved_tool_inputs where (conversation_id = {CONVERSATION} or conversation_id is null) and exists (select 1 from conversations where id = {CONVERSATION}) order by conversation_id nulls last, name;\nCOMMIT;\n"
             ),
         ),
         (
@@ -423,15 +423,7 @@ async fn main() -> Result<()> {
         let path = scripts_dir.0.join(format!("{name}.sql"));
         std::fs::write(&path, sql)?;
         for clients in BASELINE_CLIENTS {
-            let mode = if name.starts_with("get_") {
-                "simple"
-            } else {
-                "prepared"
-            };
-            baseline.insert(
-                (name, clients),
-                pgbench(&url, &path, mode, clients, seconds)?,
-            );
+            baseline.insert((name, clients), pgbench(&url, &path, clients, seconds)?);
         }
     }
 
