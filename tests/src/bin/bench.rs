@@ -412,6 +412,8 @@ async fn main() -> Result<()> {
     let rows_small: i64 = sqlx::query_scalar("select count(*) from tool_user_input_requests")
         .fetch_one(&mut conn)
         .await?;
+    // Warm up: the pool opens its connections and Postgres fills its caches.
+    bench.run(&get_pending, 32)?;
     let pending_small = bench.run(&get_pending, 32)?;
     let submit_small = bench.run(&submit("bench-small-"), 32)?;
 

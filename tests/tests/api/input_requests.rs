@@ -531,3 +531,53 @@ async fn save_for_user_is_remembered_across_conversations_and_secrets_are_sealed
         );
     }
 }
+#[tokio::test]
+async fn user_ids_with_quotes_and_backslashes_stay_data() {
+    use jsonwebtoken::Algorithm;
+    use tests::{JWT_SECRET, now, sign_token};
+    let server = TestServer::start().await;
+    let hostile = r"o'brien\'); drop table conversations; --";
+    let token = sign_token(
+        &json!({"sub": hostile, "exp": now() + 600}),
+        JWT_SECRET,
+        Algorithm::HS256,
+    );
+    let conversation = server.new_conversation(&token).await;
+    let id = call_id();
+    let (status, _) = server
+        .action(&token, realm_request(&conversation, &id))
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    for action in ["get_pending", "get_session_values"] {
+        let (status, body) = server
+            .action(
+                &token,
+                json!({"action": action, "conversation_id": conversation}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{action}: {body}");
+    }
+    let (_, pending) = server
+        .action(
+            &token,
+            json!({"action": "get_pending", "conversation_id": conversation}),
+        )
+        .await;
+    assert_eq!(pending["requests"][0]["tool_call_id"], id.as_str());
+    let mut db = server.db().await;
+    let owner: String = sqlx::query_scalar("select user_id from conversations where id = $1")
+        .bind(uuid::Uuid::parse_str(&conversation).expect("uuid"))
+        .fetch_one(&mut db)
+        .await
+        .expect("the conversations table is still there");
+    assert_eq!(owner, hostile);
+    // Someone else with a similar id sees nothing.
+    let (_, other) = server.new_user("obrien").await;
+    let (status, _) = server
+        .action(
+            &other,
+            json!({"action": "get_pending", "conversation_id": conversation}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
