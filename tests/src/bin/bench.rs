@@ -506,6 +506,11 @@ async fn main() -> Result<()> {
     )
     .execute(&mut conn)
     .await?;
+    // Steady state, as a table that grew over time would be: vacuumed (so index-only
+    // visibility is set) and analysed, not mid-autovacuum.
+    sqlx::raw_sql("vacuum (analyze) tool_user_input_requests")
+        .execute(&mut conn)
+        .await?;
     seed_submittable(&url, "bench-large-", 30_000).await?;
     let rows_large: i64 = sqlx::query_scalar("select count(*) from tool_user_input_requests")
         .fetch_one(&mut conn)
