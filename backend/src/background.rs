@@ -1,6 +1,7 @@
 //! Background work that spans users, on its own explicit database path: expiring
-//! unanswered input requests (and resuming the runs that waited for them) and failing
-//! runs whose server stopped mid-step.
+//! unanswered input requests (and resuming the runs that waited for them), failing runs
+//! whose server stopped mid-step, and resuming runs whose server stopped just after their
+//! last request was settled.
 
 use std::time::Duration;
 
@@ -30,6 +31,7 @@ pub async fn sweep_once(state: &AppState) -> anyhow::Result<(usize, usize)> {
         }
     }
     let failed = agent::fail_abandoned_runs(state).await?;
+    agent::resume_stranded_runs(state).await?;
     Ok((expired.len(), failed))
 }
 

@@ -12,7 +12,7 @@ pub mod tokens;
 
 pub use run_loop::{
     RequestResolution, StartedRun, announce_resolved, fail_abandoned_runs, prepare_request,
-    resolve_request, start_run,
+    resolve_request, resume_stranded_runs, start_run,
 };
 
 use std::sync::Arc;

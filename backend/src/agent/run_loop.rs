@@ -628,3 +628,78 @@ pub async fn fail_abandoned_runs(state: &AppState) -> Result<usize> {
     }
     Ok(failed.len())
 }
+
+/// How long a waiting run must have been quiet before the sweep takes it over, so it
+/// never races the request that is settling it right now.
+const STRANDED_AFTER_SECONDS: i64 = 10;
+
+/// Resumes runs left waiting with nothing to wait for: their server stopped after a
+/// request was settled but before the run went on. Each settled request's outcome is
+/// recorded first (a stored retry outcome, or what happened to the request), then the run
+/// resumes once.
+pub async fn resume_stranded_runs(state: &AppState) -> Result<usize> {
+    let mut tx = db::begin_background(&state.db).await?;
+    let stranded =
+        runs::stranded(&mut tx, chrono::Duration::seconds(STRANDED_AFTER_SECONDS)).await?;
+    tx.commit().await?;
+    let mut resumed = 0;
+    for run in stranded {
+        let mut tx = db::begin_as_user(&state.db, &run.user_id).await?;
+        let Some(locked) = runs::find_for_update(&mut tx, run.id).await? else {
+            continue;
+        };
+        if locked.status() != RunStatus::WaitingForInput
+            || input_requests::count_pending_for_run(&mut tx, run.id).await? > 0
+        {
+            continue;
+        }
+        for row in input_requests::settled_without_result(&mut tx, run.id).await? {
+            let outcome = match row.status.as_str() {
+                "completed" => row
+                    .tool_result
+                    .clone()
+                    .and_then(|v| serde_json::from_value::<ToolOutcome>(v).ok())
+                    .unwrap_or_else(|| {
+                        ToolOutcome::failed(
+                            "the server stopped before the tool ran with your values; ask again",
+                        )
+                    }),
+                "cancelled" => ToolOutcome::failed("the user cancelled the request for input"),
+                _ => ToolOutcome::failed("the request for input expired before the user answered"),
+            };
+            record_tool_result(
+                &mut tx,
+                &run.user_id,
+                run.conversation_id,
+                run.id,
+                &row.tool_call_id,
+                &row.tool_name,
+                outcome,
+            )
+            .await?;
+        }
+        let moved = move_run(
+            &mut tx,
+            &run.user_id,
+            run.id,
+            &[RunStatus::WaitingForInput],
+            RunStatus::Running,
+            None,
+            None,
+            Some(lease(state)),
+        )
+        .await?;
+        tx.commit().await?;
+        if moved.is_some() {
+            resumed += 1;
+            spawn_drive(state.clone(), run.user_id.clone(), run.id);
+        }
+    }
+    if resumed > 0 {
+        tracing::warn!(
+            count = resumed,
+            "resumed runs left waiting with nothing to wait for"
+        );
+    }
+    Ok(resumed)
+}

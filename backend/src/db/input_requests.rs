@@ -185,3 +185,21 @@ pub async fn count_pending_for_run(conn: &mut PgConnection, run_id: Uuid) -> sql
     .fetch_one(conn)
     .await
 }
+
+/// A run's settled requests whose outcome never reached the run as a tool result.
+pub async fn settled_without_result(
+    conn: &mut PgConnection,
+    run_id: Uuid,
+) -> sqlx::Result<Vec<InputRequestRow>> {
+    sqlx::query_as::<_, InputRequestRow>(&format!(
+        "select {COLUMNS} from tool_user_input_requests q
+         where q.run_id = $1 and q.status <> 'pending'
+           and not exists (select 1 from messages m
+                           where m.conversation_id = q.conversation_id and m.role = 'tool'
+                             and m.content @> jsonb_build_array(jsonb_build_object('tool_call_id', q.tool_call_id)))
+         order by q.created_at"
+    ))
+    .bind(run_id)
+    .fetch_all(conn)
+    .await
+}

@@ -154,3 +154,20 @@ pub async fn fail_abandoned(conn: &mut PgConnection) -> sqlx::Result<Vec<RunRow>
     .fetch_all(conn)
     .await
 }
+
+/// Runs still waiting for input that no pending request holds any more: their server
+/// stopped between settling the last request and resuming them.
+pub async fn stranded(
+    conn: &mut PgConnection,
+    quiet_for: chrono::Duration,
+) -> sqlx::Result<Vec<RunRow>> {
+    sqlx::query_as::<_, RunRow>(&format!(
+        "select {COLUMNS} from agent_runs r
+         where status = 'waiting_for_input' and updated_at < now() - $1::interval
+           and not exists (select 1 from tool_user_input_requests q
+                           where q.run_id = r.id and q.status = 'pending')"
+    ))
+    .bind(quiet_for)
+    .fetch_all(conn)
+    .await
+}

@@ -998,3 +998,48 @@ async fn skills_are_listed_and_read_on_demand() {
             .contains("Step 1: be polite.")
     );
 }
+
+#[tokio::test]
+async fn a_run_left_waiting_with_nothing_to_wait_for_is_resumed() {
+    let server = offline_server(&[]).await;
+    let (_, token) = server.new_user("stranded").await;
+    let conversation = server.new_conversation(&token).await;
+    let run = start(
+        &server,
+        &token,
+        &conversation,
+        json!("Get my P&L report for Q1 2025"),
+    )
+    .await;
+    server
+        .run_reaches(&token, &conversation, &run, &["waiting_for_input"])
+        .await;
+    // As if the server stopped right after the user's answer was committed: the request
+    // is settled, but the run never heard of it.
+    let mut db = server.db().await;
+    let run_id = uuid::Uuid::parse_str(&run).expect("uuid");
+    sqlx::query(
+        "update tool_user_input_requests set status = 'completed', completed_at = now(),
+             user_inputs = '{\"quickbooks_realm_id\": \"9130346988354456\"}' where run_id = $1",
+    )
+    .bind(run_id)
+    .execute(&mut db)
+    .await
+    .expect("settle");
+    sqlx::query("update agent_runs set updated_at = now() - interval '1 minute' where id = $1")
+        .bind(run_id)
+        .execute(&mut db)
+        .await
+        .expect("age");
+    let done = server.run_finished(&token, &conversation, &run).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let messages = server.messages(&token, &conversation).await;
+    let text = messages.last().expect("answer")["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        text.contains("the server stopped before the tool ran"),
+        "{text}"
+    );
+}
