@@ -118,6 +118,24 @@ async fn start(server: &TestServer, token: &str, conversation: &str, text: Value
     body["run_id"].as_str().expect("run id").to_owned()
 }
 
+/// A user, their conversation, and a run asking for the P&L that now waits for the
+/// company id.
+async fn waiting_pl_run(server: &TestServer, prefix: &str) -> (String, String, String) {
+    let (_, token) = server.new_user(prefix).await;
+    let conversation = server.new_conversation(&token).await;
+    let run = start(
+        server,
+        &token,
+        &conversation,
+        json!("Get my P&L report for Q1 2025"),
+    )
+    .await;
+    server
+        .run_reaches(&token, &conversation, &run, &["waiting_for_input"])
+        .await;
+    (token, conversation, run)
+}
+
 async fn pending(server: &TestServer, token: &str, conversation: &str) -> Vec<Value> {
     let (_, body) = server
         .action(
@@ -197,18 +215,7 @@ async fn offline_model_carries_the_seed_demo_over_http_and_sse() {
 #[tokio::test]
 async fn a_second_message_while_a_run_is_active_is_a_409() {
     let server = offline_server(&[]).await;
-    let (_, token) = server.new_user("busy").await;
-    let conversation = server.new_conversation(&token).await;
-    let run = start(
-        &server,
-        &token,
-        &conversation,
-        json!("Get my P&L report for Q1 2025"),
-    )
-    .await;
-    server
-        .run_reaches(&token, &conversation, &run, &["waiting_for_input"])
-        .await;
+    let (token, conversation, _) = waiting_pl_run(&server, "busy").await;
     let (status, body) = server
         .post_message(&token, &conversation, json!("hello?"))
         .await;
@@ -228,18 +235,7 @@ async fn a_second_message_while_a_run_is_active_is_a_409() {
 #[tokio::test]
 async fn cancelling_tells_the_model_and_the_run_finishes() {
     let server = offline_server(&[]).await;
-    let (_, token) = server.new_user("cancel").await;
-    let conversation = server.new_conversation(&token).await;
-    let run = start(
-        &server,
-        &token,
-        &conversation,
-        json!("Get my P&L report for Q1 2025"),
-    )
-    .await;
-    server
-        .run_reaches(&token, &conversation, &run, &["waiting_for_input"])
-        .await;
+    let (token, conversation, run) = waiting_pl_run(&server, "cancel").await;
     let request = pending(&server, &token, &conversation).await.remove(0);
     let (status, _) = server
         .action(
@@ -1002,18 +998,7 @@ async fn skills_are_listed_and_read_on_demand() {
 #[tokio::test]
 async fn a_run_left_waiting_with_nothing_to_wait_for_is_resumed() {
     let server = offline_server(&[]).await;
-    let (_, token) = server.new_user("stranded").await;
-    let conversation = server.new_conversation(&token).await;
-    let run = start(
-        &server,
-        &token,
-        &conversation,
-        json!("Get my P&L report for Q1 2025"),
-    )
-    .await;
-    server
-        .run_reaches(&token, &conversation, &run, &["waiting_for_input"])
-        .await;
+    let (token, conversation, run) = waiting_pl_run(&server, "stranded").await;
     // As if the server stopped right after the user's answer was committed: the request
     // is settled, but the run never heard of it.
     let mut db = server.db().await;
