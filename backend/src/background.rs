@@ -5,8 +5,9 @@
 
 use std::time::Duration;
 
-use crate::agent::{self, RequestResolution};
-use crate::db::{self, input_requests};
+use crate::agent;
+use crate::db;
+use crate::requests::{self, endings};
 use crate::state::AppState;
 
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
@@ -14,19 +15,13 @@ const SWEEP_EVERY: Duration = Duration::from_secs(5);
 /// One pass; returns how many requests expired and runs were failed.
 pub async fn sweep_once(state: &AppState) -> anyhow::Result<(usize, usize)> {
     let mut tx = db::begin_background(&state.db).await?;
-    let expired = input_requests::expire_overdue(&mut tx).await?;
-    for row in &expired {
-        agent::announce_resolved(&mut tx, row).await?;
-    }
+    let expired = endings::expire_overdue(&mut tx).await?;
     tx.commit().await?;
     if !expired.is_empty() {
         tracing::info!(count = expired.len(), "expired pending input requests");
     }
-    for row in expired.iter().filter(|row| row.run_id.is_some()) {
-        let owner = row.user_id.clone();
-        if let Err(err) =
-            agent::resolve_request(state, &owner, row, RequestResolution::Expired).await
-        {
+    for row in &expired {
+        if let Err(err) = requests::follow_up(state, &row.user_id, row).await {
             tracing::warn!(request = %row.id, error = %err, "could not resume the run of an expired request");
         }
     }

@@ -8,6 +8,7 @@ pub mod config;
 pub mod db;
 pub mod demo;
 pub mod error;
+pub mod requests;
 pub mod state;
 pub mod tools;
 pub mod vault;
@@ -55,6 +56,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     )?;
     let pool = db::connect(&config).await?;
     db::migrate(&pool).await?;
+    bind_legacy_values(&pool, &tools).await?;
     if config.demo {
         demo::create_sample_databases(&pool).await?;
     }
@@ -84,6 +86,25 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     sweeper.abort();
     pool.close().await;
     tracing::info!("toolgate stopped");
+    Ok(())
+}
+
+/// Binds values remembered before values belonged to tools, now that the tools are
+/// known (see `db::saved_inputs::attribute_legacy` for the rule).
+async fn bind_legacy_values(
+    pool: &sqlx::PgPool,
+    tools: &tools::registry::ToolRegistry,
+) -> anyhow::Result<()> {
+    let mut tx = db::begin_background(pool).await?;
+    let done = db::saved_inputs::attribute_legacy(&mut tx, &tools.field_claims()).await?;
+    tx.commit().await?;
+    if done.attributed > 0 || done.left > 0 {
+        tracing::info!(
+            attributed = done.attributed,
+            left = done.left,
+            "bound remembered values from before values belonged to tools"
+        );
+    }
     Ok(())
 }
 

@@ -8,6 +8,7 @@ use protocol::api::{
     ErrorDetail, InputRequest, NewConversation, PendingRequests, SessionValues,
     SubmitResponseResult,
 };
+use protocol::approval::Decision;
 use protocol::chat::{
     ConversationDetail, MessageList, PostContent, PostMessage, PostMessageResponse, ServerInfo,
     StreamToken,
@@ -212,6 +213,46 @@ pub async fn submit_response(
 ) -> ApiResult<SubmitResponseResult> {
     let body = json!({"action": "submit_response", "tool_call_id": tool_call_id,
         "user_inputs": user_inputs});
+    action(token, body).await
+}
+
+/// The user's answer to an approval request. `arguments` only with an edit, `message`
+/// only with a rejection; `digest` is the request's `arguments_digest`, always sent so a
+/// decision only covers the arguments the card showed.
+pub async fn submit_decision(
+    token: &str,
+    tool_call_id: &str,
+    decision: Decision,
+    arguments: Option<Map<String, Value>>,
+    message: Option<String>,
+    digest: Option<String>,
+) -> ApiResult<SubmitResponseResult> {
+    let mut body = json!({"action": "submit_decision", "tool_call_id": tool_call_id,
+        "decision": decision.as_str()});
+    if let Some(object) = body.as_object_mut() {
+        if let Some(arguments) = arguments {
+            object.insert("arguments".into(), Value::Object(arguments));
+        }
+        if let Some(message) = message {
+            object.insert("message".into(), Value::String(message));
+        }
+        if let Some(digest) = digest {
+            object.insert("arguments_digest".into(), Value::String(digest));
+        }
+    }
+    action(token, body).await
+}
+
+/// The user will not give what an input request asks for; the model is told so.
+pub async fn decline_request(
+    token: &str,
+    tool_call_id: &str,
+    message: Option<String>,
+) -> ApiResult<InputRequest> {
+    let mut body = json!({"action": "decline_request", "tool_call_id": tool_call_id});
+    if let (Some(object), Some(message)) = (body.as_object_mut(), message) {
+        object.insert("message".into(), Value::String(message));
+    }
     action(token, body).await
 }
 

@@ -4,13 +4,14 @@
 use leptos::context::Provider;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use protocol::api::InputRequest;
+use protocol::api::{InputRequest, RequestKind};
 use protocol::chat::{ContentBlock, Message, Role, RunStatus};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use crate::api::{self, ApiError};
 use crate::app::{AppState, InfoState};
+use crate::approval_card::ApprovalCard;
 use crate::conversations::refresh_conversations;
 use crate::input_card::InputCard;
 use crate::saved_values::SavedValuesPanel;
@@ -269,7 +270,7 @@ fn Timeline() -> impl IntoView {
             <Draft/>
             <For each=move || loose_requests.get() key=|id| *id let:request_id>
                 <li class="msg card-row">
-                    <InputCard request_id/>
+                    <RequestCard request_id/>
                 </li>
             </For>
             <RunLine/>
@@ -430,9 +431,23 @@ fn ToolCallView(id: String, name: String, arguments: Map<String, Value>) -> impl
                 _ => None,
             }}
             <For each=requests key=|id| *id let:request_id>
-                <InputCard request_id/>
+                <RequestCard request_id/>
             </For>
         </div>
+    }
+}
+
+/// A request's card: fields to fill in, or a call to approve.
+#[component]
+fn RequestCard(request_id: Uuid) -> impl IntoView {
+    let store = expect_context::<ChatStore>();
+    let kind = store
+        .requests
+        .with_untracked(|requests| requests.iter().find(|r| r.id == request_id).map(|r| r.kind));
+    match kind {
+        Some(RequestKind::Approval) => view! { <ApprovalCard request_id/> }.into_any(),
+        Some(RequestKind::Input) => view! { <InputCard request_id/> }.into_any(),
+        None => ().into_any(),
     }
 }
 

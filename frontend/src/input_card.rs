@@ -197,8 +197,21 @@ pub fn InputCard(request_id: Uuid) -> impl IntoView {
                     Ok(done) => {
                         app.reached();
                         store.upsert_request(done.request);
+                        // The call may now wait on the user's approval: show that card
+                        // without waiting for the stream.
+                        if let Some(next) = done.tool_result.as_ref().and_then(|o| o.waiting_on()) {
+                            store.upsert_request(next.clone());
+                        }
                         store.saved_version.update(|n| *n += 1);
-                        util::focus_id(&format!("card-{}", request_id.simple()));
+                        // The focus stays where it is when a card that followed this
+                        // one (an approval) has already taken it.
+                        let card_id = format!("card-{}", request_id.simple());
+                        let moved_on = util::active_element().is_some_and(|el| {
+                            el.closest(&format!("#{card_id}")).ok().flatten().is_none()
+                        });
+                        if !moved_on {
+                            util::focus_id(&card_id);
+                        }
                     }
                     Err(err) => {
                         submit_failed(&err, form, card_error, app, store);
@@ -208,9 +221,10 @@ pub fn InputCard(request_id: Uuid) -> impl IntoView {
             });
         }
     };
-    let cancel = {
+    // Cancel and decline end the card the same way; only the request sent differs.
+    let end_card = {
         let tool_call_id = tool_call_id.clone();
-        move || {
+        move |declining: bool| {
             if sending.get_untracked() || status.get_untracked() != RequestStatus::Pending {
                 return;
             }
@@ -221,14 +235,18 @@ pub fn InputCard(request_id: Uuid) -> impl IntoView {
             sending.set(true);
             card_error.set(None);
             spawn_local(async move {
-                let answer = api::cancel_request(&token, &tool_call_id).await;
+                let answer = if declining {
+                    api::decline_request(&token, &tool_call_id, None).await
+                } else {
+                    api::cancel_request(&token, &tool_call_id).await
+                };
                 if sending.is_disposed() {
                     return;
                 }
                 match answer {
-                    Ok(cancelled) => {
+                    Ok(ended) => {
                         app.reached();
-                        store.upsert_request(cancelled);
+                        store.upsert_request(ended);
                         util::focus_id(&format!("card-{}", request_id.simple()));
                     }
                     Err(err) => {
@@ -244,6 +262,11 @@ pub fn InputCard(request_id: Uuid) -> impl IntoView {
             });
         }
     };
+    let cancel = {
+        let end_card = end_card.clone();
+        move || end_card(false)
+    };
+    let decline = move || end_card(true);
 
     // When a card appears, the first empty field gets the focus, unless the user is busy
     // in another card.
@@ -262,6 +285,7 @@ pub fn InputCard(request_id: Uuid) -> impl IntoView {
     let tool_name = first.tool_name.clone();
     let tool_attr = tool_name.clone();
     let title_id = format!("{heading_id}-title");
+    let choices_id = format!("{heading_id}-choices");
     let labelled_by = title_id.clone();
     let body = move || match status.get() {
         RequestStatus::Pending => {
@@ -301,6 +325,8 @@ pub fn InputCard(request_id: Uuid) -> impl IntoView {
                 }
             };
             let cancel = cancel.clone();
+            let decline = decline.clone();
+            let choices_id = choices_id.clone();
             view! {
                 <form
                     class="card-form"
@@ -334,7 +360,19 @@ pub fn InputCard(request_id: Uuid) -> impl IntoView {
                         </button>
                         <button
                             type="button"
+                            data-testid="card-decline"
+                            title="Tell the assistant you won't provide this"
+                            aria-describedby=choices_id.clone()
+                            disabled=move || sending.get()
+                            on:click=move |_| decline()
+                        >
+                            "Decline"
+                        </button>
+                        <button
+                            type="button"
                             data-testid="card-cancel"
+                            title="Dismiss without answering"
+                            aria-describedby=choices_id.clone()
                             disabled=move || sending.get()
                             on:click=move |_| cancel()
                         >
@@ -342,6 +380,10 @@ pub fn InputCard(request_id: Uuid) -> impl IntoView {
                         </button>
                         <span class="hint keys">"Enter submits · Esc cancels"</span>
                     </div>
+                    <p class="hint card-choices" id=choices_id data-testid="card-choices">
+                        "Decline tells the assistant you won't provide this, so it stops asking. \
+                         Cancel just dismisses the card."
+                    </p>
                 </form>
             }
             .into_any()
@@ -354,10 +396,42 @@ pub fn InputCard(request_id: Uuid) -> impl IntoView {
             </p>
         }
         .into_any(),
+        RequestStatus::Declined => {
+            let message = request.with(|r| r.as_ref().and_then(|r| r.message.clone()));
+            view! {
+                <p class="card-outcome" data-testid="card-declined">
+                    <span aria-hidden="true">"✕ "</span>
+                    "Declined. The assistant was told you won't provide this."
+                </p>
+                {message
+                    .map(|message| {
+                        view! {
+                            <p class="card-message" data-testid="card-message">
+                                "Your words: \u{201c}"{message}"\u{201d}"
+                            </p>
+                        }
+                    })}
+            }
+            .into_any()
+        }
         RequestStatus::Expired => view! {
             <p class="card-outcome" data-testid="card-expired">
                 <span aria-hidden="true">"⌛ "</span>
                 "This request expired before it was answered. Ask again to get a new one."
+            </p>
+        }
+        .into_any(),
+        RequestStatus::Abandoned => view! {
+            <p class="card-outcome" data-testid="card-abandoned">
+                <span aria-hidden="true">"– "</span>
+                "No longer needed: the assistant stopped before this was answered."
+            </p>
+        }
+        .into_any(),
+        // Only approval requests end these ways; shown plainly should one ever come here.
+        other @ (RequestStatus::Approved | RequestStatus::Rejected) => view! {
+            <p class="card-outcome" data-testid="card-settled">
+                {format!("This request was {}.", other.as_str())}
             </p>
         }
         .into_any(),
@@ -382,7 +456,11 @@ pub fn InputCard(request_id: Uuid) -> impl IntoView {
                             RequestStatus::Pending => "Input needed · ",
                             RequestStatus::Completed => "Input sent · ",
                             RequestStatus::Cancelled => "Input cancelled · ",
+                            RequestStatus::Declined => "Input declined · ",
                             RequestStatus::Expired => "Input expired · ",
+                            RequestStatus::Abandoned => "Input no longer needed · ",
+                            RequestStatus::Approved => "Approved · ",
+                            RequestStatus::Rejected => "Rejected · ",
                         }}
                     </span>
                     <code>{tool_name}</code>

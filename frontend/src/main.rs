@@ -2,6 +2,7 @@
 
 mod api;
 mod app;
+mod approval_card;
 mod auth;
 mod chat;
 mod conversations;

@@ -10,6 +10,22 @@ use crate::app::AppState;
 use crate::stream::ChatStore;
 use crate::util;
 
+/// Who receives a remembered value: every tool sharing its key, or the one tool it was
+/// given to. Neither means an old value no single tool claims, which nothing uses.
+#[derive(Clone, Debug, PartialEq)]
+enum Owner {
+    Shared(String),
+    Tool(String),
+}
+
+fn owner(saved: &SavedValue) -> Option<Owner> {
+    match (&saved.memory_key, &saved.tool_name) {
+        (Some(key), _) => Some(Owner::Shared(key.clone())),
+        (None, Some(tool)) => Some(Owner::Tool(tool.clone())),
+        (None, None) => None,
+    }
+}
+
 #[component]
 pub fn SavedValuesPanel(store: ChatStore) -> impl IntoView {
     let app = expect_context::<AppState>();
@@ -100,11 +116,46 @@ pub fn SavedValuesPanel(store: ChatStore) -> impl IntoView {
                     <dl class="saved-list">
                         <For
                             each=move || values.get()
-                            key=|v| (v.name.clone(), v.scope == SavedScope::User, v.updated_at)
+                            key=|v| {
+                                (
+                                    v.name.clone(),
+                                    v.tool_name.clone(),
+                                    v.memory_key.clone(),
+                                    v.scope == SavedScope::User,
+                                    v.updated_at,
+                                )
+                            }
                             let:saved
                         >
-                            <div class="saved-row" data-testid="saved-value" data-name=saved.name.clone()>
-                                <dt title=saved.name.clone()>{label(&saved.name)}</dt>
+                            <div
+                                class="saved-row"
+                                class:unused=owner(&saved).is_none()
+                                data-testid="saved-value"
+                                data-name=saved.name.clone()
+                                data-tool=saved.tool_name.clone()
+                                data-memory-key=saved.memory_key.clone()
+                            >
+                                <dt title=saved.name.clone()>
+                                    {saved.label.clone().unwrap_or_else(|| label(&saved.name))}
+                                </dt>
+                                <dd class="saved-owner" data-testid="saved-owner">
+                                    {match owner(&saved) {
+                                        Some(Owner::Shared(key)) => {
+                                            view! { "shared as "<code>{key}</code> }.into_any()
+                                        }
+                                        Some(Owner::Tool(tool)) => {
+                                            view! { "for "<code>{tool}</code> }.into_any()
+                                        }
+                                        None => {
+                                            view! {
+                                                <span title="Kept from before values belonged to a tool; no tool receives it">
+                                                    "not used"
+                                                </span>
+                                            }
+                                                .into_any()
+                                        }
+                                    }}
+                                </dd>
                                 <dd>
                                     <span class:secret=saved.is_secret data-testid="saved-text">
                                         {if saved.is_secret {

@@ -13,7 +13,7 @@ use std::rc::Rc;
 use futures::channel::oneshot;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use protocol::api::{InputRequest, RequestStatus, ToolOutcome};
+use protocol::api::{InputRequest, RequestKind, RequestStatus, ToolOutcome};
 use protocol::chat::{ContentBlock, EventKind, Message, Role, Run, RunStatus, StreamEvent};
 use send_wrapper::SendWrapper;
 use serde_json::{Map, Value};
@@ -31,6 +31,7 @@ use crate::util;
 pub enum ToolState {
     Running,
     NeedsInput,
+    NeedsApproval,
     Done(Option<Value>),
     Failed(String),
 }
@@ -39,6 +40,8 @@ impl ToolState {
     pub fn from_outcome(outcome: &ToolOutcome) -> Self {
         if outcome.success {
             ToolState::Done(outcome.result.clone())
+        } else if outcome.requires_approval {
+            ToolState::NeedsApproval
         } else if outcome.requires_user_input {
             ToolState::NeedsInput
         } else {
@@ -55,6 +58,7 @@ impl ToolState {
         match self {
             ToolState::Running => "running",
             ToolState::NeedsInput => "needs input",
+            ToolState::NeedsApproval => "needs approval",
             ToolState::Done(_) => "done",
             ToolState::Failed(_) => "failed",
         }
@@ -280,14 +284,21 @@ impl ChatStore {
                 if let Some(request) = outcome.user_input_request.clone() {
                     self.upsert_request(request);
                 }
+                if let Some(request) = outcome.approval_request.clone() {
+                    self.upsert_request(request);
+                }
                 self.tools.update(|tools| {
                     tools.insert(tool_call_id, ToolState::from_outcome(&outcome));
                 });
             }
             EventKind::InputRequested { request } => {
                 if request.status == RequestStatus::Pending {
+                    let state = match request.kind {
+                        RequestKind::Input => ToolState::NeedsInput,
+                        RequestKind::Approval => ToolState::NeedsApproval,
+                    };
                     self.tools.update(|tools| {
-                        tools.insert(request.tool_call_id.clone(), ToolState::NeedsInput);
+                        tools.insert(request.tool_call_id.clone(), state);
                     });
                 }
                 self.upsert_request(request);

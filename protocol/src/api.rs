@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
+use crate::approval::{ApprovalSpec, Decision};
 use crate::fields::{FieldSpec, InputRequestSpec, SaveFor};
 
 /// Every error the API returns: `{ "error": { "code", "message", "fields"? } }`.
@@ -64,32 +65,82 @@ pub struct ConversationList {
     pub conversations: Vec<Conversation>,
 }
 
+/// Where a request stands. `pending` moves exactly once to one of the others:
+/// input requests end `completed`, `declined`, `cancelled`, `expired` or `abandoned`;
+/// approval requests end `approved`, `rejected`, `cancelled`, `expired` or `abandoned`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum RequestStatus {
     Pending,
+    /// The user gave the values.
     Completed,
+    /// The user said they will not give the values.
+    Declined,
+    /// The user let the call run (as it was, or edited).
+    Approved,
+    /// The user refused the call.
+    Rejected,
+    /// The user dismissed the card without an answer.
     Cancelled,
+    /// Nobody answered in time.
     Expired,
+    /// The run that asked ended before anyone answered.
+    Abandoned,
 }
 
 impl RequestStatus {
+    pub const ALL: [RequestStatus; 8] = [
+        RequestStatus::Pending,
+        RequestStatus::Completed,
+        RequestStatus::Declined,
+        RequestStatus::Approved,
+        RequestStatus::Rejected,
+        RequestStatus::Cancelled,
+        RequestStatus::Expired,
+        RequestStatus::Abandoned,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             RequestStatus::Pending => "pending",
             RequestStatus::Completed => "completed",
+            RequestStatus::Declined => "declined",
+            RequestStatus::Approved => "approved",
+            RequestStatus::Rejected => "rejected",
             RequestStatus::Cancelled => "cancelled",
             RequestStatus::Expired => "expired",
+            RequestStatus::Abandoned => "abandoned",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        RequestStatus::ALL.into_iter().find(|s| s.as_str() == text)
+    }
+}
+
+/// What a request asks of the user: values for fields, or a yes to a call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum RequestKind {
+    #[default]
+    Input,
+    Approval,
+}
+
+impl RequestKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequestKind::Input => "input",
+            RequestKind::Approval => "approval",
         }
     }
 
     pub fn parse(text: &str) -> Option<Self> {
         match text {
-            "pending" => Some(RequestStatus::Pending),
-            "completed" => Some(RequestStatus::Completed),
-            "cancelled" => Some(RequestStatus::Cancelled),
-            "expired" => Some(RequestStatus::Expired),
+            "input" => Some(RequestKind::Input),
+            "approval" => Some(RequestKind::Approval),
             _ => None,
         }
     }
@@ -114,9 +165,29 @@ pub struct InputRequest {
     pub user_inputs: Option<Map<String, Value>>,
     pub status: RequestStatus,
     pub created_at: DateTime<Utc>,
+    /// When the request was answered or otherwise ended.
     #[serde(default)]
     pub completed_at: Option<DateTime<Utc>>,
     pub expires_at: DateTime<Utc>,
+    /// `input` (fill in fields) or `approval` (allow a call with `tool_args`).
+    #[serde(default)]
+    pub kind: RequestKind,
+    /// Approval: the answers the card offers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_decisions: Vec<Decision>,
+    /// Approval: SHA-256 of the exact arguments being approved; send it back with the
+    /// decision so a decision only ever covers what was shown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments_digest: Option<String>,
+    /// Approval: the tool's argument schema, for editing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments_schema: Option<Value>,
+    /// Approval: what the user decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<Decision>,
+    /// The user's words with a rejection or a decline, passed on to the model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// `create_request`: fields are read one by one so a bad definition is reported
@@ -144,6 +215,37 @@ pub struct CreateRequestParams {
 pub struct SubmitResponseParams {
     pub tool_call_id: String,
     pub user_inputs: Map<String, Value>,
+}
+
+/// `submit_decision`: the user's answer to an approval request.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct SubmitDecisionParams {
+    pub tool_call_id: String,
+    pub decision: Decision,
+    /// `edit`: the arguments to run with instead, checked against the tool's schema and
+    /// fields.
+    #[serde(default)]
+    pub arguments: Option<Map<String, Value>>,
+    /// `reject`: why, for the model.
+    #[serde(default)]
+    pub message: Option<String>,
+    /// The `arguments_digest` the card showed; refused (409) when the request's
+    /// arguments are no longer those.
+    #[serde(default)]
+    pub arguments_digest: Option<String>,
+}
+
+/// `decline_request`: the user will not give the values; `message` is passed to the
+/// model.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct DeclineRequestParams {
+    pub tool_call_id: String,
+    #[serde(default)]
+    pub message: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -189,9 +291,20 @@ pub enum SavedScope {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SavedValue {
     pub name: String,
+    /// The field's label when it was given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
     pub value: Value,
     pub is_secret: bool,
     pub scope: SavedScope,
+    /// The tool it was given to; only that tool receives it, unless `memory_key` says
+    /// it is shared. Absent on a value kept from before values were bound to tools
+    /// that no single tool claims: it is shown, never used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_name: Option<String>,
+    /// The key tools share it under, when the field declares one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_key: Option<String>,
     pub updated_at: DateTime<Utc>,
 }
 
@@ -236,9 +349,26 @@ pub struct ToolOutcome {
     pub requires_user_input: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_input_request: Option<InputRequest>,
+    /// The call waits for the user's approval; `approval_request` is the stored request.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub requires_approval: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_request: Option<InputRequest>,
 }
 
 impl ToolOutcome {
+    /// The call waits for the user: for values or for approval.
+    pub fn is_waiting(&self) -> bool {
+        self.requires_user_input || self.requires_approval
+    }
+
+    /// The request the call waits on, if it waits.
+    pub fn waiting_on(&self) -> Option<&InputRequest> {
+        self.user_input_request
+            .as_ref()
+            .or(self.approval_request.as_ref())
+    }
+
     pub fn ok(result: Value) -> Self {
         ToolOutcome {
             success: true,
@@ -266,6 +396,9 @@ pub struct ToolInfo {
     pub parameters: Value,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requires_user_input: Option<InputRequestSpec>,
+    /// When calls wait for the user's approval; absent when they never do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requires_approval: Option<ApprovalSpec>,
     pub kind: String,
     pub enabled: bool,
     /// Why the tool cannot run now, when it cannot.

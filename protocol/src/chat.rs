@@ -222,6 +222,9 @@ pub struct StreamEvent {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
+// Events are built, sent and dropped one at a time; boxing a variant would only make
+// matching on them clumsier.
+#[allow(clippy::large_enum_variant)]
 pub enum EventKind {
     RunStarted {
         model: String,

@@ -175,6 +175,20 @@ pub struct VisibleIf {
     pub one_of: Option<Vec<Value>>,
 }
 
+impl VisibleIf {
+    /// Whether the named value meets the rule.
+    pub fn holds(&self, values: &Map<String, Value>) -> bool {
+        let actual = values.get(&self.field);
+        if let Some(expected) = &self.equals {
+            actual.is_some_and(|a| loosely_equal(a, expected))
+        } else if let Some(choices) = &self.one_of {
+            actual.is_some_and(|a| choices.iter().any(|c| loosely_equal(a, c)))
+        } else {
+            actual.is_some_and(|a| !is_empty(a) && a != &Value::Bool(false))
+        }
+    }
+}
+
 /// One value the user is asked for.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -210,6 +224,15 @@ pub struct FieldSpec {
     /// Overrides the request's `save_for` for this field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub save_for: Option<SaveFor>,
+    /// Lets the call's arguments fill this field (a value the model can read from the
+    /// user's own words, such as a date). Off by default: a field of
+    /// `requires_user_input` is filled only by the user. Never allowed on a secret.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub model_may_fill: bool,
+    /// Tools whose fields name the same key share a remembered value; without one, a
+    /// remembered value belongs to the tool it was given to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_key: Option<String>,
 }
 
 fn required_by_default() -> bool {
@@ -233,6 +256,8 @@ impl FieldSpec {
             default: None,
             visible_if: None,
             save_for: None,
+            model_may_fill: false,
+            memory_key: None,
         }
     }
 
@@ -312,14 +337,23 @@ pub fn check_field_specs(fields: &[FieldSpec]) -> Result<(), FieldErrors> {
         let mut problem = None;
         if field.name.is_empty() {
             problem = Some("a field needs a name".to_owned());
-        } else if !field
-            .name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
-        {
-            problem = Some("a field name may use only letters, digits, `_`, `-` and `.`".into());
+        } else if !is_identifier(&field.name) {
+            problem = Some(
+                "a field name may use only letters, digits, `_`, `-` and `.`, 1 to 100 of them"
+                    .into(),
+            );
         } else if !seen.insert(field.name.as_str()) {
             problem = Some("duplicate field name".to_owned());
+        } else if field.is_secret() && field.model_may_fill {
+            problem =
+                Some("a secret field is filled only by the user: remove model_may_fill".to_owned());
+        } else if let Some(key) = &field.memory_key
+            && !is_identifier(key)
+        {
+            problem = Some(
+                "memory_key may use only letters, digits, `_`, `-` and `.`, 1 to 100 of them"
+                    .to_owned(),
+            );
         } else if let Some(pattern) = &field.validation
             && let Err(err) = compile_anchored(pattern)
         {
@@ -366,6 +400,14 @@ pub fn check_field_specs(fields: &[FieldSpec]) -> Result<(), FieldErrors> {
     }
 }
 
+/// Field names and memory keys: short, and safe in logs, URLs and HTML ids.
+fn is_identifier(name: &str) -> bool {
+    (1..=100).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
 fn visibility_cycle(fields: &[FieldSpec]) -> Option<String> {
     let parent: HashMap<&str, &str> = fields
         .iter()
@@ -396,15 +438,7 @@ pub fn is_visible(fields: &[FieldSpec], field: &FieldSpec, values: &Map<String, 
         let Some(rule) = &current.visible_if else {
             return true;
         };
-        let actual = values.get(&rule.field);
-        let shown = if let Some(expected) = &rule.equals {
-            actual.is_some_and(|a| loosely_equal(a, expected))
-        } else if let Some(choices) = &rule.one_of {
-            actual.is_some_and(|a| choices.iter().any(|c| loosely_equal(a, c)))
-        } else {
-            actual.is_some_and(|a| !is_empty(a) && a != &Value::Bool(false))
-        };
-        if !shown {
+        if !rule.holds(values) {
             return false;
         }
         match fields.iter().find(|f| f.name == rule.field) {
@@ -951,6 +985,19 @@ mod tests {
             missing.iter().map(|f| f.name.as_str()).collect::<Vec<_>>(),
             ["region", "id"]
         );
+    }
+
+    #[test]
+    fn a_secret_cannot_be_filled_by_the_model() {
+        let errors = parse_field_specs(&[
+            json!({"name": "token", "type": "secret", "model_may_fill": true}),
+            json!({"name": "day", "type": "date", "model_may_fill": true}),
+            json!({"name": "k", "memory_key": "has space"}),
+        ])
+        .expect_err("refused");
+        assert!(errors["token"].contains("model_may_fill"), "{errors:?}");
+        assert!(!errors.contains_key("day"), "{errors:?}");
+        assert!(errors["k"].starts_with("memory_key"), "{errors:?}");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! compiles for `wasm32-unknown-unknown`.
 
 pub mod api;
+pub mod approval;
 pub mod chat;
 pub mod fields;
 

@@ -11,8 +11,8 @@ pub mod skills;
 pub mod tokens;
 
 pub use run_loop::{
-    RequestResolution, StartedRun, announce_resolved, fail_abandoned_runs, prepare_request,
-    resolve_request, resume_stranded_runs, start_run,
+    StartedRun, deliver_outcome, fail_abandoned_runs, prepare_request, resume_stranded_runs,
+    start_run,
 };
 
 use std::sync::Arc;

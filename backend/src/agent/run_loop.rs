@@ -2,7 +2,7 @@
 //! in parallel, through the executor → repeat, up to the step limit. Every message,
 //! status change and event is stored as it happens; a step whose tool calls need the
 //! user's input leaves the run `waiting_for_input`, and answering the last open request
-//! resumes it (see [`resolve_request`]).
+//! resumes it (see [`deliver_outcome`]).
 
 use std::time::Duration;
 
@@ -20,6 +20,7 @@ use crate::db::input_requests::{self, InputRequestRow};
 use crate::db::messages::{self, NewMessage};
 use crate::db::{self, conversations, events, runs};
 use crate::error::{Error, Result, ResultExt};
+use crate::requests::{self, endings};
 use crate::state::AppState;
 use crate::tools::executor::ToolCall;
 
@@ -28,14 +29,6 @@ const SYSTEM_PROMPT: &str = "You are toolgate's assistant. Answer the user's req
 pub struct StartedRun {
     pub run: Run,
     pub message: Message,
-}
-
-/// How an input request of a waiting run was settled.
-pub enum RequestResolution {
-    /// Answered; the tool was retried with this outcome.
-    Completed(Box<ToolOutcome>),
-    Cancelled,
-    Expired,
 }
 
 fn lease(state: &AppState) -> chrono::Duration {
@@ -189,7 +182,7 @@ async fn move_run(
 
 async fn fail_run(state: &AppState, user_id: &str, run_id: Uuid, message: &str) -> Result<()> {
     let mut tx = db::begin_as_user(&state.db, user_id).await?;
-    move_run(
+    let failed = move_run(
         &mut tx,
         user_id,
         run_id,
@@ -200,6 +193,9 @@ async fn fail_run(state: &AppState, user_id: &str, run_id: Uuid, message: &str) 
         None,
     )
     .await?;
+    if failed.is_some() {
+        endings::abandon_run(&mut tx, run_id).await?;
+    }
     tx.commit().await?;
     Ok(())
 }
@@ -317,6 +313,13 @@ async fn drive(state: &AppState, user_id: &str, run_id: Uuid) -> Result<()> {
                 text: reply.text.clone(),
             });
         }
+        // What the model put in a secret field is never kept, shown or sent back to it:
+        // the executor ignores it anyway, and the stored call is what later steps see.
+        for call in &mut reply.tool_calls {
+            if let Some(tool) = state.tools.get(&call.name) {
+                call.arguments = tool.masked_arguments(&call.arguments);
+            }
+        }
         for call in &reply.tool_calls {
             content.push(ContentBlock::ToolCall {
                 id: call.id.clone(),
@@ -369,7 +372,7 @@ async fn drive(state: &AppState, user_id: &str, run_id: Uuid) -> Result<()> {
                 tool_name: call.name.clone(),
                 tool_call_id: call.id.clone(),
                 arguments: call.arguments.clone(),
-                original_user_request: None,
+                original_user_request: Some(run_context.original_user_request.clone()),
             };
             let ctx = &ctx;
             async move {
@@ -402,9 +405,9 @@ async fn drive(state: &AppState, user_id: &str, run_id: Uuid) -> Result<()> {
         let mut waiting = false;
         for result in finished {
             let (call, outcome) = result?;
-            if outcome.requires_user_input {
+            if outcome.is_waiting() {
                 waiting = true;
-                if let Some(request) = outcome.user_input_request.clone() {
+                if let Some(request) = outcome.waiting_on().cloned() {
                     emit(
                         &mut tx,
                         run.conversation_id,
@@ -538,22 +541,16 @@ async fn record_tool_result(
     Ok(())
 }
 
-/// The `input_resolved` event, written in the transaction that settles the request.
-pub async fn announce_resolved(conn: &mut PgConnection, row: &InputRequestRow) -> Result<()> {
-    let kind = EventKind::InputResolved {
-        request: row.to_api(),
-    };
-    emit(conn, row.conversation_id, &row.user_id, row.run_id, kind).await
-}
-
-/// Gives the run of a settled input request its tool result, and resumes the run when
-/// that was the last request it waited for. The run row is locked first, so two
-/// requests of one run settled at once cannot both think the other is still open.
-pub async fn resolve_request(
+/// Hands a run the outcome of one of its requests. An outcome that waits again (the
+/// values are in, now the call needs approval) is announced and the run keeps waiting;
+/// any other is recorded as the call's result, and the run resumes when that was the
+/// last request it waited for. The run row is locked first, so two requests of one run
+/// settled at once cannot both think the other is still open.
+pub async fn deliver_outcome(
     state: &AppState,
     user_id: &str,
     row: &InputRequestRow,
-    resolution: RequestResolution,
+    outcome: ToolOutcome,
 ) -> Result<()> {
     let Some(run_id) = row.run_id else {
         return Ok(());
@@ -563,15 +560,14 @@ pub async fn resolve_request(
         tx.commit().await?;
         return Ok(());
     };
-    let outcome = match resolution {
-        RequestResolution::Completed(outcome) => *outcome,
-        RequestResolution::Cancelled => {
-            ToolOutcome::failed("the user cancelled the request for input")
-        }
-        RequestResolution::Expired => {
-            ToolOutcome::failed("the request for input expired before the user answered")
-        }
-    };
+    if let Some(request) = outcome.waiting_on().filter(|_| outcome.is_waiting()) {
+        let kind = EventKind::InputRequested {
+            request: request.clone(),
+        };
+        emit(&mut tx, row.conversation_id, user_id, Some(run_id), kind).await?;
+        tx.commit().await?;
+        return Ok(());
+    }
     record_tool_result(
         &mut tx,
         user_id,
@@ -610,6 +606,7 @@ pub async fn fail_abandoned_runs(state: &AppState) -> Result<usize> {
     let mut tx = db::begin_background(&state.db).await?;
     let failed = runs::fail_abandoned(&mut tx).await?;
     for run in &failed {
+        endings::abandon_run(&mut tx, run.id).await?;
         emit(
             &mut tx,
             run.conversation_id,
@@ -654,18 +651,8 @@ pub async fn resume_stranded_runs(state: &AppState) -> Result<usize> {
             continue;
         }
         for row in input_requests::settled_without_result(&mut tx, run.id).await? {
-            let outcome = match row.status.as_str() {
-                "completed" => row
-                    .tool_result
-                    .clone()
-                    .and_then(|v| serde_json::from_value::<ToolOutcome>(v).ok())
-                    .unwrap_or_else(|| {
-                        ToolOutcome::failed(
-                            "the server stopped before the tool ran with your values; ask again",
-                        )
-                    }),
-                "cancelled" => ToolOutcome::failed("the user cancelled the request for input"),
-                _ => ToolOutcome::failed("the request for input expired before the user answered"),
+            let Some(outcome) = requests::outcome_of_settled(&row) else {
+                continue;
             };
             record_tool_result(
                 &mut tx,

@@ -6,21 +6,23 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use protocol::api::{
-    ClearedValues, ConversationParams, CreateRequestParams, InputRequest, PendingRequests,
-    SessionValues, SubmitResponseParams, SubmitResponseResult, ToolCallParams,
+    ClearedValues, ConversationParams, CreateRequestParams, DeclineRequestParams, InputRequest,
+    PendingRequests, SessionValues, SubmitDecisionParams, SubmitResponseParams,
+    SubmitResponseResult, ToolCallParams,
 };
 use serde::Deserialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::json::{ApiJson, from_value};
-use crate::agent::{self, RequestResolution};
 use crate::auth::AuthUser;
-use crate::db;
+use crate::db::{self, input_requests::InputRequestRow, saved_inputs};
 use crate::error::{Error, FieldErrors, Result};
+use crate::requests::create::{self, RequestContext};
+use crate::requests::endings::{self, Deps};
+use crate::requests::{self, describe};
 use crate::state::AppState;
-use crate::tools::executor;
-use crate::tools::user_input::{self, RequestContext};
+use crate::tools::remembered;
 
 /// The body of `POST /api/tool-user-input`: an `action` and its parameters, side by side.
 #[allow(dead_code)] // Describes the body for the OpenAPI document; parsing is two-step.
@@ -29,17 +31,21 @@ use crate::tools::user_input::{self, RequestContext};
 pub enum ToolUserInputAction {
     CreateRequest(CreateRequestParams),
     SubmitResponse(SubmitResponseParams),
+    SubmitDecision(SubmitDecisionParams),
+    DeclineRequest(DeclineRequestParams),
     GetPending(ConversationParams),
     GetSessionValues(ConversationParams),
     CancelRequest(ToolCallParams),
     ClearSessionValues(ConversationParams),
 }
 
-const ACTIONS: &str = "create_request, submit_response, get_pending, get_session_values, cancel_request, clear_session_values";
+const ACTIONS: &str = "create_request, submit_response, submit_decision, decline_request, get_pending, get_session_values, cancel_request, clear_session_values";
 
 enum Action {
     CreateRequest(CreateRequestParams),
     SubmitResponse(SubmitResponseParams),
+    SubmitDecision(SubmitDecisionParams),
+    DeclineRequest(DeclineRequestParams),
     GetPending(ConversationParams),
     GetSessionValues(ConversationParams),
     CancelRequest(ToolCallParams),
@@ -62,6 +68,8 @@ fn parse_action(body: Value) -> Result<Action> {
     Ok(match action.as_str() {
         "create_request" => Action::CreateRequest(from_value(params)?),
         "submit_response" => Action::SubmitResponse(from_value(params)?),
+        "submit_decision" => Action::SubmitDecision(from_value(params)?),
+        "decline_request" => Action::DeclineRequest(from_value(params)?),
         "get_pending" => Action::GetPending(from_value(params)?),
         "get_session_values" => Action::GetSessionValues(from_value(params)?),
         "cancel_request" => Action::CancelRequest(from_value(params)?),
@@ -78,16 +86,16 @@ fn action_error(problem: &str) -> Error {
     }
 }
 
-/// Creates, answers, lists and cancels tool user input requests, and reads or clears
-/// remembered values.
+/// Creates, answers, lists and cancels tool user input requests, decides approval
+/// requests, and reads or clears remembered values.
 #[utoipa::path(post, path = "/api/tool-user-input", tag = "tool user input",
     request_body = ToolUserInputAction, security(("bearer" = [])), responses(
-    (status = 200, description = "submit_response → SubmitResponseResult; get_pending → PendingRequests; get_session_values → SessionValues; cancel_request → InputRequest; clear_session_values → ClearedValues"),
+    (status = 200, description = "submit_response, submit_decision → SubmitResponseResult; get_pending → PendingRequests; get_session_values → SessionValues; decline_request, cancel_request → InputRequest; clear_session_values → ClearedValues"),
     (status = 201, description = "create_request: the stored request", body = InputRequest),
     (status = 400, description = "Malformed body, unknown action or missing parameter", body = protocol::api::ErrorBody),
     (status = 401, body = protocol::api::ErrorBody),
     (status = 404, description = "Unknown, or not the caller's", body = protocol::api::ErrorBody),
-    (status = 409, description = "Already completed, cancelled or expired; duplicate tool_call_id", body = protocol::api::ErrorBody),
+    (status = 409, description = "Already answered, cancelled or expired; the wrong kind of request for the action; arguments changed since shown; duplicate tool_call_id", body = protocol::api::ErrorBody),
     (status = 413, body = protocol::api::ErrorBody),
     (status = 422, description = "Values or definitions break the rules, per field", body = protocol::api::ErrorBody)))]
 pub async fn dispatch_action(
@@ -96,69 +104,88 @@ pub async fn dispatch_action(
     ApiJson(body): ApiJson<Value>,
 ) -> Result<Response> {
     let action = parse_action(body)?;
-    let mut tx = db::begin_as_user(&state.db, &user.user_id).await?;
-    let response = match action {
+    let user_id = user.user_id.as_str();
+    let deps = Deps {
+        vault: &state.vault,
+        tools: &state.tools,
+    };
+    let mut tx = db::begin_as_user(&state.db, user_id).await?;
+    // Endings commit before their follow-up, so an answer is kept even when the retry
+    // that follows it fails.
+    let settled = match action {
         Action::CreateRequest(params) => {
             let ctx = RequestContext {
-                user_id: &user.user_id,
+                user_id,
                 run_id: None,
                 ttl: state.config.input_ttl,
                 origin: "api",
                 original_user_request: None,
             };
-            let row = user_input::create_request(&mut tx, &ctx, params).await?;
-            (StatusCode::CREATED, Json(row.to_api())).into_response()
-        }
-        Action::SubmitResponse(params) => {
-            let row =
-                user_input::submit_response(&mut tx, &state.vault, &user.user_id, params).await?;
-            agent::announce_resolved(&mut tx, &row).await?;
-            // The values are committed before the retry, so a failing retry loses nothing.
+            let row = create::create_request(&mut tx, &ctx, params).await?;
             tx.commit().await?;
-            let tool_result = if row.origin == "executor" {
-                let outcome = executor::retry_completed(&state, &user.user_id, &row).await?;
-                let resolution = RequestResolution::Completed(Box::new(outcome.clone()));
-                agent::resolve_request(&state, &user.user_id, &row, resolution).await?;
-                Some(outcome)
-            } else {
-                None
-            };
-            return Ok(Json(SubmitResponseResult {
-                request: row.to_api(),
-                tool_result,
-            })
-            .into_response());
+            return Ok((StatusCode::CREATED, Json(describe(&row, &state.tools))).into_response());
         }
         Action::GetPending(params) => {
-            let rows = user_input::get_pending(&mut tx, params.conversation_id).await?;
-            let requests = rows.iter().map(|row| row.to_api()).collect();
-            Json(PendingRequests { requests }).into_response()
+            let rows = create::get_pending(&mut tx, params.conversation_id).await?;
+            tx.commit().await?;
+            let requests = rows.iter().map(|row| describe(row, &state.tools)).collect();
+            return Ok(Json(PendingRequests { requests }).into_response());
         }
         Action::GetSessionValues(params) => {
-            let values = user_input::get_session_values(&mut tx, params.conversation_id).await?;
-            Json(SessionValues {
+            let values = remembered::list(&mut tx, params.conversation_id).await?;
+            if values.is_empty() {
+                create::ensure_conversation(&mut tx, params.conversation_id).await?;
+            }
+            tx.commit().await?;
+            return Ok(Json(SessionValues {
                 conversation_id: params.conversation_id,
                 values,
             })
-            .into_response()
-        }
-        Action::CancelRequest(params) => {
-            let row = user_input::cancel_request(&mut tx, &params.tool_call_id).await?;
-            agent::announce_resolved(&mut tx, &row).await?;
-            tx.commit().await?;
-            agent::resolve_request(&state, &user.user_id, &row, RequestResolution::Cancelled)
-                .await?;
-            return Ok(Json(row.to_api()).into_response());
+            .into_response());
         }
         Action::ClearSessionValues(params) => {
-            let cleared = user_input::clear_session_values(&mut tx, params.conversation_id).await?;
-            Json(ClearedValues {
+            create::ensure_conversation(&mut tx, params.conversation_id).await?;
+            let cleared = saved_inputs::clear_conversation(&mut tx, params.conversation_id).await?;
+            tx.commit().await?;
+            return Ok(Json(ClearedValues {
                 conversation_id: params.conversation_id,
                 cleared,
             })
-            .into_response()
+            .into_response());
+        }
+        Action::SubmitResponse(params) => {
+            Settled::WithResult(endings::submit(&mut tx, deps, user_id, params).await?)
+        }
+        Action::SubmitDecision(params) => {
+            Settled::WithResult(endings::decide(&mut tx, deps, user_id, params).await?)
+        }
+        Action::DeclineRequest(params) => {
+            Settled::Request(endings::decline(&mut tx, user_id, params).await?)
+        }
+        Action::CancelRequest(params) => {
+            Settled::Request(endings::cancel(&mut tx, user_id, &params.tool_call_id).await?)
         }
     };
     tx.commit().await?;
-    Ok(response)
+    let (row, with_result) = match settled {
+        Settled::WithResult(row) => (row, true),
+        Settled::Request(row) => (row, false),
+    };
+    let tool_result = requests::follow_up(&state, user_id, &row).await?;
+    let request = describe(&row, &state.tools);
+    Ok(if with_result {
+        Json(SubmitResponseResult {
+            request,
+            tool_result,
+        })
+        .into_response()
+    } else {
+        Json(request).into_response()
+    })
+}
+
+/// An ending, and whether its answer carries the tool's result.
+enum Settled {
+    WithResult(InputRequestRow),
+    Request(InputRequestRow),
 }

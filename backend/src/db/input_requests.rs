@@ -2,6 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use protocol::FieldSpec;
+use protocol::approval::Decision;
 use serde_json::{Map, Value};
 use sqlx::PgConnection;
 use sqlx::types::Json;
@@ -9,7 +10,8 @@ use uuid::Uuid;
 
 const COLUMNS: &str = "id, user_id, conversation_id, run_id, tool_name, tool_call_id, tool_args, \
      reason, required_fields, user_inputs, save_for, status, created_at, completed_at, expires_at, \
-     origin, original_user_request, tool_result";
+     origin, original_user_request, tool_result, kind, allowed_decisions, arguments_digest, \
+     decision, decision_message, decided_by";
 
 /// A stored request. `user_inputs` holds secret values sealed by the vault.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -34,6 +36,15 @@ pub struct InputRequestRow {
     pub original_user_request: Option<String>,
     /// The outcome of retrying the tool with the submitted values.
     pub tool_result: Option<Value>,
+    /// `input` or `approval`.
+    pub kind: String,
+    pub allowed_decisions: Json<Vec<Decision>>,
+    /// Approval: the digest of the arguments being approved.
+    pub arguments_digest: Option<String>,
+    pub decision: Option<String>,
+    /// The user's words with a rejection or a decline.
+    pub decision_message: Option<String>,
+    pub decided_by: Option<String>,
 }
 
 pub struct NewInputRequest<'a> {
@@ -49,6 +60,11 @@ pub struct NewInputRequest<'a> {
     pub expires_at: DateTime<Utc>,
     pub origin: &'a str,
     pub original_user_request: Option<&'a str>,
+    pub kind: &'a str,
+    pub allowed_decisions: &'a [Decision],
+    pub arguments_digest: Option<&'a str>,
+    /// Values carried over from an earlier request of the same call (secrets sealed).
+    pub user_inputs: Option<&'a Map<String, Value>>,
 }
 
 /// Stores a request if its conversation is visible to the caller; `None` otherwise.
@@ -59,8 +75,9 @@ pub async fn insert(
     sqlx::query_as::<_, InputRequestRow>(&format!(
         "insert into tool_user_input_requests
              (id, user_id, conversation_id, run_id, tool_name, tool_call_id, tool_args,
-              reason, required_fields, save_for, expires_at, origin, original_user_request)
-         select $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13
+              reason, required_fields, save_for, expires_at, origin, original_user_request,
+              kind, allowed_decisions, arguments_digest, user_inputs)
+         select $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17
          where exists (select 1 from conversations where id = $3)
          returning {COLUMNS}"
     ))
@@ -77,32 +94,32 @@ pub async fn insert(
     .bind(new.expires_at)
     .bind(new.origin)
     .bind(new.original_user_request)
+    .bind(new.kind)
+    .bind(Json(new.allowed_decisions))
+    .bind(new.arguments_digest)
+    .bind(new.user_inputs.map(Json))
     .fetch_optional(conn)
     .await
 }
 
-/// Reads a request by its tool call id and locks it for the rest of the transaction,
-/// so two submits (or a submit and a cancel) on one request are serialised.
+/// Reads the caller's request for a tool call and locks it for the rest of the
+/// transaction, so two answers to one request are serialised. A call can have an input
+/// request and then an approval request: `kind` picks one, `None` prefers the pending
+/// one, else the newest.
 pub async fn find_for_update(
     conn: &mut PgConnection,
     tool_call_id: &str,
+    kind: Option<&str>,
 ) -> sqlx::Result<Option<InputRequestRow>> {
     sqlx::query_as::<_, InputRequestRow>(&format!(
-        "select {COLUMNS} from tool_user_input_requests where tool_call_id = $1 for update"
+        "select {COLUMNS} from tool_user_input_requests
+         where tool_call_id = $1 and ($2::text is null or kind = $2)
+         order by status = 'pending' desc, created_at desc
+         limit 1
+         for update"
     ))
     .bind(tool_call_id)
-    .fetch_optional(conn)
-    .await
-}
-
-pub async fn find(
-    conn: &mut PgConnection,
-    tool_call_id: &str,
-) -> sqlx::Result<Option<InputRequestRow>> {
-    sqlx::query_as::<_, InputRequestRow>(&format!(
-        "select {COLUMNS} from tool_user_input_requests where tool_call_id = $1"
-    ))
-    .bind(tool_call_id)
+    .bind(kind)
     .fetch_optional(conn)
     .await
 }
@@ -122,43 +139,73 @@ pub async fn list_pending(
     .await
 }
 
-pub async fn complete(
+/// How a pending request ends, as stored.
+pub struct Settlement<'a> {
+    pub status: &'a str,
+    pub user_inputs: Option<&'a Map<String, Value>>,
+    /// Approval: the arguments decided on (changed by an edit) and their digest.
+    pub tool_args: Option<&'a Map<String, Value>>,
+    pub arguments_digest: Option<&'a str>,
+    pub decision: Option<&'a str>,
+    pub message: Option<&'a str>,
+    pub decided_by: Option<&'a str>,
+}
+
+/// Moves a pending request to its ending; `None` when it is no longer pending, so a
+/// request ends exactly once even without a lock.
+pub async fn settle(
     conn: &mut PgConnection,
     id: Uuid,
-    user_inputs: &Map<String, Value>,
-) -> sqlx::Result<InputRequestRow> {
+    settlement: Settlement<'_>,
+) -> sqlx::Result<Option<InputRequestRow>> {
     sqlx::query_as::<_, InputRequestRow>(&format!(
         "update tool_user_input_requests
-         set status = 'completed', user_inputs = $2, completed_at = now()
-         where id = $1
+         set status = $2, completed_at = now(),
+             user_inputs = coalesce($3, user_inputs),
+             tool_args = coalesce($4, tool_args),
+             arguments_digest = coalesce($5, arguments_digest),
+             decision = $6, decision_message = $7, decided_by = $8
+         where id = $1 and status = 'pending'
          returning {COLUMNS}"
     ))
     .bind(id)
-    .bind(Json(user_inputs))
-    .fetch_one(conn)
+    .bind(settlement.status)
+    .bind(settlement.user_inputs.map(Json))
+    .bind(settlement.tool_args.map(Json))
+    .bind(settlement.arguments_digest)
+    .bind(settlement.decision)
+    .bind(settlement.message)
+    .bind(settlement.decided_by)
+    .fetch_optional(conn)
     .await
 }
 
-pub async fn cancel(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<InputRequestRow> {
+/// Pending requests past their expiry, locked; those another transaction holds are
+/// left for the next pass.
+pub async fn overdue_for_update(conn: &mut PgConnection) -> sqlx::Result<Vec<InputRequestRow>> {
     sqlx::query_as::<_, InputRequestRow>(&format!(
-        "update tool_user_input_requests
-         set status = 'cancelled', completed_at = now()
-         where id = $1
-         returning {COLUMNS}"
-    ))
-    .bind(id)
-    .fetch_one(conn)
-    .await
-}
-
-/// Marks every pending request past its expiry as expired; returns them.
-pub async fn expire_overdue(conn: &mut PgConnection) -> sqlx::Result<Vec<InputRequestRow>> {
-    sqlx::query_as::<_, InputRequestRow>(&format!(
-        "update tool_user_input_requests
-         set status = 'expired', completed_at = now()
+        "select {COLUMNS} from tool_user_input_requests
          where status = 'pending' and expires_at <= now()
-         returning {COLUMNS}"
+         order by expires_at
+         limit 500
+         for update skip locked"
     ))
+    .fetch_all(conn)
+    .await
+}
+
+/// A run's pending requests, locked.
+pub async fn pending_for_run_for_update(
+    conn: &mut PgConnection,
+    run_id: Uuid,
+) -> sqlx::Result<Vec<InputRequestRow>> {
+    sqlx::query_as::<_, InputRequestRow>(&format!(
+        "select {COLUMNS} from tool_user_input_requests
+         where run_id = $1 and status = 'pending'
+         order by created_at
+         for update"
+    ))
+    .bind(run_id)
     .fetch_all(conn)
     .await
 }

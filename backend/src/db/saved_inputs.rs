@@ -1,40 +1,74 @@
 //! `saved_tool_inputs`: values remembered for a conversation (`conversation_id` set)
 //! or for all of a user's conversations (`conversation_id` null).
+//!
+//! A value belongs to the tool it was given to and the field it was given for, or,
+//! when the field declares a `memory_key`, to that key (`binding` is the generated
+//! column that says which). Rows from before values were bound have neither: see
+//! [`attribute_legacy`].
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
+const COLUMNS: &str =
+    "conversation_id, name, value, is_secret, updated_at, tool_name, memory_key, label, binding";
+
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct SavedInputRow {
     pub conversation_id: Option<Uuid>,
+    /// The field it was given for.
     pub name: String,
     /// Sealed by the vault when `is_secret`.
     pub value: Value,
     pub is_secret: bool,
     pub updated_at: DateTime<Utc>,
+    /// The tool it was given to; `None` only on unattributed legacy rows.
+    pub tool_name: Option<String>,
+    pub memory_key: Option<String>,
+    pub label: Option<String>,
+    /// `key:<memory_key>`, `tool:<tool>:<field>` or `legacy:<field>`.
+    pub binding: String,
 }
 
-pub async fn upsert(
-    conn: &mut PgConnection,
-    user_id: &str,
-    conversation_id: Option<Uuid>,
-    name: &str,
-    value: &Value,
-    is_secret: bool,
-) -> sqlx::Result<()> {
+/// The binding a field's value is remembered under.
+pub fn binding_for(tool_name: &str, field_name: &str, memory_key: Option<&str>) -> String {
+    match memory_key {
+        Some(key) => format!("key:{key}"),
+        None => format!("tool:{tool_name}:{field_name}"),
+    }
+}
+
+/// A value to remember.
+pub struct NewSavedInput<'a> {
+    pub user_id: &'a str,
+    pub conversation_id: Option<Uuid>,
+    pub tool_name: &'a str,
+    pub memory_key: Option<&'a str>,
+    pub name: &'a str,
+    pub label: Option<&'a str>,
+    pub value: &'a Value,
+    pub is_secret: bool,
+}
+
+pub async fn upsert(conn: &mut PgConnection, new: NewSavedInput<'_>) -> sqlx::Result<()> {
     sqlx::query(
-        "insert into saved_tool_inputs (user_id, conversation_id, name, value, is_secret)
-         values ($1, $2, $3, $4, $5)
-         on conflict on constraint saved_tool_inputs_scope_name
-         do update set value = excluded.value, is_secret = excluded.is_secret, updated_at = now()",
+        "insert into saved_tool_inputs
+             (user_id, conversation_id, tool_name, memory_key, name, label, value, is_secret)
+         values ($1, $2, $3, $4, $5, $6, $7, $8)
+         on conflict on constraint saved_tool_inputs_binding
+         do update set value = excluded.value, is_secret = excluded.is_secret,
+                       tool_name = excluded.tool_name, name = excluded.name,
+                       label = excluded.label, updated_at = now()",
     )
-    .bind(user_id)
-    .bind(conversation_id)
-    .bind(name)
-    .bind(value)
-    .bind(is_secret)
+    .bind(new.user_id)
+    .bind(new.conversation_id)
+    .bind(new.tool_name)
+    .bind(new.memory_key)
+    .bind(new.name)
+    .bind(new.label)
+    .bind(new.value)
+    .bind(new.is_secret)
     .execute(conn)
     .await?;
     Ok(())
@@ -46,12 +80,12 @@ pub async fn list_for_conversation(
     conn: &mut PgConnection,
     conversation_id: Uuid,
 ) -> sqlx::Result<Vec<SavedInputRow>> {
-    sqlx::query_as::<_, SavedInputRow>(
-        "select conversation_id, name, value, is_secret, updated_at from saved_tool_inputs
+    sqlx::query_as::<_, SavedInputRow>(&format!(
+        "select {COLUMNS} from saved_tool_inputs
          where (conversation_id = $1 or conversation_id is null)
            and exists (select 1 from conversations where id = $1)
-         order by conversation_id nulls last, name",
-    )
+         order by conversation_id nulls last, binding"
+    ))
     .bind(conversation_id)
     .fetch_all(conn)
     .await
@@ -66,4 +100,104 @@ pub async fn clear_conversation(
         .execute(conn)
         .await?;
     Ok(done.rows_affected())
+}
+
+/// A field some tool declares, as [`attribute_legacy`] matches rows against.
+#[derive(Clone, Debug)]
+pub struct FieldClaim {
+    pub tool_name: String,
+    pub field_name: String,
+    pub memory_key: Option<String>,
+    pub is_secret: bool,
+    pub label: Option<String>,
+}
+
+/// What [`attribute_legacy`] did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Attribution {
+    /// Rows moved to the tools (or keys) that claim them.
+    pub attributed: usize,
+    /// Rows left unattributed: no tool declares the field, or a secret several tools
+    /// claim. They are listed to their owner and never given to a tool.
+    pub left: usize,
+}
+
+/// Binds the values remembered before values were bound to tools. A row goes to every
+/// binding that claims its field name with the same secrecy (a tool's own field, or a
+/// shared `memory_key`), except that a secret claimed by more than one binding stays
+/// unattributed: guessing would hand it to a tool it was never given to. A bound value
+/// already there wins over the legacy one. Runs at start-up, across users.
+pub async fn attribute_legacy(
+    conn: &mut PgConnection,
+    claims: &[FieldClaim],
+) -> sqlx::Result<Attribution> {
+    #[derive(sqlx::FromRow)]
+    struct Legacy {
+        user_id: String,
+        conversation_id: Option<Uuid>,
+        name: String,
+        value: Value,
+        is_secret: bool,
+    }
+    let rows: Vec<Legacy> = sqlx::query_as(
+        "select user_id, conversation_id, name, value, is_secret from saved_tool_inputs
+         where tool_name is null and memory_key is null
+         for update",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut done = Attribution::default();
+    for row in rows {
+        let mut targets: Vec<&FieldClaim> = Vec::new();
+        for claim in claims
+            .iter()
+            .filter(|c| c.field_name == row.name && c.is_secret == row.is_secret)
+        {
+            let binding = binding_for(
+                &claim.tool_name,
+                &claim.field_name,
+                claim.memory_key.as_deref(),
+            );
+            let seen = targets.iter().any(|t| {
+                binding_for(&t.tool_name, &t.field_name, t.memory_key.as_deref()) == binding
+            });
+            if !seen {
+                targets.push(claim);
+            }
+        }
+        if targets.is_empty() || (row.is_secret && targets.len() > 1) {
+            done.left += 1;
+            continue;
+        }
+        for claim in targets {
+            sqlx::query(
+                "insert into saved_tool_inputs
+                     (user_id, conversation_id, tool_name, memory_key, name, label, value, is_secret)
+                 values ($1, $2, $3, $4, $5, $6, $7, $8)
+                 on conflict on constraint saved_tool_inputs_binding do nothing",
+            )
+            .bind(&row.user_id)
+            .bind(row.conversation_id)
+            .bind(&claim.tool_name)
+            .bind(claim.memory_key.as_deref())
+            .bind(&row.name)
+            .bind(claim.label.as_deref())
+            .bind(&row.value)
+            .bind(row.is_secret)
+            .execute(&mut *conn)
+            .await?;
+        }
+        sqlx::query(
+            "delete from saved_tool_inputs
+             where user_id = $1 and conversation_id is not distinct from $2
+               and binding = 'legacy:' || $3",
+        )
+        .bind(&row.user_id)
+        .bind(row.conversation_id)
+        .bind(&row.name)
+        .execute(&mut *conn)
+        .await?;
+        done.attributed += 1;
+    }
+    Ok(done)
 }

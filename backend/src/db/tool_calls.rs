@@ -12,6 +12,8 @@ pub struct ToolCallRecord<'a> {
     pub tool_name: &'a str,
     pub tool_call_id: &'a str,
     pub redacted_arguments: &'a Map<String, Value>,
+    /// Arguments that tried to set user-only fields and were ignored.
+    pub ignored_arguments: &'a [String],
     pub outcome: &'a str,
     pub error: Option<&'a str>,
     pub duration_ms: f64,
@@ -20,8 +22,9 @@ pub struct ToolCallRecord<'a> {
 pub async fn insert(conn: &mut PgConnection, record: ToolCallRecord<'_>) -> sqlx::Result<()> {
     sqlx::query(
         "insert into tool_call_log
-             (user_id, conversation_id, run_id, tool_name, tool_call_id, arguments, outcome, error, duration_ms)
-         values ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+             (user_id, conversation_id, run_id, tool_name, tool_call_id, arguments,
+              ignored_arguments, outcome, error, duration_ms)
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
     )
     .bind(record.user_id)
     .bind(record.conversation_id)
@@ -29,6 +32,7 @@ pub async fn insert(conn: &mut PgConnection, record: ToolCallRecord<'_>) -> sqlx
     .bind(record.tool_name)
     .bind(record.tool_call_id)
     .bind(Json(record.redacted_arguments))
+    .bind(record.ignored_arguments)
     .bind(record.outcome)
     .bind(record.error)
     .bind(record.duration_ms)

@@ -1,26 +1,30 @@
 //! The universal tool executor: every tool call, from the agent loop or any outside
 //! caller, goes through `execute`.
 //!
-//! enabled and configured? → fill each field from the call's arguments, then the
-//! conversation's remembered values, then the user's → a required visible field still
-//! missing: store a pending request and answer `requires_user_input` → otherwise
-//! validate, run, log.
+//! enabled and configured? → fill each field of `requires_user_input` from the user
+//! only (a submitted card, or a value remembered for this tool; the call's arguments
+//! only where the field says `model_may_fill`) → a required visible field still
+//! missing: store a pending input request → validate → a call that needs approval:
+//! store a pending approval request bound to a digest of its exact arguments →
+//! otherwise run, log.
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use protocol::api::ToolOutcome;
-use protocol::fields::{self, MASKED};
+use protocol::api::{RequestKind, ToolOutcome};
+use protocol::fields;
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use super::ToolContext;
+use super::digest;
 use super::kinds::calculator;
 use super::registry::{Runner, Tool};
-use super::user_input::{self, RequestContext};
-use crate::db::input_requests::InputRequestRow;
-use crate::db::{self, conversations, input_requests, tool_calls};
+use super::remembered;
+use crate::db::input_requests::{self, InputRequestRow};
+use crate::db::{self, conversations, tool_calls};
 use crate::error::{Error, Result};
+use crate::requests::{self, create::Ask, create::RequestContext};
 use crate::state::AppState;
 
 /// One tool call as the executor receives it.
@@ -32,6 +36,12 @@ pub struct ToolCall {
     pub tool_call_id: String,
     pub arguments: Map<String, Value>,
     pub original_user_request: Option<String>,
+}
+
+/// The values a call runs with, and the arguments that tried to set user-only fields.
+struct Filled {
+    values: Map<String, Value>,
+    ignored: Vec<String>,
 }
 
 /// Runs one tool call for `user_id`. A failing tool is an outcome, not an error;
@@ -47,85 +57,144 @@ pub async fn execute(state: &AppState, user_id: &str, call: ToolCall) -> Result<
     if !conversations::exists(&mut tx, call.conversation_id).await? {
         return Err(Error::NotFound("conversation"));
     }
+    let log = CallLog {
+        user_id,
+        tool: &tool,
+        call: &call,
+        started,
+    };
     if let Some(reason) = tool.unavailable_reason() {
         let outcome = ToolOutcome::failed(reason);
-        log_call(
-            &mut tx, user_id, &tool, &call, &outcome, "rejected", started,
-        )
-        .await?;
+        log.write(&mut tx, &outcome, "rejected", &[]).await?;
         tx.commit().await?;
         return Ok(outcome);
     }
-    let remembered = if tool.fields().is_empty() {
-        Map::new()
-    } else {
-        user_input::remembered_values(&mut tx, &state.vault, user_id, call.conversation_id).await?
+    let remembered = remembered::for_tool(
+        &mut tx,
+        &state.vault,
+        &state.tools,
+        user_id,
+        call.conversation_id,
+        &tool,
+    )
+    .await?;
+    let filled = fill_fields(&tool, &call.arguments, &remembered, &Map::new());
+    if !filled.ignored.is_empty() {
+        tracing::warn!(tool = %tool.name, ignored = ?filled.ignored, "arguments aimed at user-only fields were ignored");
+    }
+    let ctx = RequestContext {
+        user_id,
+        run_id: call.run_id,
+        ttl: state.config.input_ttl,
+        origin: "executor",
+        original_user_request: call.original_user_request.as_deref(),
     };
-    let values = fill_fields(&tool, &call.arguments, &remembered, &Map::new());
     if let Some(spec) = &tool.input_spec
-        && !fields::missing_fields(&spec.fields, &values).is_empty()
+        && !fields::missing_fields(&spec.fields, &filled.values).is_empty()
     {
-        let ctx = RequestContext {
-            user_id,
-            run_id: call.run_id,
-            ttl: state.config.input_ttl,
-            origin: "executor",
-            original_user_request: call.original_user_request.as_deref(),
-        };
-        let row = user_input::insert_request(
+        let fields = prefilled(&spec.fields, &filled.values);
+        let row = requests::create::insert_request(
             &mut tx,
             &ctx,
             call.conversation_id,
             &tool.name,
             &call.tool_call_id,
-            &call.arguments,
-            &spec.reason,
-            &spec.fields,
-            spec.save_for(),
+            &tool.storable_arguments(&call.arguments),
+            Ask::Input {
+                reason: &spec.reason,
+                fields: &fields,
+                save_for: spec.save_for(),
+            },
         )
         .await?;
-        let request = row.to_api();
         let outcome = ToolOutcome {
             success: false,
             error: Some(spec.reason.clone()),
             requires_user_input: true,
-            user_input_request: Some(request),
-            result: None,
+            user_input_request: Some(requests::describe(&row, &state.tools)),
+            ..ToolOutcome::default()
         };
-        log_call(
-            &mut tx,
-            user_id,
-            &tool,
-            &call,
-            &outcome,
-            "requires_user_input",
-            started,
-        )
-        .await?;
+        log.write(&mut tx, &outcome, "requires_user_input", &filled.ignored)
+            .await?;
+        tx.commit().await?;
+        return Ok(outcome);
+    }
+    let values = match validate(&tool, &call, filled.values) {
+        Ok(values) => values,
+        Err(problem) => {
+            let outcome = ToolOutcome::failed(problem);
+            log.write(&mut tx, &outcome, "failure", &filled.ignored)
+                .await?;
+            tx.commit().await?;
+            return Ok(outcome);
+        }
+    };
+    if tool.needs_approval(&values) {
+        let outcome = ask_approval(&mut tx, state, &ctx, &tool, &call, &values, None).await?;
+        log.write(&mut tx, &outcome, "requires_approval", &filled.ignored)
+            .await?;
         tx.commit().await?;
         return Ok(outcome);
     }
     // Nothing to ask: no transaction stays open while the tool runs.
     tx.commit().await?;
-    let outcome = run_validated(state, user_id, &tool, &call, values).await;
+    let outcome = run(state, user_id, &tool, &call, &values).await;
     let mut tx = db::begin_as_user(&state.db, user_id).await?;
-    let label = if outcome.success {
-        "success"
-    } else {
-        "failure"
-    };
-    log_call(&mut tx, user_id, &tool, &call, &outcome, label, started).await?;
+    log.write(&mut tx, &outcome, outcome_label(&outcome), &filled.ignored)
+        .await?;
     tx.commit().await?;
     Ok(outcome)
 }
 
-/// Retries the tool of a request the user has just completed, with its stored
-/// arguments plus the submitted values, and keeps the outcome on the request.
-pub async fn retry_completed(
+/// Stores an approval request for exactly these values (secrets left out: they are
+/// neither shown nor part of the digest) and answers `requires_approval`.
+async fn ask_approval(
+    conn: &mut sqlx::PgConnection,
     state: &AppState,
-    user_id: &str,
-    row: &InputRequestRow,
+    ctx: &RequestContext<'_>,
+    tool: &Tool,
+    call: &ToolCall,
+    values: &Map<String, Value>,
+    carried: Option<&Map<String, Value>>,
 ) -> Result<ToolOutcome> {
+    let shown = tool.approvable_values(values);
+    let digest = digest::of_arguments(&tool.name, &shown);
+    let reason = tool.approval_reason();
+    let decisions = tool
+        .approval
+        .as_ref()
+        .map(|rule| rule.decisions.clone())
+        .unwrap_or_default();
+    let row = requests::create::insert_request(
+        conn,
+        ctx,
+        call.conversation_id,
+        &tool.name,
+        &call.tool_call_id,
+        &shown,
+        Ask::Approval {
+            reason: &reason,
+            fields: tool.fields(),
+            decisions: &decisions,
+            digest: &digest,
+            carried,
+        },
+    )
+    .await?;
+    Ok(ToolOutcome {
+        success: false,
+        error: Some(reason),
+        requires_approval: true,
+        approval_request: Some(requests::describe(&row, &state.tools)),
+        ..ToolOutcome::default()
+    })
+}
+
+/// Runs the tool of a request the user has just answered: an input request with the
+/// stored arguments plus the submitted values (asking for approval next when the call
+/// needs it), an approval with exactly the arguments approved. The outcome is kept on
+/// the request.
+pub async fn retry(state: &AppState, user_id: &str, row: &InputRequestRow) -> Result<ToolOutcome> {
     let call = ToolCall {
         conversation_id: row.conversation_id,
         run_id: row.run_id,
@@ -135,34 +204,12 @@ pub async fn retry_completed(
         original_user_request: row.original_user_request.clone(),
     };
     let started = Instant::now();
-    let outcome = match state.tools.get(&row.tool_name) {
+    let tool = state.tools.get(&row.tool_name);
+    let outcome = match &tool {
         None => ToolOutcome::failed(format!("the tool `{}` no longer exists", row.tool_name)),
         Some(tool) => match tool.unavailable_reason() {
             Some(reason) => ToolOutcome::failed(reason),
-            None => {
-                let submitted = row.open_inputs(&state.vault)?;
-                let mut tx = db::begin_as_user(&state.db, user_id).await?;
-                let remembered = user_input::remembered_values(
-                    &mut tx,
-                    &state.vault,
-                    user_id,
-                    row.conversation_id,
-                )
-                .await?;
-                tx.commit().await?;
-                let values = fill_fields(&tool, &call.arguments, &remembered, &submitted);
-                let missing = tool
-                    .input_spec
-                    .as_ref()
-                    .map(|spec| fields::missing_fields(&spec.fields, &values))
-                    .unwrap_or_default();
-                if missing.is_empty() {
-                    run_validated(state, user_id, &tool, &call, values).await
-                } else {
-                    let names: Vec<&str> = missing.iter().map(|f| f.label()).collect();
-                    ToolOutcome::failed(format!("still missing: {}", names.join(", ")))
-                }
-            }
+            None => retry_with_answer(state, user_id, tool, row, &call).await?,
         },
     };
     let mut tx = db::begin_as_user(&state.db, user_id).await?;
@@ -172,33 +219,113 @@ pub async fn retry_completed(
         &serde_json::to_value(&outcome).unwrap_or_default(),
     )
     .await?;
-    if let Some(tool) = state.tools.get(&row.tool_name) {
-        let label = if outcome.success {
-            "success"
-        } else {
-            "failure"
+    if let Some(tool) = &tool {
+        let log = CallLog {
+            user_id,
+            tool,
+            call: &call,
+            started,
         };
-        log_call(&mut tx, user_id, &tool, &call, &outcome, label, started).await?;
+        log.write(&mut tx, &outcome, outcome_label(&outcome), &[])
+            .await?;
     }
     tx.commit().await?;
     Ok(outcome)
 }
 
+async fn retry_with_answer(
+    state: &AppState,
+    user_id: &str,
+    tool: &Arc<Tool>,
+    row: &InputRequestRow,
+    call: &ToolCall,
+) -> Result<ToolOutcome> {
+    let approval = row.kind() == RequestKind::Approval;
+    let mut answered = row.open_inputs(&state.vault)?;
+    if approval {
+        // The approved arguments fill the fields they name: the user saw (or wrote) them.
+        for (name, value) in &call.arguments {
+            if tool.field(name).is_some_and(|f| !f.is_secret()) {
+                answered.insert(name.clone(), value.clone());
+            }
+        }
+    }
+    let mut tx = db::begin_as_user(&state.db, user_id).await?;
+    let remembered = remembered::for_tool(
+        &mut tx,
+        &state.vault,
+        &state.tools,
+        user_id,
+        row.conversation_id,
+        tool,
+    )
+    .await?;
+    let filled = fill_fields(tool, &call.arguments, &remembered, &answered);
+    if let Some(spec) = &tool.input_spec {
+        let missing = fields::missing_fields(&spec.fields, &filled.values);
+        if !missing.is_empty() {
+            let names: Vec<&str> = missing.iter().map(|f| f.label()).collect();
+            return Ok(ToolOutcome::failed(format!(
+                "still missing: {}",
+                names.join(", ")
+            )));
+        }
+    }
+    let values = match validate(tool, call, filled.values) {
+        Ok(values) => values,
+        Err(problem) => return Ok(ToolOutcome::failed(problem)),
+    };
+    if approval {
+        let now = digest::of_arguments(&tool.name, &tool.approvable_values(&values));
+        if Some(&now) != row.arguments_digest.as_ref() {
+            return Ok(ToolOutcome::failed(
+                "not run: the arguments are not the ones the user approved; ask for approval again",
+            ));
+        }
+    } else if tool.needs_approval(&values) {
+        let ctx = RequestContext {
+            user_id,
+            run_id: row.run_id,
+            ttl: state.config.input_ttl,
+            origin: "executor",
+            original_user_request: row.original_user_request.as_deref(),
+        };
+        let carried = row.user_inputs.as_ref().map(|inputs| &inputs.0);
+        let outcome = ask_approval(&mut tx, state, &ctx, tool, call, &values, carried).await?;
+        tx.commit().await?;
+        return Ok(outcome);
+    }
+    tx.commit().await?;
+    Ok(run(state, user_id, tool, call, &values).await)
+}
+
 /// The values the tool runs with: its arguments, then for each field the first of
-/// submitted, argument, remembered. A value that breaks its field's rules is dropped,
-/// so the user is asked for it rather than the tool failing.
+/// submitted, argument (only where `model_may_fill`), remembered. An argument aimed
+/// at a user-only field is dropped and named in `ignored`; a value that breaks its
+/// field's rules is dropped, so the user is asked for it rather than the tool failing.
 fn fill_fields(
     tool: &Tool,
     arguments: &Map<String, Value>,
     remembered: &Map<String, Value>,
     submitted: &Map<String, Value>,
-) -> Map<String, Value> {
+) -> Filled {
     let mut values = arguments.clone();
+    let mut ignored = Vec::new();
     for field in tool.fields() {
-        let candidate = [submitted, arguments, remembered]
-            .into_iter()
-            .filter_map(|source| source.get(&field.name))
-            .find(|value| !fields::is_empty(value));
+        let from_arguments = arguments
+            .get(&field.name)
+            .filter(|value| !fields::is_empty(value));
+        if from_arguments.is_some() && !field.model_may_fill {
+            ignored.push(field.name.clone());
+        }
+        let candidate = [
+            submitted.get(&field.name),
+            from_arguments.filter(|_| field.model_may_fill),
+            remembered.get(&field.name),
+        ]
+        .into_iter()
+        .flatten()
+        .find(|value| !fields::is_empty(value));
         match candidate.map(|value| fields::validate_field(field, Some(value))) {
             Some(Ok(Some(normal))) => {
                 values.insert(field.name.clone(), normal);
@@ -208,16 +335,36 @@ fn fill_fields(
             }
         }
     }
-    values
+    Filled { values, ignored }
 }
 
-async fn run_validated(
-    state: &AppState,
-    user_id: &str,
-    tool: &Arc<Tool>,
+/// The card's fields, with what the model was allowed to fill (`model_may_fill`)
+/// offered as the default: the user sees it, keeps or changes it.
+fn prefilled(
+    fields: &[protocol::FieldSpec],
+    values: &Map<String, Value>,
+) -> Vec<protocol::FieldSpec> {
+    fields
+        .iter()
+        .map(|field| {
+            let mut field = field.clone();
+            if field.model_may_fill
+                && let Some(value) = values.get(&field.name)
+            {
+                field.default = Some(value.clone());
+            }
+            field
+        })
+        .collect()
+}
+
+/// Checks every value against its field and the arguments against the tool's schema;
+/// the values in their normal form, or what is wrong.
+fn validate(
+    tool: &Tool,
     call: &ToolCall,
     values: Map<String, Value>,
-) -> ToolOutcome {
+) -> Result<Map<String, Value>, String> {
     let mut values = values;
     if let Some(spec) = &tool.input_spec {
         let field_values: Map<String, Value> = values
@@ -229,26 +376,42 @@ async fn run_validated(
             Ok(accepted) => values.extend(accepted),
             Err(errors) => {
                 let text: Vec<String> = errors.iter().map(|(k, v)| format!("{k}: {v}")).collect();
-                return ToolOutcome::failed(format!("invalid values: {}", text.join("; ")));
+                return Err(format!("invalid values: {}", text.join("; ")));
             }
         }
     }
-    let problems = tool.argument_errors(&Value::Object(call.arguments.clone()));
+    let model_arguments: Map<String, Value> = call
+        .arguments
+        .iter()
+        .filter(|(name, _)| tool.field(name).is_none())
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let problems = tool.argument_errors(&Value::Object(model_arguments));
     if !problems.is_empty() {
-        return ToolOutcome::failed(format!("invalid arguments: {}", problems.join("; ")));
+        return Err(format!("invalid arguments: {}", problems.join("; ")));
     }
+    Ok(values)
+}
+
+async fn run(
+    state: &AppState,
+    user_id: &str,
+    tool: &Arc<Tool>,
+    call: &ToolCall,
+    values: &Map<String, Value>,
+) -> ToolOutcome {
     let context = ToolContext {
         user_id: user_id.to_owned(),
         conversation_id: call.conversation_id,
         run_id: call.run_id,
         tool_call_id: call.tool_call_id.clone(),
         original_user_request: call.original_user_request.clone(),
-        arguments: call.arguments.clone(),
+        arguments: tool.storable_arguments(&call.arguments),
     };
     let result = match &tool.runner {
-        Runner::Http(http) => http.run(&state.http, &values, &context).await,
-        Runner::Sql(sql) => sql.run(&values, &context).await,
-        Runner::Calculator => calculator::run(&values),
+        Runner::Http(http) => http.run(&state.http, values, &context).await,
+        Runner::Sql(sql) => sql.run(values, &context).await,
+        Runner::Calculator => calculator::run(values),
         Runner::ReadSkill(dir) => {
             let name = values
                 .get("name")
@@ -265,56 +428,62 @@ async fn run_validated(
     }
 }
 
-/// Arguments as they may be stored: values of secret fields masked.
-fn redacted(tool: &Tool, arguments: &Map<String, Value>) -> Map<String, Value> {
-    arguments
-        .iter()
-        .map(|(name, value)| {
-            let secret = tool
-                .fields()
-                .iter()
-                .any(|f| &f.name == name && f.is_secret());
-            let shown = if secret {
-                Value::String(MASKED.to_owned())
-            } else {
-                value.clone()
-            };
-            (name.clone(), shown)
-        })
-        .collect()
+fn outcome_label(outcome: &ToolOutcome) -> &'static str {
+    if outcome.requires_approval {
+        "requires_approval"
+    } else if outcome.requires_user_input {
+        "requires_user_input"
+    } else if outcome.success {
+        "success"
+    } else {
+        "failure"
+    }
 }
 
-async fn log_call(
-    conn: &mut sqlx::PgConnection,
-    user_id: &str,
-    tool: &Tool,
-    call: &ToolCall,
-    outcome: &ToolOutcome,
-    label: &str,
+/// One call's entry in `tool_call_log` and the server log.
+struct CallLog<'a> {
+    user_id: &'a str,
+    tool: &'a Tool,
+    call: &'a ToolCall,
     started: Instant,
-) -> Result<()> {
-    let arguments = redacted(tool, &call.arguments);
-    tracing::info!(
-        tool = %tool.name,
-        tool_call_id = %call.tool_call_id,
-        conversation_id = %call.conversation_id,
-        outcome = label,
-        "tool call"
-    );
-    tool_calls::insert(
-        conn,
-        tool_calls::ToolCallRecord {
-            user_id,
-            conversation_id: call.conversation_id,
-            run_id: call.run_id,
-            tool_name: &tool.name,
-            tool_call_id: &call.tool_call_id,
-            redacted_arguments: &arguments,
-            outcome: label,
-            error: outcome.error.as_deref(),
-            duration_ms: started.elapsed().as_secs_f64() * 1000.0,
-        },
-    )
-    .await?;
-    Ok(())
+}
+
+impl CallLog<'_> {
+    async fn write(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        outcome: &ToolOutcome,
+        label: &str,
+        ignored: &[String],
+    ) -> Result<()> {
+        // Only what may be stored: user-only fields the call tried to set are named in
+        // `ignored_arguments`, never kept, and secrets are masked.
+        let arguments = self
+            .tool
+            .masked_arguments(&self.tool.storable_arguments(&self.call.arguments));
+        tracing::info!(
+            tool = %self.tool.name,
+            tool_call_id = ?self.call.tool_call_id,
+            conversation_id = %self.call.conversation_id,
+            outcome = label,
+            "tool call"
+        );
+        tool_calls::insert(
+            conn,
+            tool_calls::ToolCallRecord {
+                user_id: self.user_id,
+                conversation_id: self.call.conversation_id,
+                run_id: self.call.run_id,
+                tool_name: &self.tool.name,
+                tool_call_id: &self.call.tool_call_id,
+                redacted_arguments: &arguments,
+                ignored_arguments: ignored,
+                outcome: label,
+                error: outcome.error.as_deref(),
+                duration_ms: self.started.elapsed().as_secs_f64() * 1000.0,
+            },
+        )
+        .await?;
+        Ok(())
+    }
 }

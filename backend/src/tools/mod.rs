@@ -1,10 +1,11 @@
 //! Tools and the universal executor.
 
+pub mod digest;
 pub mod executor;
 pub mod kinds;
 pub mod registry;
+pub mod remembered;
 pub mod template;
-pub mod user_input;
 
 use serde_json::{Map, Value};
 use uuid::Uuid;

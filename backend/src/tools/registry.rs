@@ -8,12 +8,14 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use protocol::api::ToolInfo;
-use protocol::fields::{self, FieldType, InputRequestSpec};
+use protocol::approval::ApprovalSpec;
+use protocol::fields::{self, FieldSpec, FieldType, InputRequestSpec};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use super::kinds::http::{HttpConfig, HttpTool};
 use super::kinds::sql::{SqlConfig, SqlTool};
+use crate::db::saved_inputs::FieldClaim;
 
 pub enum Runner {
     Http(HttpTool),
@@ -23,7 +25,24 @@ pub enum Runner {
     ReadSkill(std::path::PathBuf),
 }
 
+/// Where a tool was defined. A secret shared under a `memory_key` only crosses between
+/// tools of the same origin.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ToolOrigin {
+    Builtin,
+    ToolsFile,
+}
+
 impl Runner {
+    /// Kinds whose calls change something elsewhere need approval unless the tools file
+    /// says otherwise.
+    fn has_side_effects(&self) -> bool {
+        match self {
+            Runner::Http(http) => http.has_side_effects(),
+            Runner::Sql(_) | Runner::Calculator | Runner::ReadSkill(_) => false,
+        }
+    }
+
     fn kind(&self) -> &'static str {
         match self {
             Runner::Http(_) => "http",
@@ -42,6 +61,9 @@ pub struct Tool {
     /// The argument that identifies what a call works on; a newer call with the same
     /// value supersedes older ones in the model's context.
     pub key_argument: Option<String>,
+    /// When calls wait for the user's yes; `None` when they never do.
+    pub approval: Option<ApprovalSpec>,
+    pub origin: ToolOrigin,
     pub runner: Runner,
     validator: jsonschema::Validator,
 }
@@ -62,15 +84,27 @@ impl Tool {
 
     /// The reasons the arguments break the tool's JSON Schema, if any.
     pub fn argument_errors(&self, arguments: &Value) -> Vec<String> {
+        self.argument_problems(arguments)
+            .into_iter()
+            .map(|(path, message)| {
+                if path.is_empty() {
+                    message
+                } else {
+                    format!("{path}: {message}")
+                }
+            })
+            .collect()
+    }
+
+    /// Each way the arguments break the schema, with the dotted path of the argument
+    /// (empty for the arguments as a whole).
+    pub fn argument_problems(&self, arguments: &Value) -> Vec<(String, String)> {
         self.validator
             .iter_errors(arguments)
             .map(|err| {
-                let path = err.instance_path().to_string();
-                if path.is_empty() {
-                    err.to_string()
-                } else {
-                    format!("{path}: {err}")
-                }
+                let pointer = err.instance_path().to_string();
+                let path = pointer.trim_start_matches('/').replace('/', ".");
+                (path, err.to_string())
             })
             .collect()
     }
@@ -81,16 +115,67 @@ impl Tool {
             description: self.description.clone(),
             parameters: self.parameters.clone(),
             requires_user_input: self.input_spec.clone(),
+            requires_approval: self.approval.clone(),
             kind: self.runner.kind().to_owned(),
             enabled: self.enabled,
             unavailable_reason: self.unavailable_reason(),
         }
     }
 
-    pub fn fields(&self) -> &[protocol::FieldSpec] {
+    pub fn fields(&self) -> &[FieldSpec] {
         self.input_spec
             .as_ref()
             .map_or(&[], |spec| spec.fields.as_slice())
+    }
+
+    pub fn field(&self, name: &str) -> Option<&FieldSpec> {
+        self.fields().iter().find(|f| f.name == name)
+    }
+
+    /// A field only the user may fill: the call's arguments never set it.
+    pub fn is_user_only(&self, name: &str) -> bool {
+        self.field(name).is_some_and(|f| !f.model_may_fill)
+    }
+
+    /// The call's arguments as they may be kept and shown: without the user-only
+    /// fields it tried to set (ignored anyway) and so without any secret.
+    pub fn storable_arguments(&self, arguments: &Map<String, Value>) -> Map<String, Value> {
+        arguments
+            .iter()
+            .filter(|(name, _)| !self.is_user_only(name))
+            .map(|(name, value)| (name.clone(), value.clone()))
+            .collect()
+    }
+
+    /// The call's arguments as the model and the stream may see them: a value aimed at
+    /// a secret field is masked.
+    pub fn masked_arguments(&self, arguments: &Map<String, Value>) -> Map<String, Value> {
+        fields::mask_secrets(self.fields(), arguments)
+    }
+
+    /// The values a call runs with, as an approval shows and binds them: everything but
+    /// secrets, which the user gave to this tool and which are never shown.
+    pub fn approvable_values(&self, values: &Map<String, Value>) -> Map<String, Value> {
+        values
+            .iter()
+            .filter(|(name, _)| !self.field(name).is_some_and(FieldSpec::is_secret))
+            .map(|(name, value)| (name.clone(), value.clone()))
+            .collect()
+    }
+
+    /// Whether a call with these values must wait for the user's approval.
+    pub fn needs_approval(&self, values: &Map<String, Value>) -> bool {
+        self.approval
+            .as_ref()
+            .is_some_and(|rule| rule.applies_to(values))
+    }
+
+    /// The words on an approval card.
+    pub fn approval_reason(&self) -> String {
+        self.approval
+            .as_ref()
+            .and_then(|rule| rule.reason.clone())
+            .unwrap_or_else(|| format!("`{}` wants to run with these arguments", self.name))
     }
 }
 
@@ -136,6 +221,23 @@ impl ToolRegistry {
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Tool>> {
         self.tools.iter()
     }
+
+    /// Every field every tool declares, for binding values remembered before values
+    /// were bound to tools.
+    pub fn field_claims(&self) -> Vec<FieldClaim> {
+        self.tools
+            .iter()
+            .flat_map(|tool| {
+                tool.fields().iter().map(|field| FieldClaim {
+                    tool_name: tool.name.clone(),
+                    field_name: field.name.clone(),
+                    memory_key: field.memory_key.clone(),
+                    is_secret: field.is_secret(),
+                    label: field.label.clone(),
+                })
+            })
+            .collect()
+    }
 }
 
 #[derive(Deserialize)]
@@ -159,6 +261,10 @@ struct ToolEntry {
     requires_user_input: Option<Value>,
     #[serde(default)]
     key_argument: Option<String>,
+    /// `true`, `false`, or a table (see [`ApprovalSpec`]); absent means "when the kind
+    /// has side effects".
+    #[serde(default)]
+    requires_approval: Option<Value>,
     #[serde(default)]
     http: Option<HttpConfig>,
     #[serde(default)]
@@ -239,6 +345,7 @@ fn build(entry: ToolEntry) -> anyhow::Result<Tool> {
         ("calculator", _, _) => bail!("a calculator tool takes no [http] or [sql] table"),
         (other, _, _) => bail!("unknown kind `{other}`; expected http, sql or calculator"),
     };
+    let approval = read_approval(entry.requires_approval, runner.has_side_effects(), &known)?;
     Ok(Tool {
         name: entry.name,
         description: entry.description,
@@ -246,9 +353,42 @@ fn build(entry: ToolEntry) -> anyhow::Result<Tool> {
         input_spec,
         enabled: entry.enabled,
         key_argument: entry.key_argument,
+        approval,
+        origin: ToolOrigin::ToolsFile,
         runner,
         validator,
     })
+}
+
+fn read_approval(
+    raw: Option<Value>,
+    side_effects: bool,
+    known: &BTreeSet<String>,
+) -> anyhow::Result<Option<ApprovalSpec>> {
+    let spec = match raw {
+        None if side_effects => Some(ApprovalSpec::default()),
+        None | Some(Value::Bool(false)) => None,
+        Some(Value::Bool(true)) => Some(ApprovalSpec::default()),
+        Some(table @ Value::Object(_)) => Some(
+            serde_json::from_value::<ApprovalSpec>(table)
+                .context("requires_approval is not valid")?,
+        ),
+        Some(_) => bail!("requires_approval is true, false or a table"),
+    };
+    if let Some(spec) = &spec {
+        if spec.decisions.is_empty() {
+            bail!("requires_approval.decisions needs at least one decision");
+        }
+        for rule in &spec.when {
+            if !known.contains(&rule.field) {
+                bail!(
+                    "requires_approval.when names `{}`, which is neither an argument nor a field",
+                    rule.field
+                );
+            }
+        }
+    }
+    Ok(spec)
 }
 
 fn read_input_spec(raw: Value) -> anyhow::Result<InputRequestSpec> {
@@ -298,6 +438,8 @@ fn builtins(skills_dir: Option<&Path>) -> anyhow::Result<Vec<Tool>> {
         input_spec: None,
         enabled: true,
         key_argument: None,
+        approval: None,
+        origin: ToolOrigin::Builtin,
         runner: Runner::Calculator,
         validator,
     }];
@@ -316,6 +458,8 @@ fn builtins(skills_dir: Option<&Path>) -> anyhow::Result<Vec<Tool>> {
             input_spec: None,
             enabled: true,
             key_argument: Some("name".to_owned()),
+            approval: None,
+            origin: ToolOrigin::Builtin,
             runner: Runner::ReadSkill(dir.to_owned()),
             validator,
         });
@@ -395,6 +539,71 @@ url = "{env.LOOKUP_BASE}/accounts/{account}?q={q}"
             err.contains("visible_if names unknown field `ghost`"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn side_effects_need_approval_unless_the_file_says_otherwise() {
+        let get = parse_tools_file(HTTP_TOOL).expect("valid").remove(0);
+        assert!(get.approval.is_none(), "a GET needs no approval");
+        let post_text = HTTP_TOOL.replace("[tools.http]\n", "[tools.http]\nmethod = \"POST\"\n");
+        let post = parse_tools_file(&post_text).expect("valid").remove(0);
+        assert!(
+            post.needs_approval(&Map::new()),
+            "a POST needs approval by default"
+        );
+        let opted_out = post_text.replace(
+            "kind = \"http\"\n",
+            "kind = \"http\"\nrequires_approval = false\n",
+        );
+        assert!(
+            parse_tools_file(&opted_out).expect("valid")[0]
+                .approval
+                .is_none()
+        );
+        let conditional = HTTP_TOOL.replace(
+            "kind = \"http\"\n",
+            "kind = \"http\"\nrequires_approval = { when = [{ field = \"account\", equals = \"0\" }] }\n",
+        );
+        let tool = parse_tools_file(&conditional).expect("valid").remove(0);
+        let values = |account: &str| {
+            json!({"account": account})
+                .as_object()
+                .cloned()
+                .unwrap_or_default()
+        };
+        assert!(tool.needs_approval(&values("0")));
+        assert!(!tool.needs_approval(&values("7")));
+        let err = error_of(&conditional.replace("field = \"account\"", "field = \"ghost\""));
+        assert!(
+            err.contains("requires_approval.when names `ghost`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_secret_the_model_may_fill_is_refused_at_load() {
+        let text = HTTP_TOOL.replace(
+            "type = \"text\", validation = \"^[0-9]+$\"",
+            "type = \"secret\", model_may_fill = true",
+        );
+        let err = error_of(&text);
+        assert!(
+            err.contains("tool `lookup`")
+                && err.contains("field `account`")
+                && err.contains("model_may_fill"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn only_user_only_fields_are_kept_out_of_stored_arguments() {
+        let tool = parse_tools_file(HTTP_TOOL).expect("valid").remove(0);
+        let arguments = json!({"q": "x", "account": "123"})
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        let stored = tool.storable_arguments(&arguments);
+        assert_eq!(Value::Object(stored), json!({"q": "x"}));
     }
 
     #[test]

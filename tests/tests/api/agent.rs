@@ -26,6 +26,7 @@ url = "{env.MOCK_BASE}/v3/company/{quickbooks_realm_id}/reports/ProfitAndLoss?st
 name = "notify"
 description = "Tell the team"
 kind = "http"
+requires_approval = false
 [tools.http]
 method = "POST"
 url = "{env.MOCK_BASE}/notify"
@@ -134,6 +135,28 @@ async fn waiting_pl_run(server: &TestServer, prefix: &str) -> (String, String, S
         .run_reaches(&token, &conversation, &run, &["waiting_for_input"])
         .await;
     (token, conversation, run)
+}
+
+/// Gives the conversation the company id the way a user does: through a card.
+async fn remember_realm(server: &TestServer, token: &str, conversation: &str) {
+    let (status, asked) = server
+        .send(
+            "POST",
+            "/api/tools/execute",
+            Some(token),
+            Some(json!({"conversation_id": conversation, "tool_name": "quickbooks_profit_and_loss",
+                "tool_call_id": "call_setup", "arguments": {"start_date": "2025-01-01", "end_date": "2025-03-31"}})),
+        )
+        .await;
+    assert_eq!(asked["requires_user_input"], true, "{status} {asked}");
+    let (status, done) = server
+        .action(
+            token,
+            json!({"action": "submit_response", "tool_call_id": "call_setup",
+                "user_inputs": {"quickbooks_realm_id": REALM}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{done}");
 }
 
 async fn pending(server: &TestServer, token: &str, conversation: &str) -> Vec<Value> {
@@ -486,6 +509,9 @@ async fn an_older_call_with_the_same_key_and_its_result_are_dropped() {
     let server = &setup.server;
     let (_, token) = server.new_user("supersede").await;
     let conversation = server.new_conversation(&token).await;
+    // The realm id comes from the user (remembered for the conversation), never from the
+    // model's arguments.
+    remember_realm(server, &token, &conversation).await;
     let run = start(server, &token, &conversation, json!("Q1 report twice")).await;
     assert_eq!(
         server.run_finished(&token, &conversation, &run).await["status"],

@@ -3,6 +3,7 @@
 mod agent;
 mod auth;
 mod conversations;
+mod gate;
 mod health;
 mod input_requests;
 mod rls;

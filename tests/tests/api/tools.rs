@@ -35,6 +35,7 @@ url = "{env.MOCK_BASE}/code/{code}"
 name = "with_api_key"
 description = "Calls an API with the user's key"
 kind = "http"
+requires_approval = false
 parameters = { type = "object", properties = { item = { type = "string" } } }
 [tools.requires_user_input]
 reason = "Your API key"
@@ -237,27 +238,24 @@ async fn the_seed_flow_asks_then_retries_with_the_realm_id() {
 }
 
 #[tokio::test]
-async fn a_value_in_the_arguments_is_used_and_an_invalid_one_is_asked_for() {
+async fn a_value_in_the_arguments_never_fills_a_user_only_field() {
     let f = start().await;
     let (_, token) = f.server.new_user("args").await;
     let conversation = f.server.new_conversation(&token).await;
-    let mut arguments = q1();
-    arguments["quickbooks_realm_id"] = json!(REALM);
-    let (_, direct) = f
-        .execute(
-            &token,
-            &conversation,
-            "quickbooks_profit_and_loss",
-            arguments.clone(),
-        )
-        .await;
-    assert_eq!(direct["success"], true, "{direct}");
-    arguments["quickbooks_realm_id"] = json!("not-a-realm");
-    let other = f.server.new_conversation(&token).await;
-    let (_, asked) = f
-        .execute(&token, &other, "quickbooks_profit_and_loss", arguments)
-        .await;
-    assert_eq!(asked["requires_user_input"], true, "{asked}");
+    for realm in [json!(REALM), json!("not-a-realm")] {
+        let mut arguments = q1();
+        arguments["quickbooks_realm_id"] = realm;
+        let (_, asked) = f
+            .execute(
+                &token,
+                &conversation,
+                "quickbooks_profit_and_loss",
+                arguments,
+            )
+            .await;
+        assert_eq!(asked["requires_user_input"], true, "{asked}");
+    }
+    assert!(f.mock.received().is_empty());
 }
 
 #[tokio::test]
@@ -265,8 +263,18 @@ async fn arguments_that_break_the_schema_are_a_failure_with_reasons() {
     let f = start().await;
     let (_, token) = f.server.new_user("schema").await;
     let conversation = f.server.new_conversation(&token).await;
-    let mut arguments = json!({"start_date": 20250101});
-    arguments["quickbooks_realm_id"] = json!(REALM);
+    let id = call_id();
+    f.execute_as(
+        &token,
+        &conversation,
+        "quickbooks_profit_and_loss",
+        &id,
+        q1(),
+    )
+    .await;
+    f.submit(&token, &id, json!({"quickbooks_realm_id": REALM}))
+        .await;
+    let arguments = json!({"start_date": 20250101});
     let (status, outcome) = f
         .execute(
             &token,

@@ -377,6 +377,13 @@ async fn database_card_has_a_select_and_a_conditional_required_reason() {
         .expect("completed");
     let text = done.text().await.expect("text");
     assert!(text.contains("production"), "{text}");
+    // A production query waits for the user's approval.
+    b.wait_for("[data-testid=approval-card][data-status=pending] [data-testid=approval-approve]")
+        .await
+        .expect("an approval card")
+        .click()
+        .await
+        .expect("approve");
     b.wait_until(
         "the query's answer",
         "[...document.querySelectorAll('[data-testid=message-assistant]')].length >= 2 && !document.querySelector('[data-testid=run-working]')",

@@ -5,6 +5,7 @@
 //! the tests say so and pass, unless `CI` is set, where they fail.
 //! `TOOLGATE_SCREENSHOTS=<folder>` saves screenshots of a card and a finished exchange.
 
+mod approvals;
 mod cards;
 mod chat;
 mod robustness;

@@ -428,7 +428,13 @@ fn answer_from_results(since_user: &[ChatMessage]) -> String {
 fn describe_outcome(tool: &str, outcome: &ToolOutcome) -> String {
     if !outcome.success {
         let error = outcome.error.as_deref().unwrap_or("it failed");
-        return if error.contains("cancelled") {
+        return if error.contains("declined") {
+            format!(
+                "You declined to provide what {tool} needs, so I did not run it and will not ask for it again."
+            )
+        } else if error.contains("rejected") {
+            format!("You rejected the call, so {tool} did not run.")
+        } else if error.contains("cancelled") {
             format!("You cancelled the request for input, so I did not run {tool}.")
         } else if error.contains("expired") {
             format!(

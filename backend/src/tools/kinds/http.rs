@@ -97,6 +97,14 @@ impl HttpTool {
     }
 
     /// Why the tool cannot run in this environment, if it cannot.
+    /// Whether a call changes something somewhere: any method but GET, HEAD and OPTIONS.
+    pub fn has_side_effects(&self) -> bool {
+        !matches!(
+            self.method,
+            reqwest::Method::GET | reqwest::Method::HEAD | reqwest::Method::OPTIONS
+        )
+    }
+
     pub fn unavailable_reason(&self) -> Option<String> {
         let missing: Vec<&str> = self
             .env_names

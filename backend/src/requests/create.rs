@@ -1,0 +1,208 @@
+//! How requests begin: created through the action API or by the executor, and listed
+//! while they wait.
+//!
+//! Every function runs inside the caller's transaction (`db::begin_as_user`), so
+//! row-level security already limits it to the caller's rows; a row that belongs to
+//! somebody else is simply not found.
+
+use chrono::Utc;
+use protocol::api::{CreateRequestParams, RequestKind};
+use protocol::approval::Decision;
+use protocol::fields::{self, FieldSpec, SaveFor};
+use serde_json::{Map, Value};
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+use crate::db::conversations;
+use crate::db::input_requests::{self, InputRequestRow, NewInputRequest};
+use crate::error::{Error, FieldErrors, Result, ResultExt};
+
+/// Longest tool name, tool call id or reason accepted.
+const MAX_NAME_LEN: usize = 200;
+const MAX_REASON_LEN: usize = 2000;
+
+/// What creating a request needs beyond the caller's parameters.
+pub struct RequestContext<'a> {
+    pub user_id: &'a str,
+    pub run_id: Option<Uuid>,
+    pub ttl: std::time::Duration,
+    /// `executor` or `api`: only the executor's requests are retried on completion.
+    pub origin: &'a str,
+    pub original_user_request: Option<&'a str>,
+}
+
+/// Not found unless the conversation is the caller's.
+pub async fn ensure_conversation(conn: &mut PgConnection, id: Uuid) -> Result<()> {
+    if conversations::exists(conn, id).await? {
+        Ok(())
+    } else {
+        Err(Error::NotFound("conversation"))
+    }
+}
+
+fn check_text(errors: &mut FieldErrors, name: &str, value: &str, max: usize) {
+    if value.trim().is_empty() {
+        errors.insert(name.to_owned(), "must not be empty".to_owned());
+    } else if value.len() > max {
+        errors.insert(name.to_owned(), format!("must be at most {max} characters"));
+    }
+}
+
+/// Stores a new pending request after checking its field definitions.
+pub async fn create_request(
+    conn: &mut PgConnection,
+    ctx: &RequestContext<'_>,
+    params: CreateRequestParams,
+) -> Result<InputRequestRow> {
+    let mut errors = FieldErrors::new();
+    check_text(&mut errors, "tool_name", &params.tool_name, MAX_NAME_LEN);
+    check_text(
+        &mut errors,
+        "tool_call_id",
+        &params.tool_call_id,
+        MAX_NAME_LEN,
+    );
+    check_text(&mut errors, "reason", &params.reason, MAX_REASON_LEN);
+    let specs = match fields::parse_field_specs(&params.fields) {
+        Ok(specs) if specs.is_empty() => {
+            errors.insert("fields".into(), "at least one field is required".into());
+            Vec::new()
+        }
+        Ok(specs) => specs,
+        Err(field_errors) => {
+            for (name, message) in field_errors {
+                errors.insert(format!("fields.{name}"), message);
+            }
+            Vec::new()
+        }
+    };
+    if !errors.is_empty() {
+        return Err(Error::unprocessable(
+            "the request definition is invalid",
+            errors,
+        ));
+    }
+    let save_for = fields::effective_save_for(params.save_for, params.save_for_session);
+    // What a caller declares secret is never stored in the clear, wherever it is put.
+    let tool_args = fields::mask_secrets(&specs, &params.tool_args.unwrap_or_default());
+    insert_request(
+        conn,
+        ctx,
+        params.conversation_id,
+        &params.tool_name,
+        &params.tool_call_id,
+        &tool_args,
+        Ask::Input {
+            reason: &params.reason,
+            fields: &specs,
+            save_for,
+        },
+    )
+    .await
+}
+
+/// What the executor asks: values for fields, or approval of exact arguments.
+pub enum Ask<'a> {
+    Input {
+        reason: &'a str,
+        fields: &'a [FieldSpec],
+        save_for: SaveFor,
+    },
+    Approval {
+        reason: &'a str,
+        /// The tool's fields, so the card can label the arguments that fill them.
+        fields: &'a [FieldSpec],
+        decisions: &'a [Decision],
+        digest: &'a str,
+        /// Values given on an earlier card of the same call (secrets sealed).
+        carried: Option<&'a Map<String, Value>>,
+    },
+}
+
+/// Stores a pending request whose definition is already known to be valid (the
+/// executor's path, with definitions checked at start-up). `tool_args` must already be
+/// free of anything that may not be stored (see `Tool::storable_arguments`).
+pub async fn insert_request(
+    conn: &mut PgConnection,
+    ctx: &RequestContext<'_>,
+    conversation_id: Uuid,
+    tool_name: &str,
+    tool_call_id: &str,
+    tool_args: &Map<String, Value>,
+    ask: Ask<'_>,
+) -> Result<InputRequestRow> {
+    let ttl = chrono::Duration::from_std(ctx.ttl).unwrap_or(chrono::Duration::hours(24));
+    let (kind, reason, fields, save_for, decisions, digest, carried) = match ask {
+        Ask::Input {
+            reason,
+            fields,
+            save_for,
+        } => (
+            RequestKind::Input,
+            reason,
+            fields,
+            save_for,
+            &[][..],
+            None,
+            None,
+        ),
+        Ask::Approval {
+            reason,
+            fields,
+            decisions,
+            digest,
+            carried,
+        } => (
+            RequestKind::Approval,
+            reason,
+            fields,
+            SaveFor::Call,
+            decisions,
+            Some(digest),
+            carried,
+        ),
+    };
+    let inserted = input_requests::insert(
+        conn,
+        NewInputRequest {
+            user_id: ctx.user_id,
+            conversation_id,
+            run_id: ctx.run_id,
+            tool_name,
+            tool_call_id,
+            tool_args,
+            reason,
+            fields,
+            save_for: save_for.as_str(),
+            expires_at: Utc::now() + ttl,
+            origin: ctx.origin,
+            original_user_request: ctx.original_user_request,
+            kind: kind.as_str(),
+            allowed_decisions: decisions,
+            arguments_digest: digest,
+            user_inputs: carried,
+        },
+    )
+    .await
+    .on_constraint("tool_user_input_requests_call_key", |_| {
+        Error::conflict(
+            "duplicate_tool_call_id",
+            format!("a request for tool call `{tool_call_id}` already exists"),
+        )
+    })?;
+    // The insert only happens when the conversation is the caller's.
+    inserted.ok_or(Error::NotFound("conversation"))
+}
+
+pub async fn get_pending(
+    conn: &mut PgConnection,
+    conversation_id: Uuid,
+) -> Result<Vec<InputRequestRow>> {
+    // One round trip in the common case; only an empty answer needs to tell
+    // "none pending" from "not your conversation".
+    let rows = input_requests::list_pending(conn, conversation_id).await?;
+    if rows.is_empty() {
+        ensure_conversation(conn, conversation_id).await?;
+    }
+    Ok(rows)
+}

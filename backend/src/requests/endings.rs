@@ -1,0 +1,342 @@
+//! Every way a pending request ends. Each ending locks the row, checks it is still
+//! pending and of the right kind, moves it exactly once and writes its
+//! `input_resolved` event in the caller's transaction.
+
+use protocol::api::{
+    DeclineRequestParams, RequestKind, RequestStatus, SubmitDecisionParams, SubmitResponseParams,
+};
+use protocol::approval::Decision;
+use protocol::chat::EventKind;
+use protocol::fields::{self, SaveFor};
+use serde_json::{Map, Value};
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+use crate::db::events;
+use crate::db::input_requests::{self, InputRequestRow, Settlement};
+use crate::error::{Error, FieldErrors, Result};
+use crate::tools::registry::{Tool, ToolRegistry};
+use crate::tools::{digest, remembered};
+use crate::vault::Vault;
+
+/// Longest message a user may attach to a rejection or a decline.
+const MAX_MESSAGE_LEN: usize = 2000;
+
+/// What the endings that check or keep values need.
+#[derive(Clone, Copy)]
+pub struct Deps<'a> {
+    pub vault: &'a Vault,
+    pub tools: &'a ToolRegistry,
+}
+
+async fn locked(
+    conn: &mut PgConnection,
+    tool_call_id: &str,
+    kind: Option<RequestKind>,
+) -> Result<InputRequestRow> {
+    let row = input_requests::find_for_update(conn, tool_call_id, None)
+        .await?
+        .ok_or(Error::NotFound("request"))?;
+    if row.status() != RequestStatus::Pending {
+        return Err(not_pending(&row));
+    }
+    match kind {
+        Some(RequestKind::Input) if row.kind() == RequestKind::Approval => Err(Error::conflict(
+            "wrong_request_kind",
+            "this request asks for approval: answer it with submit_decision",
+        )),
+        Some(RequestKind::Approval) if row.kind() == RequestKind::Input => Err(Error::conflict(
+            "wrong_request_kind",
+            "this request asks for values: answer it with submit_response",
+        )),
+        _ => Ok(row),
+    }
+}
+
+fn not_pending(row: &InputRequestRow) -> Error {
+    Error::conflict(
+        "request_not_pending",
+        format!("this request is already {}", row.status().as_str()),
+    )
+}
+
+/// Stores the ending and announces it, once.
+async fn settle(
+    conn: &mut PgConnection,
+    row: &InputRequestRow,
+    settlement: Settlement<'_>,
+) -> Result<InputRequestRow> {
+    let settled = input_requests::settle(conn, row.id, settlement)
+        .await?
+        .ok_or_else(|| not_pending(row))?;
+    announce(conn, &settled).await?;
+    Ok(settled)
+}
+
+async fn announce(conn: &mut PgConnection, row: &InputRequestRow) -> Result<()> {
+    let kind = EventKind::InputResolved {
+        request: row.to_api(),
+    };
+    events::append(conn, row.conversation_id, &row.user_id, row.run_id, &kind).await?;
+    Ok(())
+}
+
+fn check_message(message: Option<&str>) -> Result<Option<String>> {
+    let Some(message) = message.map(str::trim).filter(|m| !m.is_empty()) else {
+        return Ok(None);
+    };
+    if message.chars().count() > MAX_MESSAGE_LEN {
+        return Err(Error::unprocessable(
+            "the message is too long",
+            FieldErrors::from([(
+                "message".to_owned(),
+                format!("must be at most {MAX_MESSAGE_LEN} characters"),
+            )]),
+        ));
+    }
+    Ok(Some(message.to_owned()))
+}
+
+/// The user's values: checked against the request's fields, remembered as its
+/// `save_for` asks (bound to the tool), secrets sealed.
+pub async fn submit(
+    conn: &mut PgConnection,
+    deps: Deps<'_>,
+    user_id: &str,
+    params: SubmitResponseParams,
+) -> Result<InputRequestRow> {
+    let row = locked(conn, &params.tool_call_id, Some(RequestKind::Input)).await?;
+    let accepted = fields::validate_inputs(row.fields(), &params.user_inputs)
+        .map_err(|errors| Error::unprocessable("some values are not valid", errors))?;
+    let request_scope = SaveFor::parse(&row.save_for).unwrap_or_default();
+    let mut stored = Map::new();
+    for (name, value) in &accepted {
+        let Some(field) = row.fields().iter().find(|f| &f.name == name) else {
+            continue;
+        };
+        let kept = if field.is_secret() {
+            deps.vault.seal(user_id, name, value)
+        } else {
+            value.clone()
+        };
+        if let Some(scope) = remembered::scope_of(field, request_scope, row.conversation_id) {
+            remembered::remember(conn, user_id, scope, &row.tool_name, field, &kept).await?;
+        }
+        stored.insert(name.clone(), kept);
+    }
+    settle(
+        conn,
+        &row,
+        Settlement {
+            status: RequestStatus::Completed.as_str(),
+            user_inputs: Some(&stored),
+            tool_args: None,
+            arguments_digest: None,
+            decision: None,
+            message: None,
+            decided_by: Some(user_id),
+        },
+    )
+    .await
+}
+
+/// The user's decision on an approval. It covers only the arguments the card showed
+/// (`arguments_digest`); an edit is checked against the tool's schema and fields and
+/// becomes the arguments approved.
+pub async fn decide(
+    conn: &mut PgConnection,
+    deps: Deps<'_>,
+    user_id: &str,
+    params: SubmitDecisionParams,
+) -> Result<InputRequestRow> {
+    let row = locked(conn, &params.tool_call_id, Some(RequestKind::Approval)).await?;
+    if !row.allowed_decisions.0.contains(&params.decision) {
+        let allowed: Vec<&str> = row.allowed_decisions.0.iter().map(|d| d.as_str()).collect();
+        return Err(Error::unprocessable(
+            "this decision is not offered",
+            FieldErrors::from([(
+                "decision".to_owned(),
+                format!("must be one of: {}", allowed.join(", ")),
+            )]),
+        ));
+    }
+    if let Some(shown) = &params.arguments_digest
+        && Some(shown) != row.arguments_digest.as_ref()
+    {
+        return Err(Error::conflict(
+            "arguments_changed",
+            "the arguments are no longer the ones shown; reload the request and decide again",
+        ));
+    }
+    let message = check_message(params.message.as_deref())?;
+    if params.decision != Decision::Edit && params.arguments.is_some() {
+        return Err(Error::unprocessable(
+            "arguments go with an edit",
+            FieldErrors::from([(
+                "arguments".to_owned(),
+                "only an `edit` decision takes arguments".to_owned(),
+            )]),
+        ));
+    }
+    let (status, edited) = match params.decision {
+        Decision::Approve => (RequestStatus::Approved, None),
+        Decision::Reject => (RequestStatus::Rejected, None),
+        Decision::Edit => {
+            let tool = deps
+                .tools
+                .get(&row.tool_name)
+                .ok_or_else(|| Error::conflict("tool_gone", "the tool no longer exists"))?;
+            let Some(arguments) = params.arguments else {
+                return Err(Error::unprocessable(
+                    "an edit needs the arguments",
+                    FieldErrors::from([(
+                        "arguments".to_owned(),
+                        "the edited arguments are required".to_owned(),
+                    )]),
+                ));
+            };
+            let edited = check_edit(&tool, &arguments)
+                .map_err(|errors| Error::unprocessable("some arguments are not valid", errors))?;
+            (RequestStatus::Approved, Some(edited))
+        }
+    };
+    let edited_digest = edited
+        .as_ref()
+        .map(|arguments| digest::of_arguments(&row.tool_name, arguments));
+    settle(
+        conn,
+        &row,
+        Settlement {
+            status: status.as_str(),
+            user_inputs: None,
+            tool_args: edited.as_ref(),
+            arguments_digest: edited_digest.as_deref(),
+            decision: Some(params.decision.as_str()),
+            message: message.as_deref(),
+            decided_by: Some(user_id),
+        },
+    )
+    .await
+}
+
+/// An edit, normalised the way the executor will run it; errors keyed
+/// `arguments.<name>`.
+fn check_edit(
+    tool: &Tool,
+    arguments: &Map<String, Value>,
+) -> Result<Map<String, Value>, FieldErrors> {
+    let mut errors = FieldErrors::new();
+    let mut edited = arguments.clone();
+    let mut field_values = Map::new();
+    for (name, value) in arguments {
+        match tool.field(name) {
+            Some(field) if field.is_secret() => {
+                errors.insert(
+                    format!("arguments.{name}"),
+                    "a secret is neither shown nor edited here".to_owned(),
+                );
+            }
+            Some(_) => {
+                field_values.insert(name.clone(), value.clone());
+            }
+            None => {}
+        }
+    }
+    let plain_fields: Vec<_> = tool
+        .fields()
+        .iter()
+        .filter(|f| !f.is_secret())
+        .cloned()
+        .collect();
+    match fields::validate_inputs(&plain_fields, &field_values) {
+        Ok(accepted) => edited.extend(accepted),
+        Err(field_errors) => {
+            for (name, message) in field_errors {
+                errors.insert(format!("arguments.{name}"), message);
+            }
+        }
+    }
+    let model_arguments: Map<String, Value> = arguments
+        .iter()
+        .filter(|(name, _)| tool.field(name).is_none())
+        .map(|(name, value)| (name.clone(), value.clone()))
+        .collect();
+    for (path, message) in tool.argument_problems(&Value::Object(model_arguments)) {
+        let key = if path.is_empty() {
+            "arguments".to_owned()
+        } else {
+            format!("arguments.{path}")
+        };
+        errors.entry(key).or_insert(message);
+    }
+    if errors.is_empty() {
+        Ok(edited)
+    } else {
+        Err(errors)
+    }
+}
+
+/// The user will not give the values: unlike a cancel, the model is told not to ask
+/// again.
+pub async fn decline(
+    conn: &mut PgConnection,
+    user_id: &str,
+    params: DeclineRequestParams,
+) -> Result<InputRequestRow> {
+    let row = locked(conn, &params.tool_call_id, Some(RequestKind::Input)).await?;
+    let message = check_message(params.message.as_deref())?;
+    settle(
+        conn,
+        &row,
+        Settlement {
+            status: RequestStatus::Declined.as_str(),
+            user_inputs: None,
+            tool_args: None,
+            arguments_digest: None,
+            decision: None,
+            message: message.as_deref(),
+            decided_by: Some(user_id),
+        },
+    )
+    .await
+}
+
+/// The user dismissed the card without an answer.
+pub async fn cancel(
+    conn: &mut PgConnection,
+    user_id: &str,
+    tool_call_id: &str,
+) -> Result<InputRequestRow> {
+    let row = locked(conn, tool_call_id, None).await?;
+    settle(conn, &row, ending(RequestStatus::Cancelled, Some(user_id))).await
+}
+
+fn ending(status: RequestStatus, decided_by: Option<&str>) -> Settlement<'_> {
+    Settlement {
+        status: status.as_str(),
+        user_inputs: None,
+        tool_args: None,
+        arguments_digest: None,
+        decision: None,
+        message: None,
+        decided_by,
+    }
+}
+
+/// Expires the requests nobody answered in time (background path, across users).
+pub async fn expire_overdue(conn: &mut PgConnection) -> Result<Vec<InputRequestRow>> {
+    let mut expired = Vec::new();
+    for row in input_requests::overdue_for_update(conn).await? {
+        expired.push(settle(conn, &row, ending(RequestStatus::Expired, None)).await?);
+    }
+    Ok(expired)
+}
+
+/// Ends the requests of a run that ended without them (it failed, or was stopped).
+pub async fn abandon_run(conn: &mut PgConnection, run_id: Uuid) -> Result<Vec<InputRequestRow>> {
+    let mut abandoned = Vec::new();
+    for row in input_requests::pending_for_run_for_update(conn, run_id).await? {
+        abandoned.push(settle(conn, &row, ending(RequestStatus::Abandoned, None)).await?);
+    }
+    Ok(abandoned)
+}

@@ -1,0 +1,35 @@
+//! The life of a request to the user — values for a tool (`input`) or a yes to a call
+//! (`approval`) — in one place.
+//!
+//! A request begins in [`create`] (the executor, or the action API), and ends exactly
+//! once through [`endings`]: submitted, approved, edited, rejected, declined,
+//! cancelled, expired, or abandoned by its run. Each ending writes its stream event in
+//! the same transaction. [`follow_up`] then does what the ending means for the tool
+//! and the run: retry the tool with the answer, or tell the run in [`words`] it can
+//! act on, and resume the run when nothing else is open. Handlers, the run loop and the
+//! background sweep only call these.
+
+pub mod create;
+pub mod endings;
+mod follow_up;
+mod row;
+pub mod words;
+
+pub use follow_up::{follow_up, outcome_of_settled};
+
+use protocol::api::{InputRequest, RequestKind};
+
+use crate::db::input_requests::InputRequestRow;
+use crate::tools::registry::ToolRegistry;
+
+/// The request as callers see it, with the tool's argument schema on an approval so a
+/// card can offer an edit.
+pub fn describe(row: &InputRequestRow, tools: &ToolRegistry) -> InputRequest {
+    let mut request = row.to_api();
+    if request.kind == RequestKind::Approval {
+        request.arguments_schema = tools
+            .get(&row.tool_name)
+            .map(|tool| tool.parameters.clone());
+    }
+    request
+}

@@ -1,0 +1,144 @@
+//! Values the user asked to remember, bound to the tool they were given to.
+//!
+//! A value belongs to (user, scope, tool, field); a field with a `memory_key` shares it
+//! with every field of that key. A secret crosses a `memory_key` only between tools of
+//! the same origin, and only into a secret field, so no tool receives a secret it was
+//! not given merely by naming a field like it.
+
+use protocol::api::{SavedScope, SavedValue};
+use protocol::fields::{FieldSpec, MASKED, SaveFor};
+use serde_json::{Map, Value};
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+use super::registry::{Tool, ToolRegistry};
+use crate::db::saved_inputs::{self, NewSavedInput, SavedInputRow, binding_for};
+use crate::error::Result;
+use crate::vault::Vault;
+
+/// Where a field's submitted value is remembered, if anywhere.
+pub fn scope_of(
+    field: &FieldSpec,
+    request_scope: SaveFor,
+    conversation_id: Uuid,
+) -> Option<Option<Uuid>> {
+    match field.save_for.unwrap_or(request_scope) {
+        SaveFor::Call => None,
+        SaveFor::Session => Some(Some(conversation_id)),
+        SaveFor::User => Some(None),
+    }
+}
+
+/// Remembers one accepted value of `tool_name`'s field; `kept` is already sealed when
+/// the field is secret.
+pub async fn remember(
+    conn: &mut PgConnection,
+    user_id: &str,
+    conversation_id: Option<Uuid>,
+    tool_name: &str,
+    field: &FieldSpec,
+    kept: &Value,
+) -> Result<()> {
+    saved_inputs::upsert(
+        conn,
+        NewSavedInput {
+            user_id,
+            conversation_id,
+            tool_name,
+            memory_key: field.memory_key.as_deref(),
+            name: &field.name,
+            label: field.label.as_deref(),
+            value: kept,
+            is_secret: field.is_secret(),
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+/// The remembered values `tool` may receive, in plain text, by field name; the
+/// conversation's win over user-wide ones.
+pub async fn for_tool(
+    conn: &mut PgConnection,
+    vault: &Vault,
+    registry: &ToolRegistry,
+    user_id: &str,
+    conversation_id: Uuid,
+    tool: &Tool,
+) -> Result<Map<String, Value>> {
+    if tool.fields().is_empty() {
+        return Ok(Map::new());
+    }
+    let rows = saved_inputs::list_for_conversation(conn, conversation_id).await?;
+    let mut values = Map::new();
+    for field in tool.fields() {
+        let binding = binding_for(&tool.name, &field.name, field.memory_key.as_deref());
+        // Rows come conversation-first, so the first match is the narrowest scope.
+        let Some(row) = rows.iter().find(|row| row.binding == binding) else {
+            continue;
+        };
+        if !may_receive(registry, tool, field, row) {
+            continue;
+        }
+        let value = if row.is_secret {
+            match vault.open(user_id, &row.name, &row.value) {
+                Ok(value) => value,
+                Err(err) => {
+                    tracing::warn!(field = %field.name, error = %err, "a saved secret could not be opened; asking again");
+                    continue;
+                }
+            }
+        } else {
+            row.value.clone()
+        };
+        values.insert(field.name.clone(), value);
+    }
+    Ok(values)
+}
+
+/// A keyed value crosses tools only with the same secrecy, and a secret only between
+/// tools of one origin whose giver still exists.
+fn may_receive(
+    registry: &ToolRegistry,
+    tool: &Tool,
+    field: &FieldSpec,
+    row: &SavedInputRow,
+) -> bool {
+    if row.is_secret != field.is_secret() {
+        return false;
+    }
+    if !row.is_secret || row.tool_name.as_deref() == Some(tool.name.as_str()) {
+        return true;
+    }
+    row.tool_name
+        .as_deref()
+        .and_then(|giver| registry.get(giver))
+        .is_some_and(|giver| giver.origin == tool.origin)
+}
+
+/// The values remembered for a conversation and the user-wide ones, as the user sees
+/// them: secrets masked, each with the tool or key it belongs to.
+pub async fn list(conn: &mut PgConnection, conversation_id: Uuid) -> Result<Vec<SavedValue>> {
+    let rows = saved_inputs::list_for_conversation(conn, conversation_id).await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| SavedValue {
+            scope: if row.conversation_id.is_some() {
+                SavedScope::Session
+            } else {
+                SavedScope::User
+            },
+            value: if row.is_secret {
+                Value::String(MASKED.to_owned())
+            } else {
+                row.value
+            },
+            name: row.name,
+            label: row.label,
+            is_secret: row.is_secret,
+            tool_name: row.tool_name,
+            memory_key: row.memory_key,
+            updated_at: row.updated_at,
+        })
+        .collect())
+}

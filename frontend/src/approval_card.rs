@@ -1,0 +1,1020 @@
+//! The approval card: a tool call that waits for the user's yes. It shows the exact
+//! arguments that will run and offers the decisions the tool allows: approve as shown,
+//! edit the arguments and run those, or reject with an optional word for the assistant.
+
+use std::collections::BTreeMap;
+
+use leptos::prelude::*;
+use leptos::task::spawn_local;
+use protocol::FieldSpec;
+use protocol::api::{InputRequest, RequestStatus};
+use protocol::approval::Decision;
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+use crate::api::{self, ApiError};
+use crate::app::AppState;
+use crate::stream::{ChatStore, ToolState};
+use crate::util;
+
+/// What the pending card is showing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Choose,
+    Edit,
+    Reject,
+}
+
+/// How an argument is edited.
+#[derive(Clone, Debug, PartialEq)]
+enum Editor {
+    /// A string, edited as it is.
+    Text { multiline: bool },
+    /// A string the tool's field offers choices for.
+    Choice(Vec<(String, String)>),
+    /// Anything else, edited as JSON text.
+    Json { multiline: bool },
+}
+
+/// One argument of the call, with what the card needs to show and edit it.
+#[derive(Clone, Debug, PartialEq)]
+struct Arg {
+    name: String,
+    label: String,
+    help: Option<String>,
+    editor: Editor,
+}
+
+/// The call's arguments, in the order the request holds them.
+fn arguments_of(request: &InputRequest) -> Vec<(String, Value)> {
+    match &request.tool_args {
+        Value::Object(map) => map.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// A field of the tool with the argument's name gives it a label people understand.
+fn field_named<'a>(fields: &'a [FieldSpec], name: &str) -> Option<&'a FieldSpec> {
+    fields.iter().find(|f| f.name == name)
+}
+
+fn label_of(fields: &[FieldSpec], name: &str) -> String {
+    field_named(fields, name)
+        .map(|f| f.label().to_owned())
+        .unwrap_or_else(|| name.to_owned())
+}
+
+/// How a value reads on the card: strings as they are, the rest as indented JSON.
+fn shown(value: &Value) -> (String, bool) {
+    match value {
+        Value::String(text) => (text.clone(), false),
+        other => (util::pretty(other), true),
+    }
+}
+
+fn describe(request: &InputRequest) -> Vec<Arg> {
+    let schema = request.arguments_schema.as_ref();
+    arguments_of(request)
+        .into_iter()
+        .map(|(name, value)| {
+            let field = field_named(&request.fields, &name);
+            let help = schema
+                .and_then(|s| s.get("properties"))
+                .and_then(|p| p.get(&name))
+                .and_then(|p| p.get("description"))
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .or_else(|| field.and_then(|f| f.description.clone()));
+            let editor = match (&value, field) {
+                (Value::String(_), Some(field)) if !field.options.is_empty() => Editor::Choice(
+                    field
+                        .options
+                        .iter()
+                        .map(|o| (o.value.clone(), o.label.clone()))
+                        .collect(),
+                ),
+                (Value::String(text), field) => Editor::Text {
+                    multiline: text.contains('\n')
+                        || text.chars().count() > 80
+                        || field.is_some_and(|f| f.kind == protocol::FieldType::Textarea),
+                },
+                (other, _) => Editor::Json {
+                    multiline: util::pretty(other).contains('\n'),
+                },
+            };
+            Arg {
+                label: label_of(&request.fields, &name),
+                name,
+                help,
+                editor,
+            }
+        })
+        .collect()
+}
+
+/// The text an argument's input starts from.
+fn draft_of(value: &Value) -> String {
+    shown(value).0
+}
+
+/// An edited argument back to JSON: strings as typed, the rest parsed.
+fn parse_draft(editor: &Editor, text: &str) -> Result<Value, String> {
+    match editor {
+        Editor::Text { .. } | Editor::Choice(_) => Ok(Value::String(text.to_owned())),
+        Editor::Json { .. } => serde_json::from_str(text).map_err(|err| {
+            format!(
+                "Not valid JSON ({err}). Write a number, true or false, null, a list or an object."
+            )
+        }),
+    }
+}
+
+/// The argument a server message keyed `arguments.<name>` (or deeper, or just the
+/// argument's own name) is about.
+fn argument_key<'a>(key: &str, names: &'a [String]) -> Option<&'a String> {
+    let Some(rest) = key.strip_prefix("arguments.") else {
+        return names.iter().find(|name| name.as_str() == key);
+    };
+    names.iter().find(|name| {
+        rest == name.as_str()
+            || rest
+                .strip_prefix(name.as_str())
+                .is_some_and(|tail| tail.starts_with('.') || tail.starts_with('['))
+    })
+}
+
+fn arg_input_id(request: Uuid, index: usize) -> String {
+    format!("a-{}-{index}", request.simple())
+}
+
+fn outcome_text(request: &InputRequest, status: RequestStatus) -> &'static str {
+    match status {
+        RequestStatus::Approved if request.decision == Some(Decision::Edit) => {
+            "Approved with your changes; the tool ran."
+        }
+        RequestStatus::Approved => "Approved; the tool ran.",
+        RequestStatus::Rejected => "Rejected. The assistant was told.",
+        RequestStatus::Cancelled => "Cancelled. The tool did not run.",
+        RequestStatus::Expired => {
+            "This request expired before anyone decided. The tool did not run; ask again to get a new one."
+        }
+        RequestStatus::Abandoned => {
+            "No longer needed: the assistant stopped before a decision. The tool did not run."
+        }
+        RequestStatus::Declined => "Declined. The tool did not run.",
+        RequestStatus::Completed => "Answered.",
+        RequestStatus::Pending => "",
+    }
+}
+
+fn kicker(status: RequestStatus) -> &'static str {
+    match status {
+        RequestStatus::Pending => "Approval needed · ",
+        RequestStatus::Approved => "Approved · ",
+        RequestStatus::Rejected => "Rejected · ",
+        RequestStatus::Completed => "Answered · ",
+        RequestStatus::Declined => "Declined · ",
+        RequestStatus::Cancelled => "Cancelled · ",
+        RequestStatus::Expired => "Expired · ",
+        RequestStatus::Abandoned => "No longer needed · ",
+    }
+}
+
+#[component]
+pub fn ApprovalCard(request_id: Uuid) -> impl IntoView {
+    let store = expect_context::<ChatStore>();
+    let app = expect_context::<AppState>();
+    let request = Memo::new(move |_| {
+        store
+            .requests
+            .with(|requests| requests.iter().find(|r| r.id == request_id).cloned())
+    });
+    let Some(first) = request.get_untracked() else {
+        return ().into_any();
+    };
+    // Pending past its expiry counts as expired, even before the server says so.
+    let status = Memo::new(move |_| {
+        let Some(request) = request.get() else {
+            return RequestStatus::Expired;
+        };
+        if request.status == RequestStatus::Pending
+            && util::millis(&request.expires_at) <= app.now_ms.get()
+        {
+            RequestStatus::Expired
+        } else {
+            request.status
+        }
+    });
+
+    let simple = request_id.simple().to_string();
+    let card_id = format!("card-{simple}");
+    let title_id = format!("{card_id}-title");
+    let approve_id = format!("{card_id}-approve");
+    let edit_id = format!("{card_id}-edit");
+    let reject_id = format!("{card_id}-reject");
+    let reject_message_id = format!("{card_id}-reject-message");
+    let keys_id = format!("{card_id}-keys");
+
+    let allowed = first.allowed_decisions.clone();
+    let can_edit = allowed.contains(&Decision::Edit);
+    let can_reject = allowed.contains(&Decision::Reject);
+    // Approve is the card's point; a request that names no decisions still offers it.
+    let can_approve = allowed.is_empty() || allowed.contains(&Decision::Approve);
+
+    let args = StoredValue::new(describe(&first));
+    let names: Vec<String> = args.with_value(|a| a.iter().map(|a| a.name.clone()).collect());
+    let names = StoredValue::new(names);
+    let drafts = RwSignal::new(
+        arguments_of(&first)
+            .into_iter()
+            .map(|(name, value)| (name, draft_of(&value)))
+            .collect::<BTreeMap<String, String>>(),
+    );
+    let parse_errors = Memo::new(move |_| {
+        drafts.with(|drafts| {
+            args.with_value(|args| {
+                args.iter()
+                    .filter_map(|arg| {
+                        let text = drafts.get(&arg.name)?;
+                        parse_draft(&arg.editor, text)
+                            .err()
+                            .map(|e| (arg.name.clone(), e))
+                    })
+                    .collect::<BTreeMap<String, String>>()
+            })
+        })
+    });
+    let server_errors = RwSignal::new(BTreeMap::<String, String>::new());
+    let card_error = RwSignal::new(None::<String>);
+    let mode = RwSignal::new(Mode::Choose);
+    let sending = RwSignal::new(None::<Decision>);
+    let reject_message = RwSignal::new(String::new());
+    let tool_call_id = StoredValue::new(first.tool_call_id.clone());
+
+    // The server may change the arguments under the card (it answers 409
+    // `arguments_changed`, then the card is refreshed): start editing from the new ones.
+    Effect::new(move |previous: Option<Value>| {
+        let current = request.with(|r| {
+            r.as_ref()
+                .map(|r| r.tool_args.clone())
+                .unwrap_or(Value::Null)
+        });
+        if previous.is_some_and(|previous| previous != current)
+            && let Some(now) = request.get_untracked()
+            && now.status == RequestStatus::Pending
+        {
+            let described = describe(&now);
+            names.set_value(described.iter().map(|a| a.name.clone()).collect());
+            args.set_value(described);
+            drafts.set(
+                arguments_of(&now)
+                    .into_iter()
+                    .map(|(name, value)| (name, draft_of(&value)))
+                    .collect(),
+            );
+            server_errors.set(BTreeMap::new());
+            if mode.get_untracked() == Mode::Edit {
+                mode.set(Mode::Choose);
+            }
+        }
+        current
+    });
+
+    let focus = move |id: String| {
+        request_animation_frame(move || {
+            util::focus_id(&id);
+        });
+    };
+    let focus_card = move || focus(format!("card-{}", request_id.simple()));
+    let focus_arg = move |name: &str| {
+        if let Some(index) = names.with_value(|n| n.iter().position(|n| n == name)) {
+            focus(arg_input_id(request_id, index));
+        }
+    };
+
+    // A refused decision: messages about one argument go under its input, the rest on
+    // the card.
+    let failed = move |err: ApiError| {
+        if app.report(&err) {
+            if matches!(err, ApiError::Network) {
+                card_error.set(Some(
+                    "Not sent: the server can't be reached. Nothing was decided; try again.".into(),
+                ));
+            }
+            return;
+        }
+        match (err.status(), err.code()) {
+            (Some(422), _) => {
+                let mut known = BTreeMap::new();
+                let mut other = Vec::new();
+                names.with_value(|names| {
+                    for (key, message) in err.fields() {
+                        match argument_key(&key, names) {
+                            Some(name) => {
+                                known.insert(name.clone(), message);
+                            }
+                            None if key == "arguments" || key == "decision" => {
+                                other.push(message);
+                            }
+                            None => other.push(format!("{key}: {message}")),
+                        }
+                    }
+                });
+                let mut message = err.message();
+                if !other.is_empty() {
+                    message = format!("{message} ({})", other.join("; "));
+                }
+                card_error.set(Some(message));
+                let first_bad = names
+                    .with_value(|names| names.iter().find(|n| known.contains_key(*n)).cloned());
+                if !known.is_empty() && can_edit {
+                    server_errors.set(known);
+                    if mode.get_untracked() != Mode::Edit {
+                        mode.set(Mode::Edit);
+                    }
+                    if let Some(name) = first_bad {
+                        focus_arg(&name);
+                    }
+                } else if !known.is_empty() {
+                    let listed: Vec<String> =
+                        known.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+                    card_error.set(Some(format!("{} ({})", err.message(), listed.join("; "))));
+                }
+            }
+            (Some(409), Some("arguments_changed")) => {
+                card_error.set(Some(
+                    "The arguments changed since this card was shown; it now shows the new ones. \
+                     Check them and decide again."
+                        .into(),
+                ));
+                crate::stream::refresh_pending(store, app);
+            }
+            (Some(409), _) => {
+                card_error.set(Some(format!(
+                    "{} It may have been decided, cancelled or expired elsewhere.",
+                    err.message()
+                )));
+                crate::stream::refresh_pending(store, app);
+            }
+            _ => card_error.set(Some(err.message())),
+        }
+    };
+
+    let decide = move |decision: Decision,
+                       arguments: Option<Map<String, Value>>,
+                       message: Option<String>| {
+        if sending.get_untracked().is_some() || status.get_untracked() != RequestStatus::Pending {
+            return;
+        }
+        let Some(token) = app.token() else {
+            return;
+        };
+        let digest =
+            request.with_untracked(|r| r.as_ref().and_then(|r| r.arguments_digest.clone()));
+        let tool_call_id = tool_call_id.get_value();
+        sending.set(Some(decision));
+        card_error.set(None);
+        spawn_local(async move {
+            let answer =
+                api::submit_decision(&token, &tool_call_id, decision, arguments, message, digest)
+                    .await;
+            if sending.is_disposed() {
+                return;
+            }
+            match answer {
+                Ok(done) => {
+                    app.reached();
+                    server_errors.set(BTreeMap::new());
+                    if let Some(outcome) = &done.tool_result {
+                        if let Some(next) = outcome.waiting_on() {
+                            store.upsert_request(next.clone());
+                        }
+                        let state = ToolState::from_outcome(outcome);
+                        store.tools.update(|tools| {
+                            tools.insert(tool_call_id.clone(), state);
+                        });
+                    }
+                    store.upsert_request(done.request);
+                    focus_card();
+                }
+                Err(err) => failed(err),
+            }
+            sending.set(None);
+        });
+    };
+
+    let approve = move || decide(Decision::Approve, None, None);
+    let run_edited = move || {
+        if let Some(name) = parse_errors.with_untracked(|e| e.keys().next().cloned()) {
+            card_error.set(Some("Some arguments need attention.".into()));
+            focus_arg(&name);
+            return;
+        }
+        let original = request.with_untracked(|r| match r.as_ref().map(|r| &r.tool_args) {
+            Some(Value::Object(map)) => map.clone(),
+            _ => Map::new(),
+        });
+        let mut edited = original.clone();
+        drafts.with_untracked(|drafts| {
+            args.with_value(|args| {
+                for arg in args {
+                    if let Some(text) = drafts.get(&arg.name)
+                        && let Ok(value) = parse_draft(&arg.editor, text)
+                    {
+                        edited.insert(arg.name.clone(), value);
+                    }
+                }
+            })
+        });
+        if edited == original {
+            // Nothing changed: that is a plain approval of what was shown.
+            decide(Decision::Approve, None, None);
+        } else {
+            decide(Decision::Edit, Some(edited), None);
+        }
+    };
+    let reject = move || {
+        let message = reject_message.get_untracked().trim().to_owned();
+        decide(
+            Decision::Reject,
+            None,
+            (!message.is_empty()).then_some(message),
+        );
+    };
+
+    let open_edit = move || {
+        card_error.set(None);
+        mode.set(Mode::Edit);
+        if names.with_value(Vec::is_empty) {
+            focus(format!("card-{}-run", request_id.simple()));
+        } else {
+            focus(arg_input_id(request_id, 0));
+        }
+    };
+    let open_reject = {
+        let reject_message_id = reject_message_id.clone();
+        move || {
+            card_error.set(None);
+            mode.set(Mode::Reject);
+            focus(reject_message_id.clone());
+        }
+    };
+    // Back to the choice, the focus on the button that left it.
+    let back = move || {
+        let from = mode.get_untracked();
+        card_error.set(None);
+        mode.set(Mode::Choose);
+        let button = match from {
+            Mode::Reject => "reject",
+            _ => "edit",
+        };
+        focus(format!("card-{}-{button}", request_id.simple()));
+    };
+
+    // When a card appears, its Approve button gets the focus, unless the user is busy
+    // in another card that still waits. The input card of the same call (its values
+    // just sent) does not count: this card is what follows it.
+    if first.status == RequestStatus::Pending {
+        let approve_id = approve_id.clone();
+        let card_id = card_id.clone();
+        let call = first.tool_call_id.clone();
+        request_animation_frame(move || {
+            let elsewhere = util::active_element()
+                .and_then(|el| {
+                    el.closest(".input-card[data-status=pending]")
+                        .ok()
+                        .flatten()
+                })
+                .is_some_and(|card| {
+                    card.id() != card_id
+                        && card.get_attribute("data-tool-call-id").as_deref() != Some(&call)
+                });
+            if !elsewhere {
+                util::focus_id(&approve_id);
+            }
+        });
+    }
+
+    let busy = move || sending.get().is_some();
+    let choose_view = {
+        let keys_id = keys_id.clone();
+        move || {
+            let approve_id = approve_id.clone();
+            let edit_id = edit_id.clone();
+            let reject_id = reject_id.clone();
+            let open_reject = open_reject.clone();
+            let keys_id = keys_id.clone();
+            view! {
+                <div class="card-actions" role="group" aria-label="Your decision">
+                    {can_approve
+                        .then(|| {
+                            view! {
+                                <button
+                                    type="button"
+                                    class="primary"
+                                    id=approve_id
+                                    data-testid="approval-approve"
+                                    aria-describedby=keys_id.clone()
+                                    disabled=busy
+                                    on:click=move |_| approve()
+                                >
+                                    {move || {
+                                        if sending.get() == Some(Decision::Approve) {
+                                            "Approving…"
+                                        } else {
+                                            "Approve"
+                                        }
+                                    }}
+                                </button>
+                            }
+                        })}
+                    {can_edit
+                        .then(|| {
+                            view! {
+                                <button
+                                    type="button"
+                                    id=edit_id
+                                    data-testid="approval-edit"
+                                    title="Change the arguments, then run with yours"
+                                    disabled=busy
+                                    on:click=move |_| open_edit()
+                                >
+                                    "Edit"
+                                </button>
+                            }
+                        })}
+                    {can_reject
+                        .then(|| {
+                            view! {
+                                <button
+                                    type="button"
+                                    id=reject_id
+                                    data-testid="approval-reject"
+                                    title="Don't run it; the assistant is told"
+                                    disabled=busy
+                                    on:click=move |_| open_reject()
+                                >
+                                    "Reject"
+                                </button>
+                            }
+                        })}
+                    <span class="hint keys" id=keys_id>
+                        "Approve runs the tool with exactly these arguments"
+                    </span>
+                </div>
+            }
+        }
+    };
+
+    let edit_view = move || {
+        let on_key = move |ev: leptos::ev::KeyboardEvent| match ev.key().as_str() {
+            "Escape" => {
+                ev.prevent_default();
+                back();
+            }
+            "Enter" if !ev.is_composing() && (ev.ctrl_key() || ev.meta_key()) => {
+                ev.prevent_default();
+                run_edited();
+            }
+            _ => {}
+        };
+        let rows = args
+            .get_value()
+            .into_iter()
+            .enumerate()
+            .map(|(index, arg)| {
+                view! { <ArgInput index arg request_id drafts parse_errors server_errors sending/> }
+            })
+            .collect_view();
+        view! {
+            <form
+                class="card-form"
+                novalidate
+                data-testid="approval-edit-form"
+                on:submit=move |ev| {
+                    ev.prevent_default();
+                    run_edited();
+                }
+                on:keydown=on_key
+            >
+                <div class="card-fields">{rows}</div>
+                <div class="card-actions">
+                    <button
+                        type="submit"
+                        class="primary"
+                        id=format!("card-{}-run", request_id.simple())
+                        data-testid="approval-edit-submit"
+                        disabled=busy
+                    >
+                        {move || if busy() { "Sending…" } else { "Run with these arguments" }}
+                    </button>
+                    <button
+                        type="button"
+                        data-testid="approval-edit-back"
+                        disabled=busy
+                        on:click=move |_| back()
+                    >
+                        "Back"
+                    </button>
+                    <span class="hint keys">"Esc goes back"</span>
+                </div>
+            </form>
+        }
+    };
+
+    let reject_view = move || {
+        let on_key = move |ev: leptos::ev::KeyboardEvent| match ev.key().as_str() {
+            "Escape" => {
+                ev.prevent_default();
+                back();
+            }
+            "Enter" if !ev.is_composing() && (ev.ctrl_key() || ev.meta_key()) => {
+                ev.prevent_default();
+                reject();
+            }
+            _ => {}
+        };
+        let message_id = reject_message_id.clone();
+        view! {
+            <form
+                class="card-form"
+                novalidate
+                data-testid="approval-reject-form"
+                on:submit=move |ev| {
+                    ev.prevent_default();
+                    reject();
+                }
+                on:keydown=on_key
+            >
+                <div class="field">
+                    <label class="field-label" for=message_id.clone()>
+                        "Tell the assistant why (optional)"
+                    </label>
+                    <textarea
+                        id=message_id
+                        class="field-input"
+                        data-testid="approval-reject-message"
+                        rows="2"
+                        prop:value=reject_message.get_untracked()
+                        disabled=busy
+                        on:input=move |ev| reject_message.set(event_target_value(&ev))
+                    ></textarea>
+                </div>
+                <div class="card-actions">
+                    <button
+                        type="submit"
+                        class="danger"
+                        data-testid="approval-reject-confirm"
+                        disabled=busy
+                    >
+                        {move || if busy() { "Sending…" } else { "Reject the call" }}
+                    </button>
+                    <button
+                        type="button"
+                        data-testid="approval-reject-back"
+                        disabled=busy
+                        on:click=move |_| back()
+                    >
+                        "Back"
+                    </button>
+                    <span class="hint keys">"Esc goes back"</span>
+                </div>
+            </form>
+        }
+    };
+
+    let body = move || match status.get() {
+        RequestStatus::Pending => {
+            let actions = match mode.get() {
+                Mode::Choose => choose_view().into_any(),
+                Mode::Edit => edit_view().into_any(),
+                Mode::Reject => reject_view().into_any(),
+            };
+            view! {
+                {actions}
+                <p class="card-error" role="alert" data-testid="card-error">
+                    {move || card_error.get()}
+                </p>
+            }
+            .into_any()
+        }
+        settled => {
+            let (text, message) = request.with(|r| match r {
+                Some(r) => (outcome_text(r, settled), r.message.clone()),
+                None => (outcome_text_missing(settled), None),
+            });
+            let mark = match settled {
+                RequestStatus::Approved => "✓ ",
+                RequestStatus::Expired => "⌛ ",
+                _ => "✕ ",
+            };
+            view! {
+                <p class="card-outcome" data-testid="approval-outcome">
+                    <span
+                        class:done-mark=settled == RequestStatus::Approved
+                        aria-hidden="true"
+                    >
+                        {mark}
+                    </span>
+                    {text}
+                </p>
+                {message
+                    .filter(|_| settled == RequestStatus::Rejected)
+                    .map(|message| {
+                        view! {
+                            <p class="card-message" data-testid="approval-message">
+                                "Your words: \u{201c}"{message}"\u{201d}"
+                            </p>
+                        }
+                    })}
+            }
+            .into_any()
+        }
+    };
+
+    // The arguments as they stand: after an edit, the ones that ran.
+    let shown_args = move || {
+        request.with(|r| {
+            r.as_ref()
+                .map(|r| {
+                    arguments_of(r)
+                        .into_iter()
+                        .map(|(name, value)| (label_of(&r.fields, &name), name, value))
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default()
+        })
+    };
+    let args_view = move || {
+        let rows = shown_args();
+        if rows.is_empty() {
+            return view! { <p class="hint" data-testid="approval-no-args">"No arguments."</p> }
+                .into_any();
+        }
+        view! {
+            <dl class="approval-args" data-testid="approval-args">
+                {rows
+                    .into_iter()
+                    .map(|(label, name, value)| {
+                        let (text, structured) = shown(&value);
+                        let title = name.clone();
+                        view! {
+                            <div class="approval-arg" data-arg=name>
+                                <dt title=title>{label}</dt>
+                                <dd class:structured=structured data-testid="approval-arg-value">
+                                    {if structured {
+                                        view! { <pre>{text}</pre> }.into_any()
+                                    } else {
+                                        view! { <span class="arg-text">{text}</span> }.into_any()
+                                    }}
+                                </dd>
+                            </div>
+                        }
+                    })
+                    .collect_view()}
+            </dl>
+        }
+        .into_any()
+    };
+
+    let reason = first.reason.clone();
+    let tool_name = first.tool_name.clone();
+    let tool_attr = tool_name.clone();
+    let labelled_by = title_id.clone();
+    view! {
+        <section
+            class="input-card approval-card"
+            id=card_id
+            tabindex="-1"
+            data-testid="approval-card"
+            data-request-id=request_id.to_string()
+            data-tool-call-id=tool_call_id.get_value()
+            data-tool=tool_attr
+            data-status=move || status.get().as_str()
+            data-mode=move || match mode.get() {
+                Mode::Choose => "choose",
+                Mode::Edit => "edit",
+                Mode::Reject => "reject",
+            }
+            aria-labelledby=labelled_by
+        >
+            <header class="card-head">
+                <h2 class="card-title" id=title_id>
+                    <span class="card-kicker">{move || kicker(status.get())}</span>
+                    <code>{tool_name}</code>
+                </h2>
+                <p class="card-reason" data-testid="card-reason">{reason}</p>
+            </header>
+            <Show when=move || mode.get() != Mode::Edit || status.get() != RequestStatus::Pending>
+                {args_view}
+            </Show>
+            {body}
+        </section>
+    }
+    .into_any()
+}
+
+fn outcome_text_missing(status: RequestStatus) -> &'static str {
+    match status {
+        RequestStatus::Approved => "Approved; the tool ran.",
+        RequestStatus::Rejected => "Rejected. The assistant was told.",
+        _ => "This request is no longer waiting.",
+    }
+}
+
+/// One argument's input in edit mode, labelled, with its help and its error.
+#[component]
+fn ArgInput(
+    index: usize,
+    arg: Arg,
+    request_id: Uuid,
+    drafts: RwSignal<BTreeMap<String, String>>,
+    parse_errors: Memo<BTreeMap<String, String>>,
+    server_errors: RwSignal<BTreeMap<String, String>>,
+    sending: RwSignal<Option<Decision>>,
+) -> impl IntoView {
+    let id = arg_input_id(request_id, index);
+    let help_id = format!("{id}-help");
+    let error_id = format!("{id}-error");
+    let name = StoredValue::new(arg.name.clone());
+    let error = Memo::new(move |_| {
+        let name = name.get_value();
+        server_errors
+            .with(|e| e.get(&name).cloned())
+            .or_else(|| parse_errors.with(|e| e.get(&name).cloned()))
+    });
+    let invalid = move || error.with(Option::is_some).to_string();
+    let initial = drafts.with_untracked(|d| d.get(&arg.name).cloned().unwrap_or_default());
+    let set = move |text: String| {
+        let name = name.get_value();
+        drafts.update(|d| {
+            d.insert(name.clone(), text);
+        });
+        if server_errors.with_untracked(|e| e.contains_key(&name)) {
+            server_errors.update(|e| {
+                e.remove(&name);
+            });
+        }
+    };
+    let is_json = matches!(arg.editor, Editor::Json { .. });
+    let help = match (&arg.help, is_json) {
+        (Some(help), true) => Some(format!("{help} (written as JSON)")),
+        (Some(help), false) => Some(help.clone()),
+        (None, true) => {
+            Some("Written as JSON: a number, true or false, a list or an object.".into())
+        }
+        (None, false) => None,
+    };
+    let described_by = if help.is_some() {
+        format!("{help_id} {error_id}")
+    } else {
+        error_id.clone()
+    };
+    let testid = format!("approval-arg-{}", arg.name);
+    let locked = move || sending.get().is_some();
+    let control = match arg.editor.clone() {
+        Editor::Choice(options) => {
+            let chosen = initial.clone();
+            let known = options.iter().any(|(value, _)| *value == chosen);
+            view! {
+                <select
+                    id=id.clone()
+                    class="field-input"
+                    data-testid=testid
+                    aria-invalid=invalid
+                    aria-describedby=described_by
+                    disabled=locked
+                    on:change=move |ev| set(event_target_value(&ev))
+                >
+                    {(!known)
+                        .then(|| {
+                            view! { <option value=chosen.clone() selected=true>{chosen.clone()}</option> }
+                        })}
+                    {options
+                        .into_iter()
+                        .map(|(value, label)| {
+                            let selected = value == initial;
+                            view! { <option value=value selected=selected>{label}</option> }
+                        })
+                        .collect_view()}
+                </select>
+            }
+            .into_any()
+        }
+        Editor::Text { multiline: true } | Editor::Json { multiline: true } => view! {
+            <textarea
+                id=id.clone()
+                class="field-input"
+                class:code=is_json
+                data-testid=testid
+                rows="3"
+                spellcheck=(!is_json).to_string()
+                prop:value=initial
+                aria-invalid=invalid
+                aria-describedby=described_by
+                disabled=locked
+                on:input=move |ev| set(event_target_value(&ev))
+            ></textarea>
+        }
+        .into_any(),
+        Editor::Text { multiline: false } | Editor::Json { multiline: false } => view! {
+            <input
+                id=id.clone()
+                type="text"
+                class="field-input"
+                class:code=is_json
+                data-testid=testid
+                autocomplete="off"
+                spellcheck=(!is_json).to_string()
+                prop:value=initial
+                aria-invalid=invalid
+                aria-describedby=described_by
+                disabled=locked
+                on:input=move |ev| set(event_target_value(&ev))
+            />
+        }
+        .into_any(),
+    };
+    let title = arg.name.clone();
+    view! {
+        <div class="field" data-testid="approval-arg" data-arg=arg.name.clone()>
+            <label class="field-label" for=id title=title>
+                {arg.label.clone()}
+            </label>
+            {control}
+            {help.map(|text| view! { <p class="help" id=help_id>{text}</p> })}
+            <p
+                class="field-error"
+                id=error_id
+                role="alert"
+                data-testid="approval-arg-error"
+            >
+                {move || error.get()}
+            </p>
+        </div>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn request(args: Value) -> InputRequest {
+        serde_json::from_value(json!({
+            "id": Uuid::nil(), "conversation_id": Uuid::nil(), "tool_name": "query_database",
+            "tool_call_id": "call_1", "tool_args": args, "reason": "r",
+            "fields": [
+                {"name": "database", "label": "Database", "type": "select",
+                 "options": ["production", "staging"]},
+                {"name": "production_reason", "label": "Why?", "type": "textarea"}
+            ],
+            "save_for": "call", "status": "pending", "kind": "approval",
+            "allowed_decisions": ["approve", "edit", "reject"],
+            "created_at": "2025-01-01T00:00:00Z", "expires_at": "2025-01-02T00:00:00Z"
+        }))
+        .expect("request")
+    }
+
+    #[test]
+    fn arguments_take_their_field_labels_and_editors() {
+        let r = request(json!({"query": "select 1", "database": "production",
+            "production_reason": "audit", "limit": 5}));
+        let args = describe(&r);
+        let by_name = |n: &str| args.iter().find(|a| a.name == n).cloned().expect(n);
+        assert_eq!(by_name("database").label, "Database");
+        assert!(matches!(by_name("database").editor, Editor::Choice(_)));
+        assert_eq!(
+            by_name("production_reason").editor,
+            Editor::Text { multiline: true }
+        );
+        assert_eq!(by_name("query").label, "query");
+        assert_eq!(by_name("query").editor, Editor::Text { multiline: false });
+        assert_eq!(by_name("limit").editor, Editor::Json { multiline: false });
+    }
+
+    #[test]
+    fn edited_values_keep_their_kind() {
+        let json_editor = Editor::Json { multiline: false };
+        assert_eq!(parse_draft(&json_editor, "42"), Ok(json!(42)));
+        assert!(parse_draft(&json_editor, "{oops").is_err());
+        assert_eq!(
+            parse_draft(&Editor::Text { multiline: false }, "42"),
+            Ok(json!("42"))
+        );
+    }
+
+    #[test]
+    fn server_messages_find_their_argument() {
+        let names = ["query".to_owned(), "filters".to_owned()];
+        assert_eq!(argument_key("arguments.query", &names), Some(&names[0]));
+        assert_eq!(
+            argument_key("arguments.filters.country", &names),
+            Some(&names[1])
+        );
+        assert_eq!(argument_key("arguments.queryx", &names), None);
+        assert_eq!(argument_key("query", &names), Some(&names[0]));
+        assert_eq!(argument_key("arguments", &names), None);
+        assert_eq!(argument_key("decision", &names), None);
+    }
+}

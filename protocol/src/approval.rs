@@ -1,0 +1,111 @@
+//! Approval before side effects: which calls of a tool wait for the user's yes, and
+//! what the user may answer.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::fields::VisibleIf;
+
+/// What the user may answer to an approval request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum Decision {
+    /// Run the call with exactly the arguments shown.
+    Approve,
+    /// Run it with arguments the user changed.
+    Edit,
+    /// Do not run it; the model is told, with the user's message if any.
+    Reject,
+}
+
+impl Decision {
+    pub const ALL: [Decision; 3] = [Decision::Approve, Decision::Edit, Decision::Reject];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Approve => "approve",
+            Decision::Edit => "edit",
+            Decision::Reject => "reject",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        Decision::ALL.into_iter().find(|d| d.as_str() == text)
+    }
+}
+
+/// A tool's `requires_approval` when written as a table: when calls need approval and
+/// which decisions the card offers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalSpec {
+    /// Approval is needed when any of these holds for the call's arguments and filled
+    /// values (`field` names either); empty means every call.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub when: Vec<VisibleIf>,
+    /// The answers offered; all three unless narrowed.
+    #[serde(default = "all_decisions")]
+    pub decisions: Vec<Decision>,
+    /// Shown on the card; a default names the tool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+fn all_decisions() -> Vec<Decision> {
+    Decision::ALL.to_vec()
+}
+
+impl Default for ApprovalSpec {
+    fn default() -> Self {
+        ApprovalSpec {
+            when: Vec::new(),
+            decisions: all_decisions(),
+            reason: None,
+        }
+    }
+}
+
+impl ApprovalSpec {
+    /// Whether a call with these values (arguments and filled fields) needs approval.
+    pub fn applies_to(&self, values: &Map<String, Value>) -> bool {
+        self.when.is_empty() || self.when.iter().any(|rule| rule.holds(values))
+    }
+
+    pub fn allows(&self, decision: Decision) -> bool {
+        self.decisions.contains(&decision)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn conditions_decide_which_calls_need_approval() {
+        let spec: ApprovalSpec = serde_json::from_value(
+            json!({"when": [{"field": "database", "equals": "production"}]}),
+        )
+        .expect("valid");
+        let values = |db: &str| {
+            json!({"database": db})
+                .as_object()
+                .cloned()
+                .unwrap_or_default()
+        };
+        assert!(spec.applies_to(&values("production")));
+        assert!(!spec.applies_to(&values("staging")));
+        assert_eq!(spec.decisions, Decision::ALL);
+        assert!(ApprovalSpec::default().applies_to(&Map::new()));
+    }
+
+    #[test]
+    fn decisions_can_be_narrowed() {
+        let spec: ApprovalSpec =
+            serde_json::from_value(json!({"decisions": ["approve", "reject"]})).expect("valid");
+        assert!(!spec.allows(Decision::Edit));
+        assert!(serde_json::from_value::<ApprovalSpec>(json!({"decisions": ["maybe"]})).is_err());
+    }
+}

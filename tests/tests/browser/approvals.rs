@@ -1,0 +1,604 @@
+//! Approval cards with the offline model: a production query waits for the user's yes
+//! after the database card. Approve, edit (with the server's own argument errors),
+//! reject with a word for the assistant, keyboard only, a reload in between; and
+//! declining an input card.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::webdriver::{Browser, ENTER, ESCAPE, Element, wait_time};
+use crate::{Fixture, ask, new_conversation, reload, sign_in, unique, wait_idle};
+
+const DB_QUESTION: &str = "Which database should I query for how many customers we have?";
+/// What the offline model writes for that question.
+const COUNT_QUERY: &str = "select count(*) as count from customers";
+/// A valid read-only edit: one customer in the sample production data is in Germany.
+const DE_QUERY: &str = "select count(*) as n from customers where country = 'DE'";
+const REASON: &str = "Quarterly board report";
+const PNL: &str = "Get my P&L report for Q1 2025";
+
+const DB_CARD: &str = "[data-testid=input-card][data-tool=query_database]";
+const APPROVAL: &str = "[data-testid=approval-card][data-tool=query_database]";
+const PENDING_APPROVAL: &str =
+    "[data-testid=approval-card][data-tool=query_database][data-status=pending]";
+const APPROVED: &str = "[data-testid=approval-card][data-status=approved]";
+
+const TAB: &str = "\u{E004}";
+const SHIFT_TAB: &str = "\u{E008}\u{E004}\u{E000}";
+const SELECT_ALL: &str = "\u{E009}a\u{E000}";
+
+/// Every wait here: at least 30 s, longer when `BROWSER_WAIT_SECONDS` says so.
+fn patience() -> Duration {
+    wait_time().max(Duration::from_secs(30))
+}
+
+/// Polls until the JavaScript expression `condition` is true.
+async fn until(b: &Browser, what: &str, condition: &str) {
+    let deadline = Instant::now() + patience();
+    let script = format!("return !!({condition});");
+    loop {
+        if let Ok(Value::Bool(true)) = b.execute(&script, vec![]).await {
+            return;
+        }
+        if Instant::now() > deadline {
+            panic!(
+                "timed out after {:?} waiting for {what} ({condition})\n{}",
+                patience(),
+                b.page_summary().await
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits until `css` matches a displayed element, then returns it.
+async fn appear<'a>(b: &'a Browser, css: &str) -> Element<'a> {
+    until(
+        b,
+        &format!("`{css}` to show"),
+        &format!(
+            "[...document.querySelectorAll({})].some(e => e.getClientRects().length > 0)",
+            json!(css)
+        ),
+    )
+    .await;
+    b.wait_for(css).await.expect(css)
+}
+
+/// Waits for the assistant to say something matching `pattern` (a case-insensitive
+/// regular expression) in its own words or in a tool's error, cards left out.
+async fn assistant_says(b: &Browser, pattern: &str) {
+    until(
+        b,
+        &format!("the assistant to say /{pattern}/i"),
+        &format!(
+            "[...document.querySelectorAll('[data-testid=message-assistant] [data-testid=message-text], \
+             [data-testid=tool-error]')].some(e => new RegExp({}, 'i').test(e.innerText))",
+            json!(pattern)
+        ),
+    )
+    .await;
+}
+
+/// A condition: the focused element has this `data-testid`.
+fn focused_is(testid: &str) -> String {
+    format!(
+        "document.activeElement && document.activeElement.dataset.testid === {}",
+        json!(testid)
+    )
+}
+
+/// Answers the database card: Production, with a reason.
+async fn answer_database_card(b: &Browser) {
+    let card = format!("{DB_CARD}[data-status=pending]");
+    appear(b, &card).await;
+    b.find(&format!(
+        "{card} [data-field=database] select option[value=production]"
+    ))
+    .await
+    .expect("production option")
+    .click()
+    .await
+    .expect("choose production");
+    let reason = appear(
+        b,
+        &format!("{card} [data-field=production_reason] textarea"),
+    )
+    .await;
+    reason.send_keys(REASON).await.expect("type the reason");
+    until(
+        b,
+        "the database card to be complete",
+        &format!("!document.querySelector('{card} [data-testid=card-submit]').disabled"),
+    )
+    .await;
+    b.find(&format!("{card} [data-testid=card-submit]"))
+        .await
+        .expect("submit")
+        .click()
+        .await
+        .expect("click submit");
+    appear(b, &format!("{DB_CARD}[data-status=completed]")).await;
+}
+
+/// Signs in a new user, asks the database question in a new conversation, answers the
+/// database card, and waits for the approval card.
+async fn reach_approval<'a>(fx: &Fixture, b: &'a Browser, user: &str) -> Element<'a> {
+    sign_in(b, &fx.base(), &unique(user)).await;
+    new_conversation(b).await;
+    ask(b, DB_QUESTION).await;
+    answer_database_card(b).await;
+    appear(b, PENDING_APPROVAL).await
+}
+
+/// Scrolls the element to the middle of the view first, as a user would, so the
+/// composer pinned to the bottom of the page does not cover it.
+async fn click(b: &Browser, css: &str) {
+    let element = appear(b, css).await;
+    let _ = b
+        .execute(
+            &format!(
+                "document.querySelector({}).scrollIntoView({{block: 'center'}});",
+                json!(css)
+            ),
+            vec![],
+        )
+        .await;
+    element
+        .click()
+        .await
+        .unwrap_or_else(|err| panic!("clicking `{css}`: {err}"));
+}
+
+#[tokio::test]
+async fn approving_a_production_query_shows_its_exact_arguments_and_runs_it() {
+    let Some(fx) = Fixture::start("approve").await else {
+        return;
+    };
+    let b = fx.browser().await;
+    let card = reach_approval(&fx, &b, "approve").await;
+
+    // A labelled section saying what waits and why.
+    let title = b
+        .text(&format!("{PENDING_APPROVAL} .card-title"))
+        .await
+        .expect("title");
+    assert!(title.contains("Approval needed"), "{title}");
+    assert!(title.contains("query_database"), "{title}");
+    let labelled = b
+        .execute(
+            "const s = document.querySelector(arguments[0]); \
+             const t = document.getElementById(s.getAttribute('aria-labelledby')); \
+             return s.tagName.toLowerCase() + '|' + (t ? t.innerText : '');",
+            vec![json!(PENDING_APPROVAL)],
+        )
+        .await
+        .expect("labelled");
+    let labelled = labelled.as_str().unwrap_or_default();
+    assert!(
+        labelled.starts_with("section|") && labelled.contains("query_database"),
+        "{labelled}"
+    );
+    let reason = card
+        .find("[data-testid=card-reason]")
+        .await
+        .expect("reason")
+        .text()
+        .await
+        .expect("reason text");
+    assert!(!reason.trim().is_empty(), "the card says why");
+
+    // The arguments that will run, one term per argument, field labels where a field
+    // has the argument's name.
+    let args = b
+        .execute(
+            "const dl = document.querySelector(arguments[0] + ' [data-testid=approval-args]'); \
+             return {dt: [...dl.querySelectorAll('dt')].map(e => e.innerText), \
+                     dd: [...dl.querySelectorAll('dd')].map(e => e.innerText)};",
+            vec![json!(PENDING_APPROVAL)],
+        )
+        .await
+        .expect("arguments");
+    let terms: Vec<&str> = args["dt"]
+        .as_array()
+        .expect("terms")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let values: Vec<&str> = args["dd"]
+        .as_array()
+        .expect("values")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(terms.len(), values.len(), "{args}");
+    assert!(
+        terms.contains(&"Database"),
+        "the field's label names it: {args}"
+    );
+    assert!(values.contains(&COUNT_QUERY), "the query as is: {args}");
+    assert!(values.contains(&"production"), "{args}");
+    assert!(values.contains(&REASON), "{args}");
+
+    // Real buttons, Approve first and primary.
+    let approve = card
+        .find("[data-testid=approval-approve]")
+        .await
+        .expect("approve");
+    assert_eq!(
+        approve.attr("class").await.expect("class").as_deref(),
+        Some("primary")
+    );
+    for testid in ["approval-approve", "approval-edit", "approval-reject"] {
+        let tag = b
+            .execute(
+                "const e = document.querySelector(arguments[0]); return e && e.tagName.toLowerCase();",
+                vec![json!(format!("{PENDING_APPROVAL} [data-testid={testid}]"))],
+            )
+            .await
+            .expect("tag");
+        assert_eq!(tag, "button", "{testid}");
+    }
+
+    approve.click().await.expect("approve");
+    let outcome = appear(&b, &format!("{APPROVED} [data-testid=approval-outcome]")).await;
+    let outcome = outcome.text().await.expect("outcome");
+    assert!(outcome.contains("Approved; the tool ran."), "{outcome}");
+    assistant_says(&b, "count: 5").await;
+    until(
+        &b,
+        "the query to be done",
+        "document.querySelector('[data-testid=tool-call][data-tool=query_database]').dataset.state === 'done'",
+    )
+    .await;
+    wait_idle(&b).await;
+    assert_eq!(b.count(PENDING_APPROVAL).await.expect("count"), 0);
+    b.quit().await;
+}
+
+#[tokio::test]
+async fn editing_the_arguments_shows_the_servers_errors_then_runs_the_edited_call() {
+    let Some(fx) = Fixture::start("approval_edit").await else {
+        return;
+    };
+    let b = fx.browser().await;
+    reach_approval(&fx, &b, "edit").await;
+    click(
+        &b,
+        &format!("{PENDING_APPROVAL} [data-testid=approval-edit]"),
+    )
+    .await;
+    appear(
+        &b,
+        &format!("{PENDING_APPROVAL}[data-mode=edit] [data-testid=approval-edit-form]"),
+    )
+    .await;
+    // The focus moves into the first input.
+    until(
+        &b,
+        "the focus in the first argument",
+        "document.activeElement && document.activeElement.closest('[data-testid=approval-edit-form]') \
+         && ['INPUT', 'SELECT', 'TEXTAREA'].includes(document.activeElement.tagName)",
+    )
+    .await;
+
+    // One labelled input per argument, starting from the arguments shown.
+    let query = b
+        .find(&format!("{APPROVAL} [data-testid=approval-arg-query]"))
+        .await
+        .expect("query input");
+    assert_eq!(query.prop("value").await.expect("value"), COUNT_QUERY);
+    let labelled = b
+        .execute(
+            "return [...document.querySelectorAll('[data-testid=approval-edit-form] [data-testid^=approval-arg-]')] \
+               .filter(e => ['INPUT', 'SELECT', 'TEXTAREA'].includes(e.tagName)) \
+               .map(e => !!(e.id && document.querySelector(`label[for=\"${e.id}\"]`)));",
+            vec![],
+        )
+        .await
+        .expect("labels");
+    let labelled = labelled.as_array().expect("inputs");
+    assert!(labelled.len() >= 3, "{labelled:?}");
+    assert!(labelled.iter().all(|l| l == &json!(true)), "{labelled:?}");
+
+    // A reason too short for the field: the server says so under that input.
+    let reason_css = format!("{APPROVAL} [data-testid=approval-arg-production_reason]");
+    let reason = b.find(&reason_css).await.expect("reason input");
+    reason
+        .send_keys(&format!("{SELECT_ALL}abc"))
+        .await
+        .expect("shorten the reason");
+    click(
+        &b,
+        &format!("{PENDING_APPROVAL} [data-testid=approval-edit-submit]"),
+    )
+    .await;
+    let error_css =
+        format!("{APPROVAL} [data-arg=production_reason] [data-testid=approval-arg-error]");
+    until(
+        &b,
+        "the server's message under the reason",
+        &format!(
+            "document.querySelector({}).innerText.trim() !== ''",
+            json!(error_css)
+        ),
+    )
+    .await;
+    let error = b.find(&error_css).await.expect("error");
+    assert_eq!(
+        error.attr("role").await.expect("role").as_deref(),
+        Some("alert")
+    );
+    assert_eq!(
+        reason.attr("aria-invalid").await.expect("aria").as_deref(),
+        Some("true")
+    );
+    assert_eq!(
+        b.count(PENDING_APPROVAL).await.expect("pending"),
+        1,
+        "nothing ran"
+    );
+
+    // Put the reason back, change the query, run.
+    reason
+        .send_keys(&format!("{SELECT_ALL}{REASON}"))
+        .await
+        .expect("retype the reason");
+    until(
+        &b,
+        "the message to clear",
+        &format!(
+            "document.querySelector({}).innerText.trim() === ''",
+            json!(error_css)
+        ),
+    )
+    .await;
+    query
+        .send_keys(&format!("{SELECT_ALL}{DE_QUERY}"))
+        .await
+        .expect("edit the query");
+    click(
+        &b,
+        &format!("{PENDING_APPROVAL} [data-testid=approval-edit-submit]"),
+    )
+    .await;
+    let outcome = appear(&b, &format!("{APPROVED} [data-testid=approval-outcome]")).await;
+    let outcome = outcome.text().await.expect("outcome");
+    assert!(
+        outcome.contains("Approved with your changes; the tool ran."),
+        "{outcome}"
+    );
+    assistant_says(&b, "n: 1").await;
+    wait_idle(&b).await;
+    b.quit().await;
+}
+
+#[tokio::test]
+async fn rejecting_with_a_message_tells_the_assistant() {
+    let Some(fx) = Fixture::start("approval_reject").await else {
+        return;
+    };
+    let b = fx.browser().await;
+    reach_approval(&fx, &b, "reject").await;
+    click(
+        &b,
+        &format!("{PENDING_APPROVAL} [data-testid=approval-reject]"),
+    )
+    .await;
+    let message = appear(
+        &b,
+        &format!("{PENDING_APPROVAL} [data-testid=approval-reject-message]"),
+    )
+    .await;
+    until(
+        &b,
+        "the focus in the message box",
+        &focused_is("approval-reject-message"),
+    )
+    .await;
+    message
+        .send_keys("Not on production, use staging")
+        .await
+        .expect("type the message");
+    click(
+        &b,
+        &format!("{PENDING_APPROVAL} [data-testid=approval-reject-confirm]"),
+    )
+    .await;
+    let rejected = "[data-testid=approval-card][data-status=rejected]";
+    let outcome = appear(&b, &format!("{rejected} [data-testid=approval-outcome]")).await;
+    let outcome = outcome.text().await.expect("outcome");
+    assert!(
+        outcome.contains("Rejected. The assistant was told."),
+        "{outcome}"
+    );
+    let card = b.text(rejected).await.expect("card");
+    assert!(card.contains("Not on production, use staging"), "{card}");
+    assert!(card.contains("Rejected · "), "{card}");
+    // The assistant hears of it: in the tool's result or its answer.
+    assistant_says(&b, "reject").await;
+    wait_idle(&b).await;
+    b.quit().await;
+}
+
+#[tokio::test]
+async fn an_approval_can_be_reached_and_given_with_the_keyboard_alone() {
+    let Some(fx) = Fixture::start("approval_keyboard").await else {
+        return;
+    };
+    let b = fx.browser().await;
+    reach_approval(&fx, &b, "keys").await;
+
+    // From here on, keys only, always to the focused element.
+    until(
+        &b,
+        "the focus on Approve when the card appears",
+        &focused_is("approval-approve"),
+    )
+    .await;
+    b.active()
+        .await
+        .expect("focus")
+        .send_keys(TAB)
+        .await
+        .expect("tab");
+    until(&b, "Tab to reach Edit", &focused_is("approval-edit")).await;
+    b.active()
+        .await
+        .expect("focus")
+        .send_keys(ENTER)
+        .await
+        .expect("enter");
+    until(
+        &b,
+        "edit mode with the focus in an input",
+        &format!(
+            "document.querySelector({}) && document.activeElement \
+             && !!document.activeElement.closest('[data-testid=approval-edit-form]') \
+             && ['INPUT', 'SELECT', 'TEXTAREA'].includes(document.activeElement.tagName)",
+            json!(format!("{PENDING_APPROVAL}[data-mode=edit]"))
+        ),
+    )
+    .await;
+    b.active()
+        .await
+        .expect("focus")
+        .send_keys(ESCAPE)
+        .await
+        .expect("escape");
+    until(
+        &b,
+        "Esc to go back, the focus on Edit",
+        &format!(
+            "document.querySelector({}) && ({})",
+            json!(format!("{PENDING_APPROVAL}[data-mode=choose]")),
+            focused_is("approval-edit")
+        ),
+    )
+    .await;
+    b.active()
+        .await
+        .expect("focus")
+        .send_keys(SHIFT_TAB)
+        .await
+        .expect("shift tab");
+    until(
+        &b,
+        "Shift+Tab back to Approve",
+        &focused_is("approval-approve"),
+    )
+    .await;
+    b.active()
+        .await
+        .expect("focus")
+        .send_keys(ENTER)
+        .await
+        .expect("enter");
+    let outcome = appear(&b, &format!("{APPROVED} [data-testid=approval-outcome]")).await;
+    let outcome = outcome.text().await.expect("outcome");
+    assert!(outcome.contains("Approved; the tool ran."), "{outcome}");
+    assistant_says(&b, "count: 5").await;
+    b.quit().await;
+}
+
+#[tokio::test]
+async fn declining_an_input_card_tells_the_assistant_and_it_answers() {
+    let Some(fx) = Fixture::start("decline").await else {
+        return;
+    };
+    let b = fx.browser().await;
+    sign_in(&b, &fx.base(), &unique("decline")).await;
+    new_conversation(&b).await;
+    ask(&b, PNL).await;
+    let pending = "[data-testid=input-card][data-status=pending]";
+    let card = appear(&b, pending).await;
+    let decline = card
+        .find("[data-testid=card-decline]")
+        .await
+        .expect("decline button");
+    // Decline says what it does, unlike Cancel.
+    let hint = b
+        .execute(
+            "const d = document.querySelector(arguments[0]); \
+             const ids = (d.getAttribute('aria-describedby') || '').split(' ').filter(Boolean); \
+             return (d.title || '') + '|' + ids.map(i => document.getElementById(i).innerText).join(' ');",
+            vec![json!(format!("{pending} [data-testid=card-decline]"))],
+        )
+        .await
+        .expect("hint");
+    let hint = hint.as_str().unwrap_or_default();
+    assert!(hint.contains("won't provide"), "{hint}");
+    assert!(
+        card.find("[data-testid=card-cancel]").await.is_ok(),
+        "Cancel is still there"
+    );
+    decline.click().await.expect("decline");
+    let declined = appear(
+        &b,
+        "[data-testid=input-card][data-status=declined] [data-testid=card-declined]",
+    )
+    .await;
+    let text = declined.text().await.expect("text");
+    assert!(
+        text.contains("Declined. The assistant was told you won't provide this."),
+        "{text}"
+    );
+    let kicker = b
+        .text("[data-testid=input-card][data-status=declined] .card-kicker")
+        .await
+        .expect("kicker");
+    assert!(kicker.contains("Input declined"), "{kicker}");
+    // The run goes on without the values: the assistant answers after "Calling …".
+    until(
+        &b,
+        "the assistant's answer after the decline",
+        "[...document.querySelectorAll('[data-testid=message-assistant] [data-testid=message-text]')] \
+           .some(e => !e.innerText.includes('Calling '))",
+    )
+    .await;
+    wait_idle(&b).await;
+    assert_eq!(b.count(pending).await.expect("pending"), 0);
+    b.quit().await;
+}
+
+#[tokio::test]
+async fn a_pending_approval_comes_back_after_a_reload_and_still_works() {
+    let Some(fx) = Fixture::start("approval_reload").await else {
+        return;
+    };
+    let b = fx.browser().await;
+    reach_approval(&fx, &b, "reload").await;
+    let url = b.current_url().await.expect("url");
+    assert!(
+        url.contains("#/c/"),
+        "the address names the conversation: {url}"
+    );
+
+    reload(&b).await;
+    let card = appear(&b, PENDING_APPROVAL).await;
+    let args = card
+        .find("[data-testid=approval-args]")
+        .await
+        .expect("arguments")
+        .text()
+        .await
+        .expect("text");
+    assert!(args.contains(COUNT_QUERY), "{args}");
+    assert_eq!(
+        b.count("[data-testid=approval-card]").await.expect("cards"),
+        1,
+        "shown once"
+    );
+    click(
+        &b,
+        &format!("{PENDING_APPROVAL} [data-testid=approval-approve]"),
+    )
+    .await;
+    let outcome = appear(&b, &format!("{APPROVED} [data-testid=approval-outcome]")).await;
+    let outcome = outcome.text().await.expect("outcome");
+    assert!(outcome.contains("Approved; the tool ran."), "{outcome}");
+    assistant_says(&b, "count: 5").await;
+    wait_idle(&b).await;
+    b.quit().await;
+}
