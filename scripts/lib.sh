@@ -543,7 +543,7 @@ build_frontend() {
     fi
 
     step "copying static files to frontend/dist"
-    cp "$root/frontend/index.html" "$dist/" || return 1
+    cp "$root/frontend/index.html" "$root/frontend/loader.js" "$dist/" || return 1
     if [ -f "$root/frontend/style.css" ]; then
         cp "$root/frontend/style.css" "$dist/" || return 1
     fi
@@ -559,16 +559,17 @@ build_frontend() {
 # ---------------------------------------------------------------------------
 # Demo mode
 
-# demo_reader_url URL: the same server and database as URL, logged in as the
-# read-only login that the demo sample databases create.
+# demo_reader_url URL NAME: the same server and database as URL, logged in as the
+# read-only login the demo creates for its sample database NAME (production,
+# staging or development), which can read that one and nothing else.
 demo_reader_url() {
-    local url="$1" scheme rest
+    local url="$1" name="$2" scheme rest
     scheme="${url%%://*}"
     rest="${url#*://}"
     case "$rest" in
         *@*) rest="${rest#*@}" ;;
     esac
-    printf '%s://toolgate_demo_reader:demo-reader@%s\n' "$scheme" "$rest"
+    printf '%s://toolgate_demo_%s:demo-reader@%s\n' "$scheme" "$name" "$rest"
 }
 
 # ---------------------------------------------------------------------------

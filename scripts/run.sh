@@ -34,8 +34,10 @@ esac
 export TOOLGATE_DEMO="${TOOLGATE_DEMO:-1}"
 export QUICKBOOKS_BASE_URL="${QUICKBOOKS_BASE_URL:-http://$open_addr/demo/quickbooks}"
 export QUICKBOOKS_ACCESS_TOKEN="${QUICKBOOKS_ACCESS_TOKEN:-demo-token}"
-TOOLGATE_DEMO_SQL_URL="${TOOLGATE_DEMO_SQL_URL:-$(demo_reader_url "$DATABASE_URL")}"
-export TOOLGATE_DEMO_SQL_URL
+TOOLGATE_DEMO_SQL_PRODUCTION_URL="${TOOLGATE_DEMO_SQL_PRODUCTION_URL:-$(demo_reader_url "$DATABASE_URL" production)}"
+TOOLGATE_DEMO_SQL_STAGING_URL="${TOOLGATE_DEMO_SQL_STAGING_URL:-$(demo_reader_url "$DATABASE_URL" staging)}"
+TOOLGATE_DEMO_SQL_DEVELOPMENT_URL="${TOOLGATE_DEMO_SQL_DEVELOPMENT_URL:-$(demo_reader_url "$DATABASE_URL" development)}"
+export TOOLGATE_DEMO_SQL_PRODUCTION_URL TOOLGATE_DEMO_SQL_STAGING_URL TOOLGATE_DEMO_SQL_DEVELOPMENT_URL
 
 bin="$(_target_dir)/release/toolgate"
 echo "toolgate: open http://$open_addr (offline model, dev sign-in)" >&2

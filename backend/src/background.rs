@@ -25,6 +25,7 @@ pub async fn sweep_once(state: &AppState) -> anyhow::Result<(usize, usize)> {
             tracing::warn!(request = %row.id, error = %err, "could not resume the run of an expired request");
         }
     }
+    state.limits.forget_idle();
     let failed = agent::fail_abandoned_runs(state).await?;
     agent::resume_stranded_runs(state).await?;
     Ok((expired.len(), failed))

@@ -17,6 +17,8 @@ pub struct Config {
     pub jwt_secret: Vec<u8>,
     pub jwt_audience: Option<String>,
     pub jwt_issuer: Option<String>,
+    /// Tokens whose `exp` lies further ahead than this are refused.
+    pub max_token_lifetime: Duration,
     pub dev_auth: bool,
     /// Key for secret values at rest (32 bytes, derived from `TOOLGATE_SECRET_KEY`).
     pub secret_key: [u8; 32],
@@ -37,6 +39,23 @@ pub struct Config {
     pub skills_dir: Option<PathBuf>,
     /// How long a running run's server may go silent before the run is marked failed.
     pub run_lease: Duration,
+    /// Per-user limits on work and storage.
+    pub limits: Limits,
+}
+
+/// What one user may ask of the server; each one configurable.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Authenticated API requests per user per minute (`TOOLGATE_RATE_PER_MINUTE`).
+    pub requests_per_minute: u32,
+    /// How many of those may come at once (`TOOLGATE_RATE_BURST`).
+    pub request_burst: u32,
+    /// Runs in progress or waiting at once (`TOOLGATE_MAX_ACTIVE_RUNS`).
+    pub active_runs: u32,
+    /// Open event streams at once (`TOOLGATE_MAX_STREAMS`).
+    pub open_streams: u32,
+    /// Stored `/remember` notes (`TOOLGATE_MAX_MEMORY_NOTES`).
+    pub memory_notes: u32,
 }
 
 /// The model endpoint; none configured means the offline built-in model.
@@ -77,6 +96,7 @@ impl fmt::Debug for Config {
             .field("jwt_secret", &"[redacted]")
             .field("jwt_audience", &self.jwt_audience)
             .field("jwt_issuer", &self.jwt_issuer)
+            .field("max_token_lifetime", &self.max_token_lifetime)
             .field("dev_auth", &self.dev_auth)
             .field("secret_key", &"[redacted]")
             .field("input_ttl", &self.input_ttl)
@@ -92,6 +112,7 @@ impl fmt::Debug for Config {
             .field("middleware", &self.middleware)
             .field("skills_dir", &self.skills_dir)
             .field("run_lease", &self.run_lease)
+            .field("limits", &self.limits)
             .finish()
     }
 }
@@ -127,6 +148,7 @@ impl Config {
             .parse()
             .context("TOOLGATE_BIND must be an address like 127.0.0.1:3000")?;
         let dev_auth = flag("TOOLGATE_DEV_AUTH", get("TOOLGATE_DEV_AUTH"))?;
+        refuse_dev_auth_on_public_bind(dev_auth, bind, &get)?;
         let demo = flag("TOOLGATE_DEMO", get("TOOLGATE_DEMO"))?;
         let data_dir =
             PathBuf::from(get("TOOLGATE_DATA_DIR").unwrap_or_else(|| ".toolgate".into()));
@@ -150,6 +172,11 @@ impl Config {
                 "TOOLGATE_SECRET_KEY is not set; it encrypts saved secret values and is required unless TOOLGATE_DEV_AUTH=1"
             ),
         };
+        let max_token_lifetime =
+            parse_duration(&get("TOOLGATE_MAX_TOKEN_LIFETIME").unwrap_or_else(|| "24h".into()))
+                .context(
+                    "TOOLGATE_MAX_TOKEN_LIFETIME must be a duration like 90s, 30m, 24h or 7d",
+                )?;
         let input_ttl = parse_duration(&get("TOOLGATE_INPUT_TTL").unwrap_or_else(|| "24h".into()))
             .context("TOOLGATE_INPUT_TTL must be a duration like 90s, 30m, 24h or 7d")?;
         let max_body_bytes = match get("TOOLGATE_MAX_BODY_BYTES") {
@@ -202,7 +229,21 @@ impl Config {
         };
         let run_lease = parse_duration(&get("TOOLGATE_RUN_LEASE").unwrap_or_else(|| "30s".into()))
             .context("TOOLGATE_RUN_LEASE must be a duration like 30s")?;
+        let limit = |name: &str, default: usize| -> anyhow::Result<u32> {
+            u32::try_from(number(name, default)?).with_context(|| format!("{name} is too large"))
+        };
+        let limits = Limits {
+            requests_per_minute: limit("TOOLGATE_RATE_PER_MINUTE", 1200)?,
+            request_burst: limit("TOOLGATE_RATE_BURST", 200)?,
+            active_runs: limit("TOOLGATE_MAX_ACTIVE_RUNS", 4)?,
+            open_streams: limit("TOOLGATE_MAX_STREAMS", 8)?,
+            memory_notes: limit("TOOLGATE_MAX_MEMORY_NOTES", 200)?,
+        };
+        if limits.requests_per_minute == 0 || limits.request_burst == 0 {
+            bail!("TOOLGATE_RATE_PER_MINUTE and TOOLGATE_RATE_BURST must be above zero");
+        }
         Ok(Config {
+            limits,
             llm,
             summary,
             max_steps: max_steps as i32,
@@ -214,6 +255,7 @@ impl Config {
             jwt_secret,
             jwt_audience: get("TOOLGATE_JWT_AUDIENCE"),
             jwt_issuer: get("TOOLGATE_JWT_ISSUER"),
+            max_token_lifetime,
             dev_auth,
             secret_key: Sha256::digest(secret_key_text.as_bytes()).into(),
             input_ttl,
@@ -225,6 +267,36 @@ impl Config {
             demo,
         })
     }
+}
+
+/// The variable that lets dev sign-in run on a non-loopback address anyway.
+pub const DEV_AUTH_PUBLIC_OVERRIDE: &str = "TOOLGATE_DEV_AUTH_ON_PUBLIC_BIND_I_UNDERSTAND";
+
+/// Dev sign-in hands a token for any user to whoever asks, so it must not be reachable
+/// from other machines unless somebody says, by name, that they mean it.
+fn refuse_dev_auth_on_public_bind(
+    dev_auth: bool,
+    bind: SocketAddr,
+    get: &impl Fn(&str) -> Option<String>,
+) -> anyhow::Result<()> {
+    if !dev_auth || bind.ip().is_loopback() {
+        return Ok(());
+    }
+    if flag(DEV_AUTH_PUBLIC_OVERRIDE, get(DEV_AUTH_PUBLIC_OVERRIDE))? {
+        tracing::warn!(
+            %bind,
+            "dev sign-in is on at a non-loopback address ({DEV_AUTH_PUBLIC_OVERRIDE}=1): \
+             anyone who reaches this port can sign in as any user"
+        );
+        return Ok(());
+    }
+    bail!(
+        "refusing to start: TOOLGATE_DEV_AUTH=1 lets anyone who reaches the server sign in \
+         as any user, and TOOLGATE_BIND={bind} is not a loopback address. Bind to \
+         127.0.0.1 (or [::1]), or turn dev sign-in off and set TOOLGATE_JWT_SECRET and \
+         TOOLGATE_SECRET_KEY; if only trusted machines can reach this port, set \
+         {DEV_AUTH_PUBLIC_OVERRIDE}=1"
+    )
 }
 
 fn flag(name: &str, value: Option<String>) -> anyhow::Result<bool> {
@@ -336,6 +408,63 @@ mod tests {
         assert_eq!(config.bind.to_string(), "127.0.0.1:3000");
         assert_eq!(config.input_ttl, Duration::from_secs(86_400));
         assert!(!config.dev_auth);
+    }
+
+    #[test]
+    fn dev_auth_is_refused_on_a_public_bind_without_the_override() {
+        for bind in ["0.0.0.0:3000", "[::]:3000", "192.0.2.10:3000"] {
+            let err = config(&[
+                ("DATABASE_URL", "postgres://x/y"),
+                ("TOOLGATE_DEV_AUTH", "1"),
+                ("TOOLGATE_BIND", bind),
+                ("TOOLGATE_JWT_SECRET", "0123456789abcdef0123456789abcdef"),
+                ("TOOLGATE_SECRET_KEY", "another secret of enough length"),
+            ])
+            .err()
+            .map(|err| err.to_string())
+            .unwrap_or_default();
+            assert!(err.contains(DEV_AUTH_PUBLIC_OVERRIDE), "{bind}: {err}");
+        }
+    }
+
+    #[test]
+    fn dev_auth_on_a_public_bind_starts_with_the_override_or_on_loopback() {
+        let base = [
+            ("DATABASE_URL", "postgres://x/y"),
+            ("TOOLGATE_DEV_AUTH", "1"),
+            ("TOOLGATE_JWT_SECRET", "0123456789abcdef0123456789abcdef"),
+            ("TOOLGATE_SECRET_KEY", "another secret of enough length"),
+        ];
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut vars = base.to_vec();
+            vars.extend_from_slice(extra);
+            config(&vars)
+        };
+        assert!(
+            with(&[
+                ("TOOLGATE_BIND", "0.0.0.0:3000"),
+                (DEV_AUTH_PUBLIC_OVERRIDE, "1")
+            ])
+            .is_ok()
+        );
+        assert!(with(&[("TOOLGATE_BIND", "[::1]:3000")]).is_ok());
+        assert!(with(&[("TOOLGATE_BIND", "127.0.0.1:3000")]).is_ok());
+        // Dev sign-in off: a public bind is the normal case.
+        let mut vars = base.to_vec();
+        vars.retain(|(name, _)| *name != "TOOLGATE_DEV_AUTH");
+        vars.push(("TOOLGATE_BIND", "0.0.0.0:3000"));
+        assert!(config(&vars).is_ok());
+    }
+
+    #[test]
+    fn token_lifetime_defaults_to_a_day() {
+        let config = config(&[
+            ("DATABASE_URL", "postgres://x/y"),
+            ("TOOLGATE_JWT_SECRET", "0123456789abcdef0123456789abcdef"),
+            ("TOOLGATE_SECRET_KEY", "another secret of enough length"),
+        ])
+        .expect("valid");
+        assert_eq!(config.max_token_lifetime, Duration::from_secs(86_400));
     }
 
     #[test]

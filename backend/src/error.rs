@@ -23,6 +23,9 @@ pub enum Error {
     #[error("unauthorized: {0}")]
     Unauthorized(String),
     /// Absent, or owned by somebody else: the two are indistinguishable on purpose.
+    /// Known caller, but not allowed here (e.g. dev sign-in from a foreign `Host`).
+    #[error("forbidden: {0}")]
+    Forbidden(String),
     #[error("{0} not found")]
     NotFound(&'static str),
     #[error("{0}")]
@@ -33,11 +36,20 @@ pub enum Error {
     Conflict { code: &'static str, message: String },
     #[error("request body is larger than {limit} bytes")]
     PayloadTooLarge { limit: usize },
+    /// A body not labelled `application/json`.
+    #[error("unsupported media type")]
+    UnsupportedMediaType,
     /// Readable, but the values break the rules.
     #[error("validation failed: {message}")]
     Unprocessable {
         message: String,
         fields: FieldErrors,
+    },
+    /// Over a per-user limit; `retry_after_seconds` goes out as `Retry-After`.
+    #[error("too many requests: {message}")]
+    TooManyRequests {
+        message: String,
+        retry_after_seconds: u64,
     },
     #[error("database unavailable")]
     Unavailable(#[source] sqlx::Error),
@@ -73,11 +85,16 @@ impl Error {
         match self {
             Error::BadRequest { .. } => (StatusCode::BAD_REQUEST, "bad_request"),
             Error::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            Error::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
+            Error::UnsupportedMediaType => {
+                (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
+            }
             Error::NotFound(_) | Error::NotFoundRoute(_) => (StatusCode::NOT_FOUND, "not_found"),
             Error::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             Error::Conflict { code, .. } => (StatusCode::CONFLICT, code),
             Error::PayloadTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             Error::Unprocessable { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "validation_failed"),
+            Error::TooManyRequests { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
             Error::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "database_unavailable"),
             Error::Database(_) | Error::Internal(_) => {
                 (StatusCode::INTERNAL_SERVER_ERROR, "internal_error")
@@ -100,9 +117,20 @@ impl From<sqlx::Error> for Error {
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
+        let retry_after = match &self {
+            Error::TooManyRequests {
+                retry_after_seconds,
+                ..
+            } => Some(retry_after_seconds.max(&1).to_string()),
+            _ => None,
+        };
         let (message, fields) = match self {
             Error::BadRequest { message, fields } => (message, fields),
-            Error::Unauthorized(reason) => (reason, None),
+            Error::Unauthorized(reason) | Error::Forbidden(reason) => (reason, None),
+            Error::UnsupportedMediaType => (
+                "the request body must be sent with Content-Type: application/json".to_owned(),
+                None,
+            ),
             Error::NotFound(what) => (format!("{what} not found"), None),
             Error::NotFoundRoute(message) | Error::MethodNotAllowed(message) => (message, None),
             Error::Conflict { message, .. } => (message, None),
@@ -110,6 +138,7 @@ impl IntoResponse for Error {
                 (format!("request body is larger than {limit} bytes"), None)
             }
             Error::Unprocessable { message, fields } => (message, Some(fields)),
+            Error::TooManyRequests { message, .. } => (message, None),
             Error::Unavailable(err) => {
                 tracing::error!(error = %err, "database unavailable");
                 (
@@ -133,7 +162,15 @@ impl IntoResponse for Error {
                 fields,
             },
         };
-        (status, Json(body)).into_response()
+        let mut response = (status, Json(body)).into_response();
+        if let Some(seconds) = retry_after
+            && let Ok(value) = axum::http::HeaderValue::from_str(&seconds)
+        {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, value);
+        }
+        response
     }
 }
 

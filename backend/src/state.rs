@@ -5,6 +5,7 @@ use std::sync::Arc;
 use sqlx::PgPool;
 
 use crate::agent::Agent;
+use crate::api::limits::UserLimits;
 use crate::auth::JwtKeys;
 use crate::config::Config;
 use crate::db::listener::EventHub;
@@ -18,9 +19,9 @@ pub struct AppState {
     pub jwt: Arc<JwtKeys>,
     pub vault: Arc<Vault>,
     pub tools: Arc<ToolRegistry>,
-    /// One client for every HTTP tool, so connections are reused.
-    pub http: reqwest::Client,
     pub agent: Arc<Agent>,
+    /// Per-user request and stream counters.
+    pub limits: Arc<UserLimits>,
     /// Wakes event streams when their conversation has news.
     pub events: Arc<EventHub>,
     /// Turns true when the server is shutting down, so open event streams end.
@@ -38,10 +39,7 @@ impl AppState {
             agent: Arc::new(agent),
             events: EventHub::start(db.clone()),
             tools: Arc::new(tools),
-            http: reqwest::Client::builder()
-                .user_agent(concat!("toolgate/", env!("CARGO_PKG_VERSION")))
-                .build()
-                .unwrap_or_default(),
+            limits: Arc::new(UserLimits::new(config.limits)),
             jwt: Arc::new(JwtKeys::new(&config)),
             vault: Arc::new(Vault::new(&config.secret_key)),
             config: Arc::new(config),

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use protocol::api::{
     ClearedValues, Conversation, ConversationList, DevTokenRequest, DevTokenResponse, ErrorBody,
-    ErrorDetail, InputRequest, NewConversation, PendingRequests, SessionValues,
+    ErrorDetail, InputRequest, NewConversation, PendingRequests, SavedValue, SessionValues,
     SubmitResponseResult,
 };
 use protocol::approval::Decision;
@@ -263,6 +263,17 @@ pub async fn cancel_request(token: &str, tool_call_id: &str) -> ApiResult<InputR
 
 pub async fn get_session_values(token: &str, conversation_id: Uuid) -> ApiResult<SessionValues> {
     let body = json!({"action": "get_session_values", "conversation_id": conversation_id});
+    action(token, body).await
+}
+
+/// Forgets one remembered value (this conversation's or a user-wide one).
+pub async fn delete_saved_value(
+    token: &str,
+    conversation_id: Uuid,
+    saved: &SavedValue,
+) -> ApiResult<ClearedValues> {
+    let body = json!({"action": "delete_saved_value", "conversation_id": conversation_id,
+        "scope": saved.scope, "key": saved.key});
     action(token, body).await
 }
 

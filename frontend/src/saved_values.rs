@@ -81,6 +81,27 @@ pub fn SavedValuesPanel(store: ChatStore) -> impl IntoView {
         });
     };
 
+    // One value forgotten, user-wide ones too.
+    let forget = move |saved: SavedValue| {
+        let Some(token) = app.token() else {
+            return;
+        };
+        status.set(None);
+        spawn_local(async move {
+            match api::delete_saved_value(&token, store.id, &saved).await {
+                Ok(_) => {
+                    status.set(Some("Forgot 1 value.".to_owned()));
+                    store.saved_version.update(|n| *n += 1);
+                }
+                Err(err) => {
+                    if !app.report(&err) {
+                        error.set(Some(err.message()));
+                    }
+                }
+            }
+        });
+    };
+
     let count = move || values.with(Vec::len);
     // A field's label, when a card of this conversation named it.
     let label = move |name: &str| {
@@ -170,6 +191,21 @@ pub fn SavedValuesPanel(store: ChatStore) -> impl IntoView {
                                             SavedScope::User => "all your conversations",
                                         }}
                                     </span>
+                                    <button
+                                        type="button"
+                                        class="link-button forget"
+                                        data-testid="forget-saved"
+                                        aria-label=format!(
+                                            "Forget {}",
+                                            saved.label.clone().unwrap_or_else(|| saved.name.clone()),
+                                        )
+                                        on:click={
+                                            let saved = saved.clone();
+                                            move |_| forget(saved.clone())
+                                        }
+                                    >
+                                        "Forget"
+                                    </button>
                                 </dd>
                             </div>
                         </For>
@@ -180,7 +216,7 @@ pub fn SavedValuesPanel(store: ChatStore) -> impl IntoView {
                         disabled=move || clearing.get()
                         on:click=clear
                     >
-                        "Forget remembered values"
+                        "Forget this conversation's values"
                     </button>
                 </Show>
                 <p class="field-error" role="alert">{move || error.get()}</p>

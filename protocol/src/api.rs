@@ -305,7 +305,21 @@ pub struct SavedValue {
     /// The key tools share it under, when the field declares one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_key: Option<String>,
+    /// Names this value (with `scope`) for `delete_saved_value`.
+    pub key: String,
     pub updated_at: DateTime<Utc>,
+}
+
+/// `delete_saved_value`: forget one remembered value, of this conversation or
+/// user-wide.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct DeleteSavedValueParams {
+    pub conversation_id: Uuid,
+    pub scope: SavedScope,
+    /// The value's `key`, as `get_session_values` lists it.
+    pub key: String,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -7,12 +7,29 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 
-use regex_lite::Regex;
+use regex_lite::{Regex, RegexBuilder};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
 /// Field name → what is wrong with it.
 pub type FieldErrors = BTreeMap<String, String>;
+
+/// Most fields one request may ask for.
+pub const MAX_FIELDS: usize = 64;
+/// Most options a select or multiselect may offer.
+pub const MAX_OPTIONS: usize = 200;
+/// Longest `validation` pattern, in characters.
+pub const MAX_PATTERN_CHARS: usize = 500;
+/// Most memory a compiled pattern may take: `(?:a*){2000}` is short but compiles huge.
+const MAX_COMPILED_PATTERN_BYTES: usize = 16 * 1024;
+/// Deepest nesting of groups and repetitions in a pattern.
+const MAX_PATTERN_NESTING: u32 = 16;
+/// Longest value any field accepts, in characters.
+pub const MAX_VALUE_CHARS: usize = 20_000;
+/// Longest label, description, placeholder, option or default of a definition.
+pub const MAX_DEFINITION_CHARS: usize = 2_000;
+/// Longest chain of `visible_if` rules (a field shown by a field shown by …).
+pub const MAX_VISIBLE_IF_DEPTH: usize = 8;
 
 /// What a tool needs from the user before it can run.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -274,6 +291,11 @@ impl FieldSpec {
 /// rather than failing the whole document, then checks them together.
 pub fn parse_field_specs(raw: &[Value]) -> Result<Vec<FieldSpec>, FieldErrors> {
     let mut errors = FieldErrors::new();
+    // Refused before any per-field work, so a huge list costs nothing.
+    if raw.len() > MAX_FIELDS {
+        errors.insert("fields".to_owned(), too_many_fields(raw.len()));
+        return Err(errors);
+    }
     let mut specs = Vec::with_capacity(raw.len());
     for (index, value) in raw.iter().enumerate() {
         let key = value
@@ -326,6 +348,10 @@ fn unknown_type_message(kind: &Value) -> String {
 /// `visible_if` references and defaults. Errors are keyed by field name.
 pub fn check_field_specs(fields: &[FieldSpec]) -> Result<(), FieldErrors> {
     let mut errors = FieldErrors::new();
+    if fields.len() > MAX_FIELDS {
+        errors.insert("fields".to_owned(), too_many_fields(fields.len()));
+        return Err(errors);
+    }
     let mut seen = HashSet::new();
     let names: HashSet<&str> = fields.iter().map(|f| f.name.as_str()).collect();
     for (index, field) in fields.iter().enumerate() {
@@ -354,6 +380,16 @@ pub fn check_field_specs(fields: &[FieldSpec]) -> Result<(), FieldErrors> {
                 "memory_key may use only letters, digits, `_`, `-` and `.`, 1 to 100 of them"
                     .to_owned(),
             );
+        } else if let Some(text) = oversized_text(field) {
+            problem = Some(text);
+        } else if field.options.len() > MAX_OPTIONS {
+            problem = Some(format!("at most {MAX_OPTIONS} options"));
+        } else if let Some(pattern) = &field.validation
+            && pattern.chars().count() > MAX_PATTERN_CHARS
+        {
+            problem = Some(format!(
+                "validation may be at most {MAX_PATTERN_CHARS} characters"
+            ));
         } else if let Some(pattern) = &field.validation
             && let Err(err) = compile_anchored(pattern)
         {
@@ -389,9 +425,9 @@ pub fn check_field_specs(fields: &[FieldSpec]) -> Result<(), FieldErrors> {
         }
     }
     if errors.is_empty()
-        && let Some(name) = visibility_cycle(fields)
+        && let Some((name, problem)) = visibility_problem(fields)
     {
-        errors.insert(name, "visible_if rules form a cycle".to_owned());
+        errors.insert(name, problem);
     }
     if errors.is_empty() {
         Ok(())
@@ -408,7 +444,47 @@ fn is_identifier(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
 }
 
-fn visibility_cycle(fields: &[FieldSpec]) -> Option<String> {
+fn too_many_fields(count: usize) -> String {
+    format!("at most {MAX_FIELDS} fields, not {count}")
+}
+
+/// The first text of a definition longer than a card can sensibly show.
+fn oversized_text(field: &FieldSpec) -> Option<String> {
+    let long = |text: &str| text.chars().count() > MAX_DEFINITION_CHARS;
+    let named = [
+        ("label", field.label.as_deref()),
+        ("description", field.description.as_deref()),
+        ("placeholder", field.placeholder.as_deref()),
+    ];
+    if let Some((name, _)) = named.iter().find(|(_, text)| text.is_some_and(long)) {
+        return Some(format!(
+            "{name} may be at most {MAX_DEFINITION_CHARS} characters"
+        ));
+    }
+    if field
+        .options
+        .iter()
+        .any(|o| long(&o.value) || long(&o.label))
+    {
+        return Some(format!(
+            "an option may be at most {MAX_DEFINITION_CHARS} characters"
+        ));
+    }
+    if field
+        .default
+        .as_ref()
+        .is_some_and(|d| d.to_string().chars().count() > MAX_DEFINITION_CHARS)
+    {
+        return Some(format!(
+            "default may be at most {MAX_DEFINITION_CHARS} characters"
+        ));
+    }
+    None
+}
+
+/// A `visible_if` chain that loops or is deeper than [`MAX_VISIBLE_IF_DEPTH`]. Each walk
+/// stops after that many steps, so the check is linear in the number of fields.
+fn visibility_problem(fields: &[FieldSpec]) -> Option<(String, String)> {
     let parent: HashMap<&str, &str> = fields
         .iter()
         .filter_map(|f| {
@@ -419,12 +495,23 @@ fn visibility_cycle(fields: &[FieldSpec]) -> Option<String> {
         .collect();
     for start in parent.keys() {
         let mut current = *start;
-        for _ in 0..=fields.len() {
+        for _ in 0..MAX_VISIBLE_IF_DEPTH {
             match parent.get(current) {
-                Some(next) if next == start => return Some((*start).to_owned()),
+                Some(next) if next == start => {
+                    return Some((
+                        (*start).to_owned(),
+                        "visible_if rules form a cycle".to_owned(),
+                    ));
+                }
                 Some(next) => current = next,
                 None => break,
             }
+        }
+        if parent.contains_key(current) {
+            return Some((
+                (*start).to_owned(),
+                format!("visible_if chains may be at most {MAX_VISIBLE_IF_DEPTH} deep"),
+            ));
         }
     }
     None
@@ -434,7 +521,7 @@ fn visibility_cycle(fields: &[FieldSpec]) -> Option<String> {
 /// itself hidden is hidden too.
 pub fn is_visible(fields: &[FieldSpec], field: &FieldSpec, values: &Map<String, Value>) -> bool {
     let mut current = field;
-    for _ in 0..=fields.len() {
+    for _ in 0..=MAX_VISIBLE_IF_DEPTH {
         let Some(rule) = &current.visible_if else {
             return true;
         };
@@ -446,7 +533,8 @@ pub fn is_visible(fields: &[FieldSpec], field: &FieldSpec, values: &Map<String, 
             None => return true,
         }
     }
-    // Only reachable through a cycle, which `check_field_specs` refuses.
+    // Only reachable through a cycle or a chain too deep, which `check_field_specs`
+    // refuses.
     false
 }
 
@@ -497,7 +585,11 @@ fn validate_value(field: &FieldSpec, value: &Value) -> Result<Value, String> {
     let normal = match field.kind {
         FieldType::Text | FieldType::Textarea | FieldType::Secret => {
             let text = as_text(value).ok_or("Must be text")?;
-            let length = text.chars().count() as f64;
+            let length = text.chars().count();
+            if length > MAX_VALUE_CHARS {
+                return Err(format!("Must be at most {MAX_VALUE_CHARS} characters"));
+            }
+            let length = length as f64;
             if let Some(min) = field.min
                 && length < min
             {
@@ -533,6 +625,9 @@ fn validate_value(field: &FieldSpec, value: &Value) -> Result<Value, String> {
         }
         FieldType::Multiselect => {
             let items = value.as_array().ok_or("Must be a list of options")?;
+            if items.len() > MAX_OPTIONS {
+                return Err(format!("Choose at most {MAX_OPTIONS}"));
+            }
             let mut chosen = Vec::with_capacity(items.len());
             for item in items {
                 let text = as_text(item).ok_or("Must be a list of options")?;
@@ -579,6 +674,12 @@ fn validate_value(field: &FieldSpec, value: &Value) -> Result<Value, String> {
             Value::String(text.trim().to_owned())
         }
     };
+    if normal
+        .as_str()
+        .is_some_and(|text| text.chars().count() > MAX_VALUE_CHARS)
+    {
+        return Err(format!("Must be at most {MAX_VALUE_CHARS} characters"));
+    }
     if let Some(pattern) = &field.validation {
         let subject = match &normal {
             Value::String(text) => Some(text.clone()),
@@ -786,7 +887,10 @@ fn compile_anchored(pattern: &str) -> Result<Regex, regex_lite::Error> {
     if let Some(regex) = cache.get(pattern) {
         return Ok(regex.clone());
     }
-    let regex = Regex::new(&format!("^(?:{pattern})$"))?;
+    let regex = RegexBuilder::new(&format!("^(?:{pattern})$"))
+        .size_limit(MAX_COMPILED_PATTERN_BYTES)
+        .nest_limit(MAX_PATTERN_NESTING)
+        .build()?;
     if cache.len() >= 512 {
         cache.clear();
     }
@@ -984,6 +1088,44 @@ mod tests {
         assert_eq!(
             missing.iter().map(|f| f.name.as_str()).collect::<Vec<_>>(),
             ["region", "id"]
+        );
+    }
+
+    #[test]
+    fn definitions_that_would_cost_too_much_are_refused() {
+        let slow = parse_field_specs(&[json!({"name": "a", "validation": "(?:a*){2000}"})])
+            .expect_err("compiles too large");
+        assert!(
+            slow["a"].starts_with("validation is not a valid regular expression"),
+            "{slow:?}"
+        );
+        let long = parse_field_specs(&[json!({"name": "a", "validation": "a".repeat(501)})])
+            .expect_err("too long");
+        assert!(long["a"].contains("at most 500 characters"), "{long:?}");
+        let many: Vec<Value> = (0..2000)
+            .map(|i| json!({"name": format!("f{i}")}))
+            .collect();
+        assert_eq!(
+            parse_field_specs(&many).expect_err("too many")["fields"],
+            "at most 64 fields, not 2000"
+        );
+        let chain: Vec<Value> = (0..10)
+            .map(|i| match i {
+                0 => json!({"name": "f0"}),
+                _ => {
+                    json!({"name": format!("f{i}"), "visible_if": {"field": format!("f{}", i - 1)}})
+                }
+            })
+            .collect();
+        let deep = parse_field_specs(&chain).expect_err("too deep");
+        assert!(
+            deep.values().any(|m| m.contains("at most 8 deep")),
+            "{deep:?}"
+        );
+        let text = field(json!({"name": "t"}));
+        assert_eq!(
+            validate_field(&text, Some(&json!("x".repeat(20_001)))),
+            Err("Must be at most 20000 characters".into())
         );
     }
 

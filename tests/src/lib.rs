@@ -136,13 +136,17 @@ pub async fn test_database() -> Result<String> {
     fresh_database().await
 }
 
-/// The read-only login the demo sample databases create, on the same database.
-pub fn demo_reader_url(database_url: &str) -> String {
+/// The demo sample databases, each with a read-only login of its own.
+pub const DEMO_DATABASES: [&str; 3] = ["production", "staging", "development"];
+
+/// The read-only login the demo creates for one sample database (`production`,
+/// `staging` or `development`), on the same database.
+pub fn demo_reader_url(database_url: &str, demo_database: &str) -> String {
     let (scheme, rest) = database_url
         .split_once("://")
         .unwrap_or(("postgres", database_url));
     let rest = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
-    format!("{scheme}://toolgate_demo_reader:demo-reader@{rest}")
+    format!("{scheme}://toolgate_demo_{demo_database}:demo-reader@{rest}")
 }
 
 async fn sqlx_connect(url: &str) -> Result<sqlx::PgConnection> {
@@ -241,10 +245,15 @@ pub async fn spawn_server(
         .env("DATABASE_URL", &database_url)
         .env("TOOLGATE_BIND", format!("127.0.0.1:{port}"))
         .env("TOOLGATE_DATA_DIR", data_dir)
-        .env("TOOLGATE_DEMO_SQL_URL", demo_reader_url(&database_url))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
+    for demo in DEMO_DATABASES {
+        command.env(
+            format!("TOOLGATE_DEMO_SQL_{}_URL", demo.to_uppercase()),
+            demo_reader_url(&database_url, demo),
+        );
+    }
     for (name, value) in &options.env {
         command.env(name, value);
     }

@@ -31,6 +31,7 @@ pub async fn run(
     user_id: &str,
     conversation_id: Uuid,
     text: &str,
+    max_notes: u32,
 ) -> Result<String> {
     let words: Vec<&str> = text.split_whitespace().collect();
     match words.as_slice() {
@@ -40,6 +41,11 @@ pub async fn run(
             let note = text.trim().trim_start_matches("/remember").trim();
             if note.chars().count() > 500 {
                 return Ok("That note is too long: 500 characters at most.".to_owned());
+            }
+            if memory::count(conn).await? >= i64::from(max_notes) {
+                return Ok(format!(
+                    "I already keep {max_notes} notes for you, the most I keep; nothing was added."
+                ));
             }
             memory::add(conn, user_id, note).await?;
             Ok(format!("I will remember: {note}"))

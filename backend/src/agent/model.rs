@@ -127,6 +127,19 @@ pub enum ModelError {
     Malformed(String),
 }
 
+impl ModelError {
+    /// What the user is told: the kind of failure, never the endpoint's own words.
+    pub fn public_message(&self) -> String {
+        match self {
+            ModelError::Unreachable(_) => "the model endpoint could not be reached".to_owned(),
+            ModelError::Refused { status, .. } => {
+                format!("the model endpoint refused the request ({status})")
+            }
+            ModelError::Malformed(_) => "the model endpoint sent a malformed response".to_owned(),
+        }
+    }
+}
+
 /// Receives the text of a reply as it is written.
 pub type DeltaSink<'a> = &'a (dyn Fn(String) + Send + Sync);
 

@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use super::commands::{COMMAND_MODEL, is_command};
 use super::middleware::Ctx;
-use super::model::{ChatMessage, ModelRequest, Purpose, RunContext, ToolSpec};
+use super::model::{ChatMessage, ModelError, ModelRequest, Purpose, RunContext, ToolSpec};
 use crate::db::input_requests::{self, InputRequestRow};
 use crate::db::messages::{self, NewMessage};
 use crate::db::{self, conversations, events, runs};
@@ -63,6 +63,15 @@ pub async fn start_run(
         .is_some()
     {
         return Err(run_active());
+    }
+    let most = state.config.limits.active_runs;
+    if runs::count_active(&mut tx).await? >= i64::from(most) {
+        return Err(Error::TooManyRequests {
+            message: format!(
+                "at most {most} runs may be in progress or waiting at once; finish or answer one first"
+            ),
+            retry_after_seconds: 10,
+        });
     }
     let run_id = Uuid::new_v4();
     let message = messages::append(
@@ -128,19 +137,38 @@ fn spawn_drive(state: AppState, user_id: String, run_id: Uuid) {
         let result = drive(&state, &user_id, run_id).await;
         keeper.abort();
         if let Err(err) = result {
-            let message = match &err {
-                Error::Internal(inner) => format!("{inner:#}"),
-                Error::Database(_) | Error::Unavailable(_) => {
-                    "the run stopped on a database error".to_owned()
-                }
-                other => other.to_string(),
-            };
-            tracing::warn!(%run_id, error = %message, "run failed");
+            tracing::warn!(%run_id, error = ?err, "run failed");
+            let message = public_failure(&err);
             if let Err(err) = fail_run(&state, &user_id, run_id, &message).await {
                 tracing::error!(%run_id, error = %err, "could not mark the run failed");
             }
         }
     });
+}
+
+/// A run that gave up after its step limit.
+#[derive(Debug, thiserror::Error)]
+#[error("stopped after {0} model steps without a final answer")]
+struct StepLimit(i32);
+
+/// The words a failed run shows its user: one of a fixed few. What the provider, the
+/// vault or the database said stays in the server's log.
+fn public_failure(err: &Error) -> String {
+    match err {
+        Error::Internal(inner) => {
+            if let Some(model) = inner.downcast_ref::<ModelError>() {
+                model.public_message()
+            } else if let Some(limit) = inner.downcast_ref::<StepLimit>() {
+                limit.to_string()
+            } else {
+                "the run stopped on an internal error".to_owned()
+            }
+        }
+        Error::Database(_) | Error::Unavailable(_) => {
+            "the run stopped on a database error".to_owned()
+        }
+        _ => "the run stopped on an internal error".to_owned(),
+    }
 }
 
 /// Renews the run's lease while this server drives it.
@@ -260,10 +288,7 @@ async fn drive(state: &AppState, user_id: &str, run_id: Uuid) -> Result<()> {
             return Ok(());
         }
         if run.step >= state.config.max_steps {
-            return Err(Error::Internal(anyhow::anyhow!(
-                "stopped after {} model steps without a final answer",
-                state.config.max_steps
-            )));
+            return Err(Error::Internal(StepLimit(state.config.max_steps).into()));
         }
         let stored = messages::list(&mut tx, run.conversation_id).await?;
         tx.commit().await?;
@@ -304,7 +329,7 @@ async fn drive(state: &AppState, user_id: &str, run_id: Uuid) -> Result<()> {
         let reply = state.agent.chain.call_model(&ctx, request, &sink).await;
         drop(sink);
         let _ = writer.await;
-        let mut reply = reply.map_err(|err| Error::Internal(anyhow::anyhow!("{err}")))?;
+        let mut reply = reply.map_err(|err| Error::Internal(err.into()))?;
         state.agent.chain.after_model(&ctx, &mut reply).await?;
 
         let mut content = Vec::new();

@@ -1,9 +1,20 @@
 //! The OpenAPI document and its offline docs page.
 
+use axum::Router;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
+use utoipa_swagger_ui::SwaggerUi;
 
+use super::security_headers::set_docs_policy;
 use super::{conversations, dev, events, health, info, messages, tool_user_input, tools};
+use crate::state::AppState;
+
+/// Swagger UI at `/api/docs` (vendored, so it works offline) and the document at
+/// `/api/openapi.json`, under the docs page's own Content-Security-Policy.
+pub fn router() -> Router<AppState> {
+    Router::from(SwaggerUi::new("/api/docs").url("/api/openapi.json", ApiDoc::openapi()))
+        .layer(axum::middleware::map_response(set_docs_policy))
+}
 
 #[derive(OpenApi)]
 #[openapi(

@@ -94,6 +94,7 @@ pub async fn stream_events(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<i64>().ok());
     let after = query.after.or(last_event_id).unwrap_or(0);
+    let slot = state.limits.open_stream(&user_id)?;
     let mut tx = db::begin_as_user(&state.db, &user_id).await?;
     if !conversations::exists(&mut tx, conversation_id).await? {
         return Err(Error::NotFound("conversation"));
@@ -102,14 +103,19 @@ pub async fn stream_events(
 
     let (sender, receiver) = mpsc::channel::<StreamEvent>(64);
     let notifications = state.events.subscribe();
-    tokio::spawn(relay(
-        state,
-        user_id,
-        conversation_id,
-        after,
-        notifications,
-        sender,
-    ));
+    tokio::spawn(async move {
+        relay(
+            state,
+            user_id,
+            conversation_id,
+            after,
+            notifications,
+            sender,
+        )
+        .await;
+        // The user's stream place is free again once the relay ends.
+        drop(slot);
+    });
     let stream = ReceiverStream::new(receiver).map(|event| {
         let data = serde_json::to_string(&event).unwrap_or_default();
         Ok(Event::default()

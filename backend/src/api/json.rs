@@ -1,21 +1,29 @@
-//! JSON bodies that fail with our error format: 400 naming the bad path, 413 when too
-//! large, instead of axum's plain-text rejections.
+//! JSON bodies that fail with our error format: 415 unless labelled
+//! `application/json`, 400 naming the bad path, 413 when too large, instead of axum's
+//! plain-text rejections.
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, OptionalFromRequest, Request};
-use axum::http::StatusCode;
+use axum::http::header::CONTENT_TYPE;
+use axum::http::{HeaderMap, StatusCode};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::error::{Error, FieldErrors};
 use crate::state::AppState;
 
+/// A JSON request body, in a request that says it is JSON.
 pub struct ApiJson<T>(pub T);
 
 impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
     type Rejection = Error;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, Error> {
+        // A page on another site can send `text/plain` (or a form) without asking the
+        // browser first; it cannot send JSON that way.
+        if !labelled_json(req.headers()) {
+            return Err(Error::UnsupportedMediaType);
+        }
         let bytes = read_body(req, state).await?;
         if is_blank(&bytes) {
             return Err(Error::bad_request(
@@ -26,17 +34,38 @@ impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
     }
 }
 
-/// An empty body reads as `None`, for endpoints whose body is optional.
+/// An empty body reads as `None`, for endpoints whose body is optional; a body that is
+/// there must be labelled JSON.
 impl<T: DeserializeOwned> OptionalFromRequest<AppState> for ApiJson<T> {
     type Rejection = Error;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Option<Self>, Error> {
+        let json = labelled_json(req.headers());
         let bytes = read_body(req, state).await?;
         if is_blank(&bytes) {
             return Ok(None);
         }
+        if !json {
+            return Err(Error::UnsupportedMediaType);
+        }
         parse(&bytes).map(|value| Some(ApiJson(value)))
     }
+}
+
+/// `application/json` or `application/<something>+json`, with any parameters.
+fn labelled_json(headers: &HeaderMap) -> bool {
+    let Some(value) = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let essence = value
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    essence.strip_prefix("application/").is_some_and(|subtype| {
+        subtype == "json" || (subtype.len() > "+json".len() && subtype.ends_with("+json"))
+    })
 }
 
 fn is_blank(bytes: &Bytes) -> bool {
@@ -93,5 +122,40 @@ fn field_error(path: &str, message: &str) -> Error {
             format!("invalid request body at `{key}`: {message}")
         },
         fields: Some(FieldErrors::from([(key, message.to_owned())])),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labelled(value: &str) -> bool {
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_TYPE, value.parse().expect("header value"));
+        labelled_json(&headers)
+    }
+
+    #[test]
+    fn json_media_types_are_accepted() {
+        assert!(labelled("application/json"));
+        assert!(labelled("Application/JSON; charset=utf-8"));
+        assert!(labelled("application/merge-patch+json"));
+    }
+
+    #[test]
+    fn other_media_types_are_refused() {
+        for value in [
+            "text/plain",
+            "text/plain; charset=application/json",
+            "application/x-www-form-urlencoded",
+            "multipart/form-data; boundary=x",
+            "application/jsonp",
+            "application/+json",
+            "text/json",
+            "",
+        ] {
+            assert!(!labelled(value), "{value}");
+        }
+        assert!(!labelled_json(&HeaderMap::new()));
     }
 }

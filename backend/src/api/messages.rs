@@ -105,7 +105,14 @@ pub async fn post_message(
         if !conversations::exists(&mut tx, conversation_id).await? {
             return Err(Error::NotFound("conversation"));
         }
-        let reply_text = commands::run(&mut tx, &user.user_id, conversation_id, &text).await?;
+        let reply_text = commands::run(
+            &mut tx,
+            &user.user_id,
+            conversation_id,
+            &text,
+            state.config.limits.memory_notes,
+        )
+        .await?;
         let message = messages::append(
             &mut tx,
             NewMessage {

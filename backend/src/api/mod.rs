@@ -5,10 +5,13 @@ mod dev;
 mod docs;
 mod events;
 mod health;
+mod ids;
 mod info;
 pub mod json;
+pub mod limits;
 mod messages;
 mod path;
+mod security_headers;
 mod tool_user_input;
 mod tools;
 
@@ -20,8 +23,6 @@ use axum::routing::{get, post};
 use tower_http::compression::CompressionLayer;
 use tower_http::services::{ServeDir, ServeFile};
 use tower_http::trace::TraceLayer;
-use utoipa::OpenApi;
-use utoipa_swagger_ui::SwaggerUi;
 
 pub use docs::ApiDoc;
 
@@ -54,13 +55,17 @@ pub fn app(state: AppState) -> Router {
     }
     let api = api
         .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed);
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            limits::per_user_rate,
+        ));
 
     let mut app = Router::new()
         .nest("/api", api)
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
-        .merge(SwaggerUi::new("/api/docs").url("/api/openapi.json", ApiDoc::openapi()));
+        .merge(docs::router());
 
     if state.config.demo {
         app = app.merge(crate::demo::router());
@@ -84,6 +89,7 @@ pub fn app(state: AppState) -> Router {
         .layer(TraceLayer::new_for_http().make_span_with(|request: &axum::http::Request<_>| {
             tracing::info_span!("request", method = %request.method(), path = %request.uri().path())
         }))
+        .layer(axum::middleware::map_response(security_headers::set_security_headers))
         .with_state(state)
 }
 

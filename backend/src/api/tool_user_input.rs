@@ -6,14 +6,15 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use protocol::api::{
-    ClearedValues, ConversationParams, CreateRequestParams, DeclineRequestParams, InputRequest,
-    PendingRequests, SessionValues, SubmitDecisionParams, SubmitResponseParams,
-    SubmitResponseResult, ToolCallParams,
+    ClearedValues, ConversationParams, CreateRequestParams, DeclineRequestParams,
+    DeleteSavedValueParams, InputRequest, PendingRequests, SavedScope, SessionValues,
+    SubmitDecisionParams, SubmitResponseParams, SubmitResponseResult, ToolCallParams,
 };
 use serde::Deserialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use super::ids;
 use super::json::{ApiJson, from_value};
 use crate::auth::AuthUser;
 use crate::db::{self, input_requests::InputRequestRow, saved_inputs};
@@ -37,9 +38,10 @@ pub enum ToolUserInputAction {
     GetSessionValues(ConversationParams),
     CancelRequest(ToolCallParams),
     ClearSessionValues(ConversationParams),
+    DeleteSavedValue(DeleteSavedValueParams),
 }
 
-const ACTIONS: &str = "create_request, submit_response, submit_decision, decline_request, get_pending, get_session_values, cancel_request, clear_session_values";
+const ACTIONS: &str = "create_request, submit_response, submit_decision, decline_request, get_pending, get_session_values, cancel_request, clear_session_values, delete_saved_value";
 
 enum Action {
     CreateRequest(CreateRequestParams),
@@ -50,6 +52,7 @@ enum Action {
     GetSessionValues(ConversationParams),
     CancelRequest(ToolCallParams),
     ClearSessionValues(ConversationParams),
+    DeleteSavedValue(DeleteSavedValueParams),
 }
 
 /// Reads the action name first, then its parameters, so every error names its field.
@@ -65,7 +68,7 @@ fn parse_action(body: Value) -> Result<Action> {
         None => return Err(action_error("`action` is missing")),
     };
     let params = Value::Object(body);
-    Ok(match action.as_str() {
+    let action = match action.as_str() {
         "create_request" => Action::CreateRequest(from_value(params)?),
         "submit_response" => Action::SubmitResponse(from_value(params)?),
         "submit_decision" => Action::SubmitDecision(from_value(params)?),
@@ -74,8 +77,22 @@ fn parse_action(body: Value) -> Result<Action> {
         "get_session_values" => Action::GetSessionValues(from_value(params)?),
         "cancel_request" => Action::CancelRequest(from_value(params)?),
         "clear_session_values" => Action::ClearSessionValues(from_value(params)?),
+        "delete_saved_value" => Action::DeleteSavedValue(from_value(params)?),
         other => return Err(action_error(&format!("unknown action `{other}`"))),
-    })
+    };
+    match &action {
+        Action::CreateRequest(p) => ids::check(&[
+            ("tool_call_id", &p.tool_call_id),
+            ("tool_name", &p.tool_name),
+        ])?,
+        Action::SubmitResponse(p) => ids::check(&[("tool_call_id", &p.tool_call_id)])?,
+        Action::SubmitDecision(p) => ids::check(&[("tool_call_id", &p.tool_call_id)])?,
+        Action::DeclineRequest(p) => ids::check(&[("tool_call_id", &p.tool_call_id)])?,
+        Action::CancelRequest(p) => ids::check(&[("tool_call_id", &p.tool_call_id)])?,
+        Action::DeleteSavedValue(p) => ids::check(&[("key", &p.key)])?,
+        Action::GetPending(_) | Action::GetSessionValues(_) | Action::ClearSessionValues(_) => {}
+    }
+    Ok(action)
 }
 
 fn action_error(problem: &str) -> Error {
@@ -90,7 +107,7 @@ fn action_error(problem: &str) -> Error {
 /// requests, and reads or clears remembered values.
 #[utoipa::path(post, path = "/api/tool-user-input", tag = "tool user input",
     request_body = ToolUserInputAction, security(("bearer" = [])), responses(
-    (status = 200, description = "submit_response, submit_decision → SubmitResponseResult; get_pending → PendingRequests; get_session_values → SessionValues; decline_request, cancel_request → InputRequest; clear_session_values → ClearedValues"),
+    (status = 200, description = "submit_response, submit_decision → SubmitResponseResult; get_pending → PendingRequests; get_session_values → SessionValues; decline_request, cancel_request → InputRequest; clear_session_values, delete_saved_value → ClearedValues"),
     (status = 201, description = "create_request: the stored request", body = InputRequest),
     (status = 400, description = "Malformed body, unknown action or missing parameter", body = protocol::api::ErrorBody),
     (status = 401, body = protocol::api::ErrorBody),
@@ -147,6 +164,23 @@ pub async fn dispatch_action(
             create::ensure_conversation(&mut tx, params.conversation_id).await?;
             let cleared = saved_inputs::clear_conversation(&mut tx, params.conversation_id).await?;
             tx.commit().await?;
+            return Ok(Json(ClearedValues {
+                conversation_id: params.conversation_id,
+                cleared,
+            })
+            .into_response());
+        }
+        Action::DeleteSavedValue(params) => {
+            create::ensure_conversation(&mut tx, params.conversation_id).await?;
+            let conversation = match params.scope {
+                SavedScope::Session => Some(params.conversation_id),
+                SavedScope::User => None,
+            };
+            let cleared = saved_inputs::delete(&mut tx, conversation, &params.key).await?;
+            tx.commit().await?;
+            if cleared == 0 {
+                return Err(Error::NotFound("remembered value"));
+            }
             return Ok(Json(ClearedValues {
                 conversation_id: params.conversation_id,
                 cleared,

@@ -2,9 +2,10 @@ use axum::Json;
 use axum::extract::State;
 use protocol::api::{ExecuteToolParams, ToolList, ToolOutcome};
 
+use super::ids;
 use super::json::ApiJson;
 use crate::auth::AuthUser;
-use crate::error::{Error, FieldErrors, Result};
+use crate::error::Result;
 use crate::state::AppState;
 use crate::tools::executor::{self, ToolCall};
 
@@ -32,14 +33,10 @@ pub async fn execute_tool(
     user: AuthUser,
     ApiJson(params): ApiJson<ExecuteToolParams>,
 ) -> Result<Json<ToolOutcome>> {
-    let id_len = params.tool_call_id.trim().len();
-    if id_len == 0 || id_len > 200 {
-        let fields = FieldErrors::from([(
-            "tool_call_id".to_owned(),
-            "must be 1 to 200 characters".to_owned(),
-        )]);
-        return Err(Error::unprocessable("invalid tool call", fields));
-    }
+    ids::check(&[
+        ("tool_call_id", &params.tool_call_id),
+        ("tool_name", &params.tool_name),
+    ])?;
     let call = ToolCall {
         conversation_id: params.conversation_id,
         run_id: None,

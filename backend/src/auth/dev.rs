@@ -4,7 +4,7 @@ use super::jwt::MAX_USER_ID_LEN;
 use crate::error::{Error, FieldErrors, Result};
 use crate::state::AppState;
 
-/// How long a dev sign-in lasts.
+/// How long a dev sign-in lasts, unless `TOOLGATE_MAX_TOKEN_LIFETIME` is shorter.
 const DEV_TOKEN_HOURS: i64 = 24;
 
 /// Signs a token for any user id: only reachable when `TOOLGATE_DEV_AUTH=1`.

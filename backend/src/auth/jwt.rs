@@ -35,6 +35,10 @@ pub struct JwtKeys {
     validation: Validation,
     audience: Option<String>,
     issuer: Option<String>,
+    /// How far ahead a token's `exp` may lie, in seconds.
+    max_lifetime: i64,
+    /// Says the limit to a caller whose token goes past it.
+    too_long: String,
 }
 
 impl JwtKeys {
@@ -58,7 +62,13 @@ impl JwtKeys {
             required.push("iss");
         }
         validation.set_required_spec_claims(&required);
+        let max_lifetime = i64::try_from(config.max_token_lifetime.as_secs()).unwrap_or(i64::MAX);
         JwtKeys {
+            max_lifetime,
+            too_long: format!(
+                "token expires too far ahead; this server accepts at most {} of lifetime",
+                describe_seconds(max_lifetime)
+            ),
             encoding: EncodingKey::from_secret(&config.jwt_secret),
             decoding: DecodingKey::from_secret(&config.jwt_secret),
             validation,
@@ -90,9 +100,19 @@ impl JwtKeys {
     }
 
     fn decode(&self, token: &str) -> Result<Claims, Error> {
-        jsonwebtoken::decode::<Claims>(token, &self.decoding, &self.validation)
+        let claims = jsonwebtoken::decode::<Claims>(token, &self.decoding, &self.validation)
             .map(|data| data.claims)
-            .map_err(|err| Error::Unauthorized(describe(err.kind()).to_owned()))
+            .map_err(|err| Error::Unauthorized(describe(err.kind()).to_owned()))?;
+        // A leaked token must not stay good for years: the limit is counted from now,
+        // whatever `iat` claims.
+        let latest = chrono::Utc::now()
+            .timestamp()
+            .saturating_add(self.max_lifetime)
+            .saturating_add(LEEWAY_SECONDS as i64);
+        if claims.exp > latest {
+            return Err(Error::Unauthorized(self.too_long.clone()));
+        }
+        Ok(claims)
     }
 
     fn subject(claims: Claims) -> Result<String, Error> {
@@ -106,7 +126,8 @@ impl JwtKeys {
         Ok(sub)
     }
 
-    /// Signs a token for `user_id`, valid for `lifetime`.
+    /// Signs a token for `user_id`, valid for `lifetime` but never longer than the
+    /// configured maximum.
     pub fn sign(&self, user_id: &str, lifetime: chrono::Duration) -> anyhow::Result<(String, i64)> {
         self.sign_scoped(user_id, lifetime, None)
     }
@@ -128,7 +149,7 @@ impl JwtKeys {
         scope: Option<String>,
     ) -> anyhow::Result<(String, i64)> {
         let now = chrono::Utc::now().timestamp();
-        let exp = now + lifetime.num_seconds();
+        let exp = now + lifetime.num_seconds().min(self.max_lifetime);
         let claims = Claims {
             sub: user_id.to_owned(),
             exp,
@@ -145,6 +166,16 @@ impl JwtKeys {
 
 fn stream_scope(conversation_id: uuid::Uuid) -> String {
     format!("stream:{conversation_id}")
+}
+
+/// `86400` → `24h`: the largest unit that divides evenly, as the settings are written.
+fn describe_seconds(seconds: i64) -> String {
+    match seconds {
+        s if s % 86_400 == 0 && s >= 86_400 * 2 => format!("{}d", s / 86_400),
+        s if s % 3600 == 0 => format!("{}h", s / 3600),
+        s if s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
 }
 
 fn describe(kind: &ErrorKind) -> &'static str {

@@ -11,6 +11,13 @@ pub async fn add(conn: &mut PgConnection, user_id: &str, note: &str) -> sqlx::Re
     Ok(())
 }
 
+/// How many notes the caller has.
+pub async fn count(conn: &mut PgConnection) -> sqlx::Result<i64> {
+    sqlx::query_scalar("select count(*) from memory_notes")
+        .fetch_one(conn)
+        .await
+}
+
 pub async fn list(conn: &mut PgConnection) -> sqlx::Result<Vec<String>> {
     sqlx::query_scalar("select note from memory_notes order by id")
         .fetch_all(conn)

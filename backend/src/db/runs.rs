@@ -81,6 +81,16 @@ pub async fn find_for_update(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<
     .await
 }
 
+/// The caller's runs in progress or waiting, in every conversation (row-level security
+/// keeps the count to the caller's own).
+pub async fn count_active(conn: &mut PgConnection) -> sqlx::Result<i64> {
+    sqlx::query_scalar(
+        "select count(*) from agent_runs where status in ('running', 'waiting_for_input')",
+    )
+    .fetch_one(conn)
+    .await
+}
+
 pub async fn active_for_conversation(
     conn: &mut PgConnection,
     conversation_id: Uuid,

@@ -102,6 +102,23 @@ pub async fn clear_conversation(
     Ok(done.rows_affected())
 }
 
+/// Forgets one value: the conversation's (`conversation_id` set) or a user-wide one.
+pub async fn delete(
+    conn: &mut PgConnection,
+    conversation_id: Option<Uuid>,
+    binding: &str,
+) -> sqlx::Result<u64> {
+    let done = sqlx::query(
+        "delete from saved_tool_inputs
+         where conversation_id is not distinct from $1 and binding = $2",
+    )
+    .bind(conversation_id)
+    .bind(binding)
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
 /// A field some tool declares, as [`attribute_legacy`] matches rows against.
 #[derive(Clone, Debug)]
 pub struct FieldClaim {

@@ -12,7 +12,7 @@ use crate::state::AppState;
 
 const SAMPLE_DATABASES: &str = include_str!("sample_databases.sql");
 
-/// Creates (or rebuilds) the sample schemas and their read-only login.
+/// Creates (or rebuilds) the sample schemas and their read-only logins, one per schema.
 pub async fn create_sample_databases(pool: &PgPool) -> anyhow::Result<()> {
     sqlx::raw_sql(SAMPLE_DATABASES)
         .execute(pool)

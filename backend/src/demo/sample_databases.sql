@@ -1,14 +1,39 @@
 -- Sample data for the demo `query_database` tool: three schemas standing in for a
--- company's production, staging and development databases, readable by one
--- non-superuser login and nothing else. Safe to run again: it rebuilds them.
+-- company's production, staging and development databases. Each has its own
+-- non-superuser login that can read that schema and nothing else, so picking
+-- development cannot read production. Safe to run again: it rebuilds them.
 -- Several servers may start at once (tests, replicas): one rebuild at a time.
 SELECT pg_advisory_xact_lock(7261132201);
 
 DO $$
+DECLARE
+    login text;
 BEGIN
+    FOREACH login IN ARRAY ARRAY['toolgate_demo_production', 'toolgate_demo_staging', 'toolgate_demo_development'] LOOP
+        BEGIN
+            EXECUTE format('CREATE ROLE %I LOGIN PASSWORD %L', login, 'demo-reader');
+        EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
+        END;
+        -- Users of one login would otherwise read each other's running SQL in
+        -- pg_stat_activity (Postgres hides it only from other roles). Needs a
+        -- superuser; roles are shared by every database of the cluster, so a
+        -- concurrent start-up may be setting it at the same moment.
+        IF NOT EXISTS (
+            SELECT FROM pg_db_role_setting s JOIN pg_roles r ON r.oid = s.setrole
+            WHERE r.rolname = login AND s.setdatabase = 0
+              AND 'track_activities=off' = ANY (s.setconfig)
+        ) THEN
+            BEGIN
+                EXECUTE format('ALTER ROLE %I SET track_activities = off', login);
+            EXCEPTION WHEN OTHERS THEN NULL;
+            END;
+        END IF;
+    END LOOP;
+    -- The single login of earlier versions could read all three schemas. It stays
+    -- while other databases of the cluster still grant it something.
     BEGIN
-        CREATE ROLE toolgate_demo_reader LOGIN PASSWORD 'demo-reader';
-    EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
+        DROP ROLE IF EXISTS toolgate_demo_reader;
+    EXCEPTION WHEN OTHERS THEN NULL;
     END;
 END
 $$;
@@ -40,5 +65,9 @@ CREATE TABLE demo_development.orders (LIKE demo_production.orders INCLUDING ALL)
 INSERT INTO demo_development.customers VALUES (1, 'Test Customer', 'US', '2026-01-01');
 INSERT INTO demo_development.orders VALUES (1, 1, 9.99, '2026-01-02');
 
-GRANT USAGE ON SCHEMA demo_production, demo_staging, demo_development TO toolgate_demo_reader;
-GRANT SELECT ON ALL TABLES IN SCHEMA demo_production, demo_staging, demo_development TO toolgate_demo_reader;
+GRANT USAGE ON SCHEMA demo_production TO toolgate_demo_production;
+GRANT SELECT ON ALL TABLES IN SCHEMA demo_production TO toolgate_demo_production;
+GRANT USAGE ON SCHEMA demo_staging TO toolgate_demo_staging;
+GRANT SELECT ON ALL TABLES IN SCHEMA demo_staging TO toolgate_demo_staging;
+GRANT USAGE ON SCHEMA demo_development TO toolgate_demo_development;
+GRANT SELECT ON ALL TABLES IN SCHEMA demo_development TO toolgate_demo_development;

@@ -63,7 +63,9 @@ pub async fn create_request(
         MAX_NAME_LEN,
     );
     check_text(&mut errors, "reason", &params.reason, MAX_REASON_LEN);
-    let specs = match fields::parse_field_specs(&params.fields) {
+    let raw_fields = params.fields;
+    let parsed = super::off_the_workers(move || fields::parse_field_specs(&raw_fields)).await?;
+    let specs = match parsed {
         Ok(specs) if specs.is_empty() => {
             errors.insert("fields".into(), "at least one field is required".into());
             Vec::new()

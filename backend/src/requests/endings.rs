@@ -106,7 +106,9 @@ pub async fn submit(
     params: SubmitResponseParams,
 ) -> Result<InputRequestRow> {
     let row = locked(conn, &params.tool_call_id, Some(RequestKind::Input)).await?;
-    let accepted = fields::validate_inputs(row.fields(), &params.user_inputs)
+    let (definition, inputs) = (row.fields().to_vec(), params.user_inputs);
+    let accepted = super::off_the_workers(move || fields::validate_inputs(&definition, &inputs))
+        .await?
         .map_err(|errors| Error::unprocessable("some values are not valid", errors))?;
     let request_scope = SaveFor::parse(&row.save_for).unwrap_or_default();
     let mut stored = Map::new();
@@ -195,7 +197,8 @@ pub async fn decide(
                     )]),
                 ));
             };
-            let edited = check_edit(&tool, &arguments)
+            let edited = super::off_the_workers(move || check_edit(&tool, &arguments))
+                .await?
                 .map_err(|errors| Error::unprocessable("some arguments are not valid", errors))?;
             (RequestStatus::Approved, Some(edited))
         }

@@ -22,6 +22,16 @@ use protocol::api::{InputRequest, RequestKind};
 use crate::db::input_requests::InputRequestRow;
 use crate::tools::registry::ToolRegistry;
 
+/// Runs CPU work on values a caller sent (field rules, patterns) on the blocking pool,
+/// so one heavy request never stalls other users' requests on the async workers.
+pub(crate) async fn off_the_workers<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> crate::error::Result<T> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|err| anyhow::anyhow!("checking values on the blocking pool: {err}").into())
+}
+
 /// The request as callers see it, with the tool's argument schema on an approval so a
 /// card can offer an edit.
 pub fn describe(row: &InputRequestRow, tools: &ToolRegistry) -> InputRequest {

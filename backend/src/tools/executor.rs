@@ -138,7 +138,7 @@ pub async fn execute(state: &AppState, user_id: &str, call: ToolCall) -> Result<
     }
     // Nothing to ask: no transaction stays open while the tool runs.
     tx.commit().await?;
-    let outcome = run(state, user_id, &tool, &call, &values).await;
+    let outcome = run(user_id, &tool, &call, &values).await;
     let mut tx = db::begin_as_user(&state.db, user_id).await?;
     log.write(&mut tx, &outcome, outcome_label(&outcome), &filled.ignored)
         .await?;
@@ -296,7 +296,7 @@ async fn retry_with_answer(
         return Ok(outcome);
     }
     tx.commit().await?;
-    Ok(run(state, user_id, tool, call, &values).await)
+    Ok(run(user_id, tool, call, &values).await)
 }
 
 /// The values the tool runs with: its arguments, then for each field the first of
@@ -394,7 +394,6 @@ fn validate(
 }
 
 async fn run(
-    state: &AppState,
     user_id: &str,
     tool: &Arc<Tool>,
     call: &ToolCall,
@@ -409,7 +408,7 @@ async fn run(
         arguments: tool.storable_arguments(&call.arguments),
     };
     let result = match &tool.runner {
-        Runner::Http(http) => http.run(&state.http, values, &context).await,
+        Runner::Http(http) => http.run(values, &context).await,
         Runner::Sql(sql) => sql.run(values, &context).await,
         Runner::Calculator => calculator::run(values),
         Runner::ReadSkill(dir) => {

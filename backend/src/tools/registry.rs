@@ -69,17 +69,24 @@ pub struct Tool {
 }
 
 impl Tool {
-    /// Why the tool cannot run now: disabled, or missing configuration.
+    /// Why the tool cannot run now, in words any caller may see: disabled, or not
+    /// configured on this server (which setting is missing is for the operator's log,
+    /// see [`Tool::configuration_problem`]).
     pub fn unavailable_reason(&self) -> Option<String> {
         if !self.enabled {
             return Some(format!("the tool `{}` is disabled", self.name));
         }
-        let missing = match &self.runner {
+        self.configuration_problem()
+            .map(|_| format!("the tool `{}` is not configured on this server", self.name))
+    }
+
+    /// What the server's environment lacks for this tool, naming the settings.
+    pub fn configuration_problem(&self) -> Option<String> {
+        match &self.runner {
             Runner::Http(http) => http.unavailable_reason(),
             Runner::Sql(sql) => sql.unavailable_reason(),
             Runner::Calculator | Runner::ReadSkill(_) => None,
-        };
-        missing.map(|why| format!("the tool `{}` is not configured: {why}", self.name))
+        }
     }
 
     /// The reasons the arguments break the tool's JSON Schema, if any.
@@ -209,6 +216,11 @@ impl ToolRegistry {
     fn add(&mut self, tool: Tool) -> anyhow::Result<()> {
         if self.get(&tool.name).is_some() {
             bail!("tool `{}` is defined twice", tool.name);
+        }
+        if tool.enabled
+            && let Some(problem) = tool.configuration_problem()
+        {
+            tracing::warn!(tool = %tool.name, problem = %problem, "tool is not configured; calls to it will fail");
         }
         self.tools.push(Arc::new(tool));
         Ok(())

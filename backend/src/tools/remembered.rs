@@ -138,6 +138,7 @@ pub async fn list(conn: &mut PgConnection, conversation_id: Uuid) -> Result<Vec<
             is_secret: row.is_secret,
             tool_name: row.tool_name,
             memory_key: row.memory_key,
+            key: row.binding,
             updated_at: row.updated_at,
         })
         .collect())

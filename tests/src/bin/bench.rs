@@ -157,6 +157,67 @@ end
     }
 }
 
+/// wrk's plain GET of one URL, for `/healthz`.
+fn get_load(url: &str, connections: usize, seconds: u64) -> Result<Figures> {
+    let output = Command::new("wrk")
+        .args(["-t", "1", "-c", &connections.to_string()])
+        .args(["-d", &format!("{seconds}s"), "--latency"])
+        .arg(url)
+        .output()
+        .context("running wrk (scripts/bench.sh installs it)")?;
+    parse_wrk(&String::from_utf8_lossy(&output.stdout))
+}
+
+/// One user floods the API far past the rate limit while another user reads and a
+/// probe asks `/healthz`: the calm user's figures beside their idle figures.
+fn flood_isolation(bench: &Bench, base: &str, seconds: u64) -> Result<()> {
+    let pending_of = |user: &'static str| Load {
+        path: "/api/tool-user-input",
+        user,
+        body: r#"string.format('{"action":"get_pending","conversation_id":"%s"}', conv)"#.into(),
+    };
+    let (flooder, calm) = (pending_of("1"), pending_of("2"));
+    let health = format!("{base}/healthz");
+    let calm_idle = bench.run(&calm, 2)?;
+    let health_idle = get_load(&health, 2, seconds)?;
+    let (flood, calm_busy, health_busy) = std::thread::scope(|scope| {
+        let flood = scope.spawn(|| bench.run(&flooder, 32));
+        let health_busy = scope.spawn(|| get_load(&health, 2, seconds));
+        let calm_busy = bench.run(&calm, 2);
+        (
+            flood
+                .join()
+                .unwrap_or_else(|_| bail!("the flood thread failed")),
+            calm_busy,
+            health_busy
+                .join()
+                .unwrap_or_else(|_| bail!("the probe thread failed")),
+        )
+    });
+    let (flood, calm_busy, health_busy) = (flood?, calm_busy?, health_busy?);
+    println!("\n## One user floods, another reads\n");
+    println!(
+        "User 1 sends get_pending on 32 connections ({:.0} req/s, {} answered 429 or otherwise not 2xx); user 2 reads on 2 connections and a probe asks /healthz.\n",
+        flood.rate, flood.errors
+    );
+    println!("| | idle p50 ms | idle p99 ms | beside the flood p50 ms | p99 ms | p99 ratio |");
+    println!("| --- | ---: | ---: | ---: | ---: | ---: |");
+    for (name, idle, busy) in [
+        ("user 2 get_pending", &calm_idle, &calm_busy),
+        ("/healthz", &health_idle, &health_busy),
+    ] {
+        println!(
+            "| {name} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            idle.p50_ms,
+            idle.p99_ms,
+            busy.p50_ms,
+            busy.p99_ms,
+            busy.p99_ms / idle.p99_ms.max(0.001)
+        );
+    }
+    Ok(())
+}
+
 fn duration_ms(text: &str) -> Option<f64> {
     let split = text.find(|c: char| c.is_ascii_alphabetic())?;
     let (number, unit) = text.split_at(split);
@@ -216,11 +277,11 @@ async fn seed(url: &str, pending_per_user: usize) -> Result<()> {
         "insert into conversations (id, user_id, title)
            select ('00000000-0000-0000-0000-' || lpad(g::text, 12, '0'))::uuid, 'bench-u' || g, 'bench'
            from generate_series(0, {all}) g on conflict do nothing;
-         insert into saved_tool_inputs (user_id, conversation_id, name, value)
-           select 'bench-u' || g, ('00000000-0000-0000-0000-' || lpad(g::text, 12, '0'))::uuid, 'region', '\"eu\"'
+         insert into saved_tool_inputs (user_id, conversation_id, tool_name, name, value)
+           select 'bench-u' || g, ('00000000-0000-0000-0000-' || lpad(g::text, 12, '0'))::uuid, 'bench_calc', 'region', '\"eu\"'
            from generate_series(0, {all}) g on conflict do nothing;
-         insert into saved_tool_inputs (user_id, conversation_id, name, value)
-           select 'bench-u' || g, null, 'team', '\"ops\"'
+         insert into saved_tool_inputs (user_id, conversation_id, tool_name, name, value)
+           select 'bench-u' || g, null, 'bench_calc', 'team', '\"ops\"'
            from generate_series(0, {all}) g on conflict do nothing;
          insert into tool_user_input_requests (id, user_id, conversation_id, tool_name, tool_call_id,
              reason, required_fields, save_for, expires_at)
@@ -317,7 +378,7 @@ const CONVERSATION: &str = "('00000000-0000-0000-0000-' || lpad(:u::text, 12, '0
 
 /// The SQL each hot path runs, in the same transaction shape.
 fn baseline_scripts() -> BTreeMap<&'static str, String> {
-    let columns = "id, user_id, conversation_id, run_id, tool_name, tool_call_id, tool_args, reason, required_fields, user_inputs, save_for, status, created_at, completed_at, expires_at, origin, original_user_request, tool_result";
+    let columns = "id, user_id, conversation_id, run_id, tool_name, tool_call_id, tool_args, reason, required_fields, user_inputs, save_for, status, created_at, completed_at, expires_at, origin, original_user_request, tool_result, kind, allowed_decisions, arguments_digest, decision, decision_message, decided_by";
     BTreeMap::from([
         (
             "get_pending",
@@ -328,7 +389,7 @@ fn baseline_scripts() -> BTreeMap<&'static str, String> {
         (
             "get_session_values",
             format!(
-                "{IDENTITY}select conversation_id, name, value, is_secret, updated_at from saved_tool_inputs where (conversation_id = {CONVERSATION} or conversation_id is null) and exists (select 1 from conversations where id = {CONVERSATION}) order by conversation_id nulls last, name;\nCOMMIT;\n"
+                "{IDENTITY}select conversation_id, name, value, is_secret, updated_at, tool_name, memory_key, label, binding from saved_tool_inputs where (conversation_id = {CONVERSATION} or conversation_id is null) and exists (select 1 from conversations where id = {CONVERSATION}) order by conversation_id nulls last, binding;\nCOMMIT;\n"
             ),
         ),
         (
@@ -340,7 +401,7 @@ fn baseline_scripts() -> BTreeMap<&'static str, String> {
         (
             "submit_response",
             format!(
-                "\\set n random(0, 199999)\n\\set u 1000 + :n % 1000\nBEGIN;\nselect set_config('role', 'toolgate_app', true), set_config('toolgate.user_id', 'bench-u' || :u, true);\nselect {columns} from tool_user_input_requests where tool_call_id = 'bench-pgb-' || :n for update;\nupdate tool_user_input_requests set status = 'completed', user_inputs = '{{\"code\": \"1234\"}}', completed_at = now() where tool_call_id = 'bench-pgb-' || :n and status = 'pending' returning {columns};\nwith stored as (insert into run_events (conversation_id, user_id, run_id, kind, data) values ({CONVERSATION}, 'bench-u' || :u, null, 'input_resolved', '{{\"type\": \"input_resolved\"}}') returning id) select id from stored, (select pg_notify('toolgate_events', {CONVERSATION}::text)) as notified;\nCOMMIT;\n"
+                "\\set n random(0, 199999)\n\\set u 1000 + :n % 1000\nBEGIN;\nselect set_config('role', 'toolgate_app', true), set_config('toolgate.user_id', 'bench-u' || :u, true);\nselect {columns} from tool_user_input_requests where tool_call_id = 'bench-pgb-' || :n order by status = 'pending' desc, created_at desc limit 1 for update;\nupdate tool_user_input_requests set status = 'completed', completed_at = now(), user_inputs = coalesce('{{\"code\": \"1234\"}}'::jsonb, user_inputs), decided_by = 'bench-u' || :u where tool_call_id = 'bench-pgb-' || :n and status = 'pending' returning {columns};\nwith stored as (insert into run_events (conversation_id, user_id, run_id, kind, data) values ({CONVERSATION}, 'bench-u' || :u, null, 'input_resolved', '{{\"type\": \"input_resolved\"}}') returning id) select id from stored, (select pg_notify('toolgate_events', {CONVERSATION}::text)) as notified;\nCOMMIT;\n"
             ),
         ),
     ])
@@ -599,6 +660,8 @@ async fn main() -> Result<()> {
         let per_step = started.elapsed().as_secs_f64() * 1e6 / iterations as f64;
         println!("| {count} | {per_step:.0} |");
     }
+
+    flood_isolation(&bench, &server.base, seconds)?;
 
     println!("\n## Memory (server process)\n");
     println!("| idle RSS | peak RSS under load (up to 64 clients) |");

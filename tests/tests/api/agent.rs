@@ -20,6 +20,7 @@ reason = "QuickBooks API requests require your Company ID (Realm ID)"
 save_for_session = true
 fields = [ { name = "quickbooks_realm_id", type = "text", validation = "^[0-9]{10,20}$" } ]
 [tools.http]
+allow_private_networks = true
 url = "{env.MOCK_BASE}/v3/company/{quickbooks_realm_id}/reports/ProfitAndLoss?start_date={start_date}&end_date={end_date}"
 
 [[tools]]
@@ -28,6 +29,7 @@ description = "Tell the team"
 kind = "http"
 requires_approval = false
 [tools.http]
+allow_private_networks = true
 method = "POST"
 url = "{env.MOCK_BASE}/notify"
 body = { asked = "{context.original_user_request}", conversation = "{context.conversation_id}" }
@@ -762,6 +764,8 @@ async fn provider_errors_end_the_run_cleanly() {
         assert_eq!(failed["status"], "failed");
         let error = failed["error"].as_str().unwrap_or_default();
         assert!(error.contains(expected), "{expected} in {error}");
+        // The provider's own words stay in the server's log.
+        assert!(!error.contains("mock error"), "{error}");
     }
     // 5xx is retried with backoff, a bounded number of times, then fails.
     let always = vec![MockReply::Status(503); 4];

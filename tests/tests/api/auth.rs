@@ -179,6 +179,104 @@ async fn without_dev_auth_a_jwt_secret_is_required_at_start() {
     assert!(err.contains("TOOLGATE_JWT_SECRET is not set"), "{err}");
 }
 
+#[tokio::test]
+async fn a_token_that_lives_longer_than_a_day_is_refused() {
+    let server = TestServer::start().await;
+    for (exp, why) in [
+        (now() + 30 * 86_400, "30 days ahead"),
+        (4_102_444_800, "the year 2100"),
+        (now() + 86_400 + 120, "a day and two minutes ahead"),
+    ] {
+        let long = sign_token(
+            &json!({"sub": "alice", "exp": exp, "iat": now()}),
+            JWT_SECRET,
+            Algorithm::HS256,
+        );
+        let (status, body) = status_with(&server, Some(&long)).await;
+        assert_unauthorized((status, body.clone()), why);
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("too far ahead")),
+            "{why}: {body}"
+        );
+    }
+    let day = sign_token(
+        &json!({"sub": "alice", "exp": now() + 86_400 - 60}),
+        JWT_SECRET,
+        Algorithm::HS256,
+    );
+    assert_eq!(status_with(&server, Some(&day)).await.0, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn the_lifetime_limit_is_configurable_and_issued_tokens_keep_within_it() {
+    let server =
+        TestServer::start_with(ServerOptions::default().env("TOOLGATE_MAX_TOKEN_LIFETIME", "5m"))
+            .await;
+    let ten_minutes = sign_token(
+        &json!({"sub": "alice", "exp": now() + 600}),
+        JWT_SECRET,
+        Algorithm::HS256,
+    );
+    assert_unauthorized(
+        status_with(&server, Some(&ten_minutes)).await,
+        "10 min > 5 min",
+    );
+
+    // The dev token (a day) and the stream token (ten minutes) are cut to the limit,
+    // and work.
+    let (status, dev) = server
+        .send(
+            "POST",
+            "/api/dev/token",
+            None,
+            Some(json!({"user_id": "short-lived"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{dev}");
+    let expires = chrono::DateTime::parse_from_rfc3339(dev["expires_at"].as_str().unwrap_or(""))
+        .expect("expires_at")
+        .timestamp();
+    assert!(expires <= now() + 300, "dev token expires at {expires}");
+    let token = dev["token"].as_str().expect("token");
+    assert_eq!(status_with(&server, Some(token)).await.0, StatusCode::OK);
+    let conversation = server.new_conversation(token).await;
+    let (status, stream) = server
+        .send(
+            "POST",
+            &format!("/api/conversations/{conversation}/stream-token"),
+            Some(token),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{stream}");
+    let expires = chrono::DateTime::parse_from_rfc3339(stream["expires_at"].as_str().unwrap_or(""))
+        .expect("expires_at")
+        .timestamp();
+    assert!(expires <= now() + 300, "stream token expires at {expires}");
+    let response = server
+        .client
+        .get(server.url(&format!(
+            "/api/conversations/{conversation}/events?token={}",
+            stream["token"].as_str().unwrap_or_default()
+        )))
+        .send()
+        .await
+        .expect("stream");
+    assert_eq!(response.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_bad_token_lifetime_setting_stops_the_start() {
+    let result = TestServer::try_start(
+        ServerOptions::default().env("TOOLGATE_MAX_TOKEN_LIFETIME", "forever"),
+    )
+    .await;
+    let err = format!("{:#}", result.err().expect("must not start"));
+    assert!(err.contains("TOOLGATE_MAX_TOKEN_LIFETIME"), "{err}");
+}
+
 fn b64(value: &Value) -> String {
     use base64::Engine;
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(value.to_string())

@@ -91,6 +91,14 @@ async fn openapi_document_lists_the_routes_and_docs_page_is_served() {
     let html = page.text().await.unwrap_or_default();
     assert!(html.contains("swagger"), "docs page should be Swagger UI");
     assert!(!html.contains("cdn"), "docs page must work offline");
+    // The policy forbids inline scripts: every script is a file of this server.
+    for tag in html.split("<script").skip(1) {
+        let open = tag.split('>').next().unwrap_or_default();
+        assert!(
+            open.contains("src=\"./"),
+            "inline or foreign script: <script{open}>"
+        );
+    }
 }
 
 #[tokio::test]

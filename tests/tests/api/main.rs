@@ -3,8 +3,12 @@
 mod agent;
 mod auth;
 mod conversations;
+mod deployment;
+mod egress;
 mod gate;
 mod health;
 mod input_requests;
+mod limits;
 mod rls;
+mod sql_kind;
 mod tools;

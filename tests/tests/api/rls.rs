@@ -205,3 +205,46 @@ async fn every_user_owned_table_has_forced_rls() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_row_cannot_point_at_another_users_conversation() {
+    let mut conn = migrated_connection().await;
+    let alice = unique("alice");
+    let bob = unique("bob");
+    let (alice_conversation, _) = seed_request(&mut conn, &alice).await;
+    let (bob_conversation, _) = seed_request(&mut conn, &bob).await;
+    let attempts = [
+        "insert into messages (id, conversation_id, user_id, seq, role, content)
+             values (gen_random_uuid(), $1, $2, 99, 'user', '[]')",
+        "insert into tool_user_input_requests (id, user_id, conversation_id, tool_name, tool_call_id,
+             reason, required_fields, expires_at)
+             values (gen_random_uuid(), $2, $1, 'tool', 'forged', 'why', '[]', now() + interval '1 hour')",
+        "insert into saved_tool_inputs (user_id, conversation_id, tool_name, name, value)
+             values ($2, $1, 'tool', 'realm', '\"1\"')",
+        "insert into run_events (conversation_id, user_id, kind, data) values ($1, $2, 'x', '{}')",
+    ];
+    for sql in attempts {
+        // Bob writes rows as himself, but into Alice's conversation.
+        let mut tx = as_user(&mut conn, &bob).await;
+        let err = sqlx::query(sql)
+            .bind(alice_conversation)
+            .bind(&bob)
+            .execute(&mut *tx)
+            .await
+            .expect_err("a row in another user's conversation must be refused");
+        assert!(
+            err.to_string().contains("row-level security"),
+            "{sql}: {err}"
+        );
+        tx.rollback().await.expect("rollback");
+        // The same row in his own conversation is fine.
+        let mut tx = as_user(&mut conn, &bob).await;
+        sqlx::query(sql)
+            .bind(bob_conversation)
+            .bind(&bob)
+            .execute(&mut *tx)
+            .await
+            .unwrap_or_else(|err| panic!("{sql} in his own conversation: {err}"));
+        tx.rollback().await.expect("rollback");
+    }
+}

@@ -17,6 +17,7 @@ reason = "QuickBooks API requests require your Company ID (Realm ID)"
 save_for_session = true
 fields = [ { name = "quickbooks_realm_id", label = "QuickBooks Company ID", type = "text", validation = "^[0-9]{10,20}$" } ]
 [tools.http]
+allow_private_networks = true
 url = "{env.MOCK_BASE}/v3/company/{quickbooks_realm_id}/reports/ProfitAndLoss?start_date={start_date}&end_date={end_date}"
 headers = { Authorization = "Bearer {env.MOCK_TOKEN}" }
 
@@ -29,6 +30,7 @@ reason = "A one-time code"
 save_for = "call"
 fields = [ { name = "code", type = "text" } ]
 [tools.http]
+allow_private_networks = true
 url = "{env.MOCK_BASE}/code/{code}"
 
 [[tools]]
@@ -42,6 +44,7 @@ reason = "Your API key"
 save_for = "user"
 fields = [ { name = "api_key", label = "API key", type = "secret" } ]
 [tools.http]
+allow_private_networks = true
 method = "POST"
 url = "{env.MOCK_BASE}/items/{item}"
 headers = { "X-Api-Key" = "{api_key}" }
@@ -53,6 +56,7 @@ description = "Disabled on purpose"
 kind = "http"
 enabled = false
 [tools.http]
+allow_private_networks = true
 url = "{env.MOCK_BASE}/off"
 
 [[tools]]
@@ -60,6 +64,7 @@ name = "unconfigured"
 description = "Needs an environment variable nobody set"
 kind = "http"
 [tools.http]
+allow_private_networks = true
 url = "{env.TOOLGATE_TEST_NEVER_SET}/x"
 
 [[tools]]
@@ -81,9 +86,9 @@ visible_if = { field = "database", equals = "production" }
 [tools.sql]
 database_field = "database"
 max_rows = 3
-databases.production = { url = "{env.TOOLGATE_DEMO_SQL_URL}", schema = "demo_production" }
-databases.staging = { url = "{env.TOOLGATE_DEMO_SQL_URL}", schema = "demo_staging" }
-databases.development = { url = "{env.TOOLGATE_DEMO_SQL_URL}", schema = "demo_development" }
+databases.production = { url = "{env.TOOLGATE_DEMO_SQL_PRODUCTION_URL}", schema = "demo_production" }
+databases.staging = { url = "{env.TOOLGATE_DEMO_SQL_STAGING_URL}", schema = "demo_staging" }
+databases.development = { url = "{env.TOOLGATE_DEMO_SQL_DEVELOPMENT_URL}", schema = "demo_development" }
 "#;
 
 const SECRET: &str = "sk-live-7f3a9c41d2";
@@ -503,9 +508,19 @@ async fn disabled_unconfigured_and_unknown_tools() {
         .execute(&token, &conversation, "unconfigured", json!({}))
         .await;
     assert_eq!(unconfigured["success"], false);
+    // Callers learn that it is not configured, not which setting is missing.
     assert_eq!(
         unconfigured["error"],
-        "the tool `unconfigured` is not configured: environment variable TOOLGATE_TEST_NEVER_SET is not set"
+        "the tool `unconfigured` is not configured on this server"
+    );
+    let (_, list) = f.server.send("GET", "/api/tools", Some(&token), None).await;
+    assert!(
+        !list.to_string().contains("TOOLGATE_TEST_NEVER_SET"),
+        "{list}"
+    );
+    assert!(
+        f.server.logs().contains("TOOLGATE_TEST_NEVER_SET"),
+        "the operator's log names it"
     );
     let (status, body) = f
         .execute(&token, &conversation, "no_such_tool", json!({}))

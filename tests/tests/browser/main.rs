@@ -8,6 +8,7 @@
 mod approvals;
 mod cards;
 mod chat;
+mod csp;
 mod robustness;
 mod webdriver;
 

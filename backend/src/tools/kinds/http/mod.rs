@@ -1,4 +1,9 @@
-//! `http` tools: a request built from templates, the response as the result.
+//! `http` tools: a request built from templates, the response as the result, sent
+//! only where the tool's egress policy allows.
+
+mod egress;
+
+pub use egress::{AddressClass, EgressPolicy, classify};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -26,6 +31,14 @@ pub struct HttpConfig {
     pub timeout_seconds: u64,
     #[serde(default = "default_max_response")]
     pub max_response_bytes: usize,
+    /// Hosts the tool may reach: exact names, or `.example.com` / `*.example.com` for
+    /// a domain's subdomains. Empty: any public host.
+    #[serde(default)]
+    pub allow_hosts: Vec<String>,
+    /// Lets the tool reach loopback and private ranges (a service on this machine or
+    /// inside the network). Metadata, multicast and unspecified addresses stay refused.
+    #[serde(default)]
+    pub allow_private_networks: bool,
 }
 
 fn default_method() -> String {
@@ -46,6 +59,8 @@ pub struct HttpTool {
     timeout: Duration,
     max_response_bytes: usize,
     env_names: BTreeSet<String>,
+    egress: EgressPolicy,
+    client: reqwest::Client,
 }
 
 impl HttpTool {
@@ -85,6 +100,8 @@ impl HttpTool {
                 "http.timeout_seconds and http.max_response_bytes must be above zero".into(),
             );
         }
+        let egress = EgressPolicy::new(&config.allow_hosts, config.allow_private_networks)?;
+        let client = egress.client()?;
         Ok(HttpTool {
             method,
             url,
@@ -93,10 +110,11 @@ impl HttpTool {
             timeout: Duration::from_secs(config.timeout_seconds),
             max_response_bytes: config.max_response_bytes,
             env_names,
+            egress,
+            client,
         })
     }
 
-    /// Why the tool cannot run in this environment, if it cannot.
     /// Whether a call changes something somewhere: any method but GET, HEAD and OPTIONS.
     pub fn has_side_effects(&self) -> bool {
         !matches!(
@@ -105,6 +123,7 @@ impl HttpTool {
         )
     }
 
+    /// Why the tool cannot run in this environment, if it cannot.
     pub fn unavailable_reason(&self) -> Option<String> {
         let missing: Vec<&str> = self
             .env_names
@@ -118,16 +137,25 @@ impl HttpTool {
 
     pub async fn run(
         &self,
-        client: &reqwest::Client,
         values: &Map<String, Value>,
         context: &ToolContext,
     ) -> Result<Value, String> {
         let url = self.url.render(values, context, Encoding::Url)?;
-        let mut request = client
-            .request(self.method.clone(), &url)
+        let parsed_url = reqwest::Url::parse(&url)
+            .map_err(|_| "the tool's URL is not a valid URL once filled in".to_owned())?;
+        self.egress
+            .check_url(&parsed_url)
+            .map_err(|refused| refused.to_string())?;
+        let mut request = self
+            .client
+            .request(self.method.clone(), parsed_url)
             .timeout(self.timeout);
+        // What the request carries that an error page could echo back.
+        let mut sent = Vec::new();
         for (name, template) in &self.headers {
-            request = request.header(name, template.render(values, context, Encoding::Header)?);
+            let value = template.render(values, context, Encoding::Header)?;
+            sent.push(value.clone());
+            request = request.header(name, value);
         }
         if let Some(body) = &self.body {
             request = request.json(&render_json(body, values, context)?);
@@ -137,6 +165,11 @@ impl HttpTool {
             .await
             .map_err(|err| describe_send_error(&err))?;
         let status = response.status();
+        if status.is_redirection() {
+            return Err(format!(
+                "the service answered HTTP {status}, a redirect to another origin, which is not followed"
+            ));
+        }
         let mut body = Vec::new();
         let mut stream = response.bytes_stream();
         while let Some(chunk) = stream.next().await {
@@ -151,22 +184,63 @@ impl HttpTool {
             }
             body.extend_from_slice(&chunk);
         }
-        let parsed = serde_json::from_slice::<Value>(&body)
-            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()));
         if !status.is_success() {
-            let detail = match &parsed {
-                Value::String(text) => text.chars().take(300).collect(),
-                other => other.to_string().chars().take(300).collect::<String>(),
-            };
-            return Err(format!("the service answered HTTP {status}: {detail}"));
+            let secrets = secret_values(values, &sent);
+            return Err(format!(
+                "the service answered HTTP {status}: {}",
+                excerpt(&body, &secrets)
+            ));
         }
-        Ok(parsed)
+        Ok(serde_json::from_slice::<Value>(&body)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned())))
     }
+}
+
+/// Longest excerpt of an error page passed on to the model.
+const EXCERPT_CHARS: usize = 200;
+
+/// Every value the request carried that must not come back in an excerpt: its
+/// rendered headers and every string value it was filled with, longer than a word.
+fn secret_values(values: &Map<String, Value>, headers: &[String]) -> Vec<String> {
+    let mut secrets: Vec<String> = headers
+        .iter()
+        .flat_map(|header| header.split_whitespace().map(str::to_owned))
+        .chain(
+            values
+                .values()
+                .filter_map(|v| v.as_str().map(str::to_owned)),
+        )
+        .filter(|text| text.len() >= 8)
+        .collect();
+    // Longest first, so a value that contains another is replaced whole.
+    secrets.sort_by_key(|text| std::cmp::Reverse(text.len()));
+    secrets
+}
+
+/// A short, single-line excerpt of an error page, with anything the request carried
+/// replaced.
+fn excerpt(body: &[u8], secrets: &[String]) -> String {
+    let mut text = String::from_utf8_lossy(body).into_owned();
+    for secret in secrets {
+        text = text.replace(secret.as_str(), "[redacted]");
+    }
+    let cleaned: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let cleaned = cleaned.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut shown: String = cleaned.chars().take(EXCERPT_CHARS).collect();
+    if cleaned.chars().count() > EXCERPT_CHARS {
+        shown.push('…');
+    }
+    shown
 }
 
 /// Says what went wrong without echoing the URL, which can carry user values.
 fn describe_send_error(err: &reqwest::Error) -> String {
-    if err.is_timeout() {
+    if let Some(refused) = egress::refusal(err) {
+        refused.to_string()
+    } else if err.is_timeout() {
         "the service did not answer in time".to_owned()
     } else if err.is_connect() {
         "the service could not be reached".to_owned()

@@ -1,0 +1,227 @@
+//! Safe deployment defaults: dev sign-in stays on loopback, answers only loopback host
+//! names, JSON routes take only JSON, and every response carries the browser headers.
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use tests::{ServerOptions, TempDir, TestServer, free_port};
+
+const OVERRIDE: &str = "TOOLGATE_DEV_AUTH_ON_PUBLIC_BIND_I_UNDERSTAND";
+
+fn on_all_interfaces(port: u16) -> ServerOptions {
+    ServerOptions::default().env("TOOLGATE_BIND", &format!("0.0.0.0:{port}"))
+}
+
+#[tokio::test]
+async fn dev_sign_in_on_a_public_address_is_refused_at_start() {
+    let port = free_port().expect("port");
+    let err = TestServer::try_start_on(on_all_interfaces(port), port)
+        .await
+        .err()
+        .expect("dev sign-in on 0.0.0.0 must not start");
+    let err = format!("{err:#}");
+    assert!(err.contains("refusing to start"), "{err}");
+    assert!(err.contains("not a loopback address"), "{err}");
+    assert!(err.contains(OVERRIDE), "the error says how: {err}");
+}
+
+#[tokio::test]
+async fn dev_sign_in_on_a_public_address_starts_with_the_named_override() {
+    let port = free_port().expect("port");
+    let server = TestServer::start_on(on_all_interfaces(port).env(OVERRIDE, "1"), port).await;
+    let token = server.token("override-user").await;
+    let (status, _) = server
+        .send("GET", "/api/conversations", Some(&token), None)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        server
+            .logs()
+            .contains("anyone who reaches this port can sign in as any user"),
+        "the override is logged loudly: {}",
+        server.logs()
+    );
+}
+
+#[tokio::test]
+async fn a_public_address_without_dev_sign_in_starts() {
+    let port = free_port().expect("port");
+    let server =
+        TestServer::start_on(on_all_interfaces(port).without("TOOLGATE_DEV_AUTH"), port).await;
+    let (status, _) = server.send("GET", "/api/info", None, None).await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+async fn dev_token_with_host(server: &TestServer, host: &str) -> (StatusCode, Value) {
+    let response = server
+        .client
+        .post(server.url("/api/dev/token"))
+        .header("host", host)
+        .json(&json!({"user_id": "victim"}))
+        .send()
+        .await
+        .expect("sent");
+    let status = response.status();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn dev_token_answers_only_requests_addressed_to_loopback() {
+    let server = TestServer::start().await;
+    let port = server
+        .base
+        .rsplit(':')
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    // What a page whose DNS name was rebound to 127.0.0.1 sends from a browser.
+    for host in [
+        "evil.example".to_owned(),
+        format!("evil.example:{port}"),
+        format!("localhost.evil.example:{port}"),
+        format!("127.0.0.1.evil.example:{port}"),
+        format!("0.0.0.0:{port}"),
+        format!("[::ffff:127.0.0.1]:{port}"),
+    ] {
+        let (status, body) = dev_token_with_host(&server, &host).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{host}: {body}");
+        assert_eq!(body["error"]["code"], "forbidden", "{host}: {body}");
+        assert!(body.get("token").is_none(), "{host}: {body}");
+        assert!(!body.to_string().contains("eyJ"), "{host}: {body}");
+    }
+    for host in [
+        format!("localhost:{port}"),
+        format!("127.0.0.1:{port}"),
+        format!("[::1]:{port}"),
+        "localhost".to_owned(),
+    ] {
+        let (status, body) = dev_token_with_host(&server, &host).await;
+        assert_eq!(status, StatusCode::OK, "{host}: {body}");
+        assert!(body["token"].is_string(), "{host}: {body}");
+    }
+}
+
+#[tokio::test]
+async fn json_routes_refuse_bodies_not_labelled_json() {
+    let server = TestServer::start().await;
+    let (_, token) = server.new_user("media").await;
+    let post = |path: &str, content_type: Option<&str>, body: &str| {
+        let mut request = server
+            .client
+            .post(server.url(path))
+            .bearer_auth(&token)
+            .body(body.to_owned());
+        if let Some(content_type) = content_type {
+            request = request.header("content-type", content_type);
+        }
+        request.send()
+    };
+    let cases = [
+        (
+            "/api/dev/token",
+            Some("text/plain"),
+            r#"{"user_id":"victim"}"#,
+        ),
+        (
+            "/api/dev/token",
+            Some("application/x-www-form-urlencoded"),
+            r#"{"user_id":"victim"}"#,
+        ),
+        ("/api/dev/token", None, r#"{"user_id":"victim"}"#),
+        (
+            "/api/conversations",
+            Some("text/plain;charset=UTF-8"),
+            r#"{"title":"planted"}"#,
+        ),
+        (
+            "/api/tool-user-input",
+            Some("text/plain"),
+            r#"{"action":"get_pending"}"#,
+        ),
+        (
+            "/api/tools/execute",
+            Some("multipart/form-data; boundary=x"),
+            r#"{"tool_name":"x","arguments":{}}"#,
+        ),
+    ];
+    for (path, content_type, body) in cases {
+        let response = post(path, content_type, body).await.expect("sent");
+        let status = response.status();
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        assert_eq!(
+            status,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "{path} {content_type:?}: {body}"
+        );
+        assert_eq!(body["error"]["code"], "unsupported_media_type", "{body}");
+        assert!(body.get("token").is_none(), "{body}");
+    }
+    // Nothing was created by the refused bodies.
+    let (_, list) = server
+        .send("GET", "/api/conversations", Some(&token), None)
+        .await;
+    assert_eq!(list["conversations"], json!([]), "{list}");
+    // JSON, with or without parameters, still works; so does an empty optional body.
+    let response = post(
+        "/api/conversations",
+        Some("application/json; charset=utf-8"),
+        r#"{"title":"fine"}"#,
+    )
+    .await
+    .expect("sent");
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let response = post("/api/conversations", None, "").await.expect("sent");
+    assert_eq!(response.status(), StatusCode::CREATED);
+}
+
+#[tokio::test]
+async fn every_response_carries_the_browser_security_headers() {
+    let web = TempDir::new("toolgate-test-web");
+    std::fs::write(web.0.join("index.html"), "<!doctype html><title>t</title>").expect("index");
+    let server = TestServer::start_with(
+        ServerOptions::default().env("TOOLGATE_WEB_DIR", &web.0.to_string_lossy()),
+    )
+    .await;
+    for path in [
+        "/",
+        "/some/page",
+        "/api/docs/",
+        "/api/docs/swagger-initializer.js",
+        "/api/openapi.json",
+        "/api/info",
+        "/api/nope",
+        "/healthz",
+    ] {
+        let response = server
+            .client
+            .get(server.url(path))
+            .send()
+            .await
+            .expect("sent");
+        let headers = response.headers();
+        let header = |name: &str| {
+            headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let csp = header("content-security-policy");
+        for directive in [
+            "default-src 'self'",
+            "script-src 'self' 'wasm-unsafe-eval'",
+            "style-src 'self'",
+            "connect-src 'self'",
+            "frame-ancestors 'none'",
+            "object-src 'none'",
+        ] {
+            assert!(
+                csp.contains(directive),
+                "{path}: {directive} not in {csp:?}"
+            );
+        }
+        assert!(!csp.contains("unsafe-inline"), "{path}: {csp}");
+        assert_eq!(header("x-frame-options"), "DENY", "{path}");
+        assert_eq!(header("x-content-type-options"), "nosniff", "{path}");
+        assert_eq!(header("referrer-policy"), "no-referrer", "{path}");
+    }
+}

@@ -1,0 +1,355 @@
+//! Bounded work per request and per user: costly definitions refused fast while the
+//! server stays responsive, rate limits with `Retry-After`, stream and run quotas, and
+//! identifiers that cannot forge a log line.
+
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use tests::{ServerOptions, TestServer};
+
+fn call_id() -> String {
+    format!("call_{}", uuid::Uuid::new_v4().simple())
+}
+
+fn request_with(conversation: &str, fields: Value) -> Value {
+    json!({"action": "create_request", "conversation_id": conversation, "tool_name": "t",
+        "tool_call_id": call_id(), "reason": "why", "fields": fields})
+}
+
+#[tokio::test]
+async fn costly_definitions_are_refused_quickly_and_the_server_stays_responsive() {
+    let server = TestServer::start().await;
+    let (_, token) = server.new_user("costly").await;
+    let conversation = server.new_conversation(&token).await;
+
+    // A pattern that compiles huge, a 2,000-field visible_if chain, an oversized
+    // default: each a 422 that names what was too large.
+    let chain: Vec<Value> = (0..2000)
+        .map(|i| match i {
+            0 => json!({"name": "f0"}),
+            _ => json!({"name": format!("f{i}"), "visible_if": {"field": format!("f{}", i - 1)}}),
+        })
+        .collect();
+    let cases = [
+        (
+            json!([{"name": "a", "validation": "(?:a*){2000}"}]),
+            "fields.a",
+        ),
+        (json!(chain), "fields.fields"),
+        (
+            json!([{"name": "a", "default": "x".repeat(5000)}]),
+            "fields.a",
+        ),
+    ];
+    for (fields, key) in cases {
+        let started = Instant::now();
+        let (status, body) = server
+            .action(&token, request_with(&conversation, fields))
+            .await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+        assert!(body["error"]["fields"].get(key).is_some(), "{key}: {body}");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    // The largest pattern and value allowed, submitted many times at once, while
+    // /healthz is asked: it keeps answering promptly.
+    let pattern = format!("(?:[a-z]{{1,3}}){{1,{}}}", 40);
+    let (status, created) = server
+        .action(
+            &token,
+            request_with(
+                &conversation,
+                json!([{"name": "a", "type": "textarea", "validation": pattern}]),
+            ),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = created["tool_call_id"].as_str().expect("id").to_owned();
+    let value = "ab".repeat(10_000);
+    let submits = (0..8).map(|_| {
+        server.action(
+            &token,
+            json!({"action": "submit_response", "tool_call_id": id, "user_inputs": {"a": value}}),
+        )
+    });
+    let health = async {
+        let mut slowest = Duration::ZERO;
+        for _ in 0..10 {
+            let started = Instant::now();
+            let (status, _) = server.send("GET", "/healthz", None, None).await;
+            assert_eq!(status, StatusCode::OK);
+            slowest = slowest.max(started.elapsed());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        slowest
+    };
+    let (answers, slowest) = tokio::join!(futures::future::join_all(submits), health);
+    for (status, body) in answers {
+        assert!(
+            [
+                StatusCode::UNPROCESSABLE_ENTITY,
+                StatusCode::OK,
+                StatusCode::CONFLICT
+            ]
+            .contains(&status),
+            "{status} {body}"
+        );
+    }
+    assert!(
+        slowest < Duration::from_millis(500),
+        "healthz took {slowest:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_flooding_user_gets_429_with_retry_after_and_others_do_not() {
+    let server = TestServer::start_with(
+        ServerOptions::default()
+            .env("TOOLGATE_RATE_PER_MINUTE", "60")
+            .env("TOOLGATE_RATE_BURST", "5"),
+    )
+    .await;
+    let (_, flooder) = server.new_user("flood").await;
+    let (_, calm) = server.new_user("calm").await;
+    let mut limited = None;
+    for _ in 0..20 {
+        let response = server
+            .client
+            .get(server.url("/api/conversations"))
+            .bearer_auth(&flooder)
+            .send()
+            .await
+            .expect("sent");
+        if response.status() == StatusCode::TOO_MANY_REQUESTS {
+            limited = Some(response);
+            break;
+        }
+    }
+    let response = limited.expect("the flood is limited");
+    let retry_after: u64 = response
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .expect("Retry-After in seconds");
+    assert!((1..=60).contains(&retry_after), "{retry_after}");
+    let body: Value = response.json().await.expect("json");
+    assert_eq!(body["error"]["code"], "rate_limited");
+    // Another user is not affected.
+    let (status, _) = server
+        .send("GET", "/api/conversations", Some(&calm), None)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn open_streams_and_active_runs_are_capped_per_user() {
+    let server = TestServer::start_with(
+        ServerOptions::default()
+            .env("TOOLGATE_MAX_STREAMS", "2")
+            .env("TOOLGATE_MAX_ACTIVE_RUNS", "1")
+            .env(
+                "TOOLGATE_TOOLS",
+                concat!(env!("CARGO_MANIFEST_DIR"), "/../tools.example.toml"),
+            )
+            .env("TOOLGATE_DEMO", "1")
+            .env("QUICKBOOKS_BASE_URL", "http://127.0.0.1:9")
+            .env("QUICKBOOKS_ACCESS_TOKEN", "unused"),
+    )
+    .await;
+    let (_, token) = server.new_user("streams").await;
+    let conversation = server.new_conversation(&token).await;
+    let url = server.url(&format!("/api/conversations/{conversation}/events"));
+    let mut open = Vec::new();
+    for _ in 0..2 {
+        let response = server
+            .client
+            .get(&url)
+            .bearer_auth(&token)
+            .send()
+            .await
+            .expect("sent");
+        assert_eq!(response.status(), StatusCode::OK);
+        open.push(response);
+    }
+    let third = server
+        .client
+        .get(&url)
+        .bearer_auth(&token)
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(third.status(), StatusCode::TOO_MANY_REQUESTS);
+    // Closing one frees its place.
+    drop(open.pop());
+    let mut reopened = None;
+    for _ in 0..50 {
+        let response = server
+            .client
+            .get(&url)
+            .bearer_auth(&token)
+            .send()
+            .await
+            .expect("sent");
+        if response.status() == StatusCode::OK {
+            reopened = Some(response);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(reopened.is_some(), "a closed stream gives its place back");
+
+    // A run waiting for input counts; a second conversation's run is refused.
+    let (status, body) = server
+        .post_message(
+            &token,
+            &conversation,
+            json!("Get my P&L report for Q1 2025"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let other = server.new_conversation(&token).await;
+    let (status, body) = server
+        .post_message(&token, &other, json!("What is 2+2?"))
+        .await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+}
+
+#[tokio::test]
+async fn identifiers_with_control_characters_are_refused() {
+    let server = TestServer::start().await;
+    let (_, token) = server.new_user("ids").await;
+    let conversation = server.new_conversation(&token).await;
+    for forged in [
+        "call_1\nINFO toolgate: forged line",
+        "call_\u{1b}[31mred",
+        "call_\r",
+    ] {
+        let mut body = request_with(&conversation, json!([{"name": "a"}]));
+        body["tool_call_id"] = json!(forged);
+        let (status, response) = server.action(&token, body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{response}");
+        assert!(
+            response["error"]["fields"].get("tool_call_id").is_some(),
+            "{response}"
+        );
+        let (status, _) = server
+            .send(
+                "POST",
+                "/api/tools/execute",
+                Some(&token),
+                Some(
+                    json!({"conversation_id": conversation, "tool_name": "calculator",
+                    "tool_call_id": forged, "arguments": {"expression": "1+1"}}),
+                ),
+            )
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+    }
+    assert!(!server.logs().contains("forged line"));
+}
+
+#[tokio::test]
+async fn any_remembered_value_can_be_deleted_user_wide_ones_too() {
+    let server = TestServer::start().await;
+    let (_, token) = server.new_user("forget").await;
+    let conversation = server.new_conversation(&token).await;
+    let id = call_id();
+    let (status, body) = server
+        .action(
+            &token,
+            json!({"action": "create_request", "conversation_id": conversation, "tool_name": "t",
+                "tool_call_id": id, "reason": "why", "save_for": "user",
+                "fields": [{"name": "api_key", "type": "secret"}]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    server
+        .action(
+            &token,
+            json!({"action": "submit_response", "tool_call_id": id,
+                "user_inputs": {"api_key": "sk-user-wide-123"}}),
+        )
+        .await;
+    let list = |conversation: String| {
+        let server = &server;
+        let token = token.clone();
+        async move {
+            let (_, body) = server
+                .action(
+                    &token,
+                    json!({"action": "get_session_values", "conversation_id": conversation}),
+                )
+                .await;
+            body["values"].as_array().cloned().unwrap_or_default()
+        }
+    };
+    let values = list(conversation.clone()).await;
+    assert_eq!(values.len(), 1, "{values:?}");
+    assert_eq!(values[0]["scope"], "user");
+    let key = values[0]["key"].as_str().expect("key").to_owned();
+
+    // Clearing the conversation's values leaves a user-wide one; deleting it removes it.
+    server
+        .action(
+            &token,
+            json!({"action": "clear_session_values", "conversation_id": conversation}),
+        )
+        .await;
+    assert_eq!(list(conversation.clone()).await.len(), 1);
+    // Another user cannot delete it.
+    let (_, stranger) = server.new_user("stranger").await;
+    let theirs = server.new_conversation(&stranger).await;
+    let (status, _) = server
+        .action(
+            &stranger,
+            json!({"action": "delete_saved_value", "conversation_id": theirs, "scope": "user", "key": key}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, body) = server
+        .action(
+            &token,
+            json!({"action": "delete_saved_value", "conversation_id": conversation, "scope": "user", "key": key}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["cleared"], 1);
+    let other = server.new_conversation(&token).await;
+    assert!(list(other).await.is_empty(), "gone from every conversation");
+}
+
+#[tokio::test]
+async fn remember_notes_are_capped_per_user() {
+    let server =
+        TestServer::start_with(ServerOptions::default().env("TOOLGATE_MAX_MEMORY_NOTES", "2"))
+            .await;
+    let (_, token) = server.new_user("notes").await;
+    let conversation = server.new_conversation(&token).await;
+    let mut replies = Vec::new();
+    for note in ["/remember one", "/remember two", "/remember three"] {
+        let (status, body) = server
+            .post_message(&token, &conversation, json!(note))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        replies.push(
+            body["reply"]["content"][0]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        );
+    }
+    assert!(replies[1].contains("I will remember: two"), "{replies:?}");
+    assert!(replies[2].contains("the most I keep"), "{replies:?}");
+    let mut db = server.db().await;
+    let kept: i64 = sqlx::query_scalar("select count(*) from memory_notes")
+        .fetch_one(&mut db)
+        .await
+        .expect("count");
+    assert_eq!(kept, 2);
+}
