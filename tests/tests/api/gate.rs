@@ -475,6 +475,34 @@ async fn the_webhook_attack_gets_nothing() {
     assert_eq!(first.headers["authorization"], format!("Bearer {TOKEN}"));
 }
 
+/// A production query through the database card, now waiting for approval; returns the
+/// approval request.
+async fn production_approval(
+    g: &Gate,
+    token: &str,
+    conversation: &str,
+    id: &str,
+    reason: &str,
+) -> Value {
+    g.execute(
+        token,
+        conversation,
+        "query_database",
+        id,
+        json!({"query": "select count(*) as n from customers"}),
+    )
+    .await;
+    let (_, done) = g
+        .submit(
+            token,
+            id,
+            json!({"database": "production", "production_reason": reason}),
+        )
+        .await;
+    assert_eq!(done["tool_result"]["requires_approval"], true, "{done}");
+    done["tool_result"]["approval_request"].clone()
+}
+
 #[tokio::test]
 async fn approvals_approve_edit_reject_and_refuse_what_they_must() {
     let g = gate().await;
@@ -496,32 +524,8 @@ async fn approvals_approve_edit_reject_and_refuse_what_they_must() {
     assert_eq!(done["tool_result"]["success"], true, "{done}");
 
     // Production does.
-    let ask_production = |id: String| {
-        let g = &g;
-        let token = token.clone();
-        let conversation = conversation.clone();
-        async move {
-            g.execute(
-                &token,
-                &conversation,
-                "query_database",
-                &id,
-                json!({"query": "select count(*) as n from customers"}),
-            )
-            .await;
-            let (_, done) = g
-                .submit(
-                    &token,
-                    &id,
-                    json!({"database": "production", "production_reason": "quarterly audit"}),
-                )
-                .await;
-            assert_eq!(done["tool_result"]["requires_approval"], true, "{done}");
-            done["tool_result"]["approval_request"].clone()
-        }
-    };
     let id = call_id();
-    let approval = ask_production(id.clone()).await;
+    let approval = production_approval(&g, &token, &conversation, &id, "quarterly audit").await;
     assert_eq!(approval["kind"], "approval");
     assert_eq!(approval["tool_args"]["database"], "production");
     assert_eq!(
@@ -606,7 +610,7 @@ async fn approvals_approve_edit_reject_and_refuse_what_they_must() {
 
     // Reject: nothing runs, the decision and the words are recorded.
     let id = call_id();
-    ask_production(id.clone()).await;
+    production_approval(&g, &token, &conversation, &id, "quarterly audit").await;
     let (status, rejected) = g
         .decide(
             &token,
@@ -642,22 +646,7 @@ async fn an_unanswered_approval_expires() {
     let conversation = g.server.new_conversation(&token).await;
     // The user-wide webhook from another call would need a card; make a fresh one.
     let id = call_id();
-    g.execute(
-        &token,
-        &conversation,
-        "query_database",
-        &id,
-        json!({"query": "select 1"}),
-    )
-    .await;
-    let (_, done) = g
-        .submit(
-            &token,
-            &id,
-            json!({"database": "production", "production_reason": "checking expiry"}),
-        )
-        .await;
-    assert_eq!(done["tool_result"]["requires_approval"], true, "{done}");
+    production_approval(&g, &token, &conversation, &id, "checking expiry").await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let (status, body) = g
         .decide(&token, json!({"tool_call_id": id, "decision": "approve"}))
