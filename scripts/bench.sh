@@ -1,23 +1,42 @@
 #!/usr/bin/env bash
 # The benchmark: a release server against a fresh database, loads against the API's hot
-# paths and pgbench running the same SQL, scale, agent-step, memory and bundle figures.
-# Prints one report (Markdown tables). `--quick` shortens each load.
+# paths and pgbench running the same SQL, scale, agent-step, memory and bundle figures,
+# then the context replay (a long scripted conversation through the server and a mock
+# model: request sizes against the whole history, and what each request kept).
+# Prints one report (Markdown tables). `--quick` shortens each load; `--context` runs
+# only the context replay.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib.sh
 source scripts/lib.sh
 
+context_only=0
+bench_args=()
+for arg in "$@"; do
+    case "$arg" in
+        --context) context_only=1 ;;
+        *) bench_args+=("$arg") ;;
+    esac
+done
+
 ensure_postgres
-ensure_pgbench
-ensure_wrk
-if [ ! -f frontend/dist/pkg/frontend_bg.wasm ]; then
-    ensure_wasm_toolchain
-    build_frontend release
+if [ "$context_only" = 0 ]; then
+    ensure_pgbench
+    ensure_wrk
+    if [ ! -f frontend/dist/pkg/frontend_bg.wasm ]; then
+        ensure_wasm_toolchain
+        build_frontend release
+    fi
 fi
 
 step "cargo build --release -p tests --bins"
 cargo build --release -p tests --bins
+bin="$(_target_dir)/release"
 
-step "running the benchmark (a few minutes)"
-exec "$(_target_dir)/release/bench" "$@"
+if [ "$context_only" = 0 ]; then
+    step "running the benchmark (a few minutes)"
+    "$bin/bench" ${bench_args[@]+"${bench_args[@]}"}
+fi
+step "replaying a long conversation (under a minute)"
+exec "$bin/context-replay"

@@ -13,6 +13,8 @@
 #                                 127.0.0.1 only, first free port from 55432, started if stopped)
 #   stop_private_postgres    stop that private cluster if it is running
 #   build_frontend KIND      build the browser bundle into frontend/dist (KIND: release | dev)
+#   ensure_schemathesis      the pinned Schemathesis (PyPI) in a venv under $TOOLGATE_DATA_DIR;
+#                              exports SCHEMATHESIS
 #
 # Environment
 #   DATABASE_URL               used as is when set (must answer pg_isready)
@@ -611,4 +613,31 @@ ensure_wrk() {
     fi
     command -v wrk >/dev/null 2>&1 || die "wrk not found; install Debian's wrk package"
     note "$(command -v wrk)"
+}
+
+# ---------------------------------------------------------------------------
+# API contract
+
+# The Schemathesis release the contract test runs: pinned, so a new release cannot
+# change what passes.
+SCHEMATHESIS_VERSION="4.32.5"
+
+# ensure_schemathesis: exports SCHEMATHESIS, the pinned Schemathesis from PyPI in a venv
+# under the data folder.
+ensure_schemathesis() {
+    step "checking Schemathesis $SCHEMATHESIS_VERSION"
+    local venv="${TOOLGATE_DATA_DIR:-.toolgate}/schemathesis-venv"
+    local bin="$venv/bin/schemathesis"
+    if [ ! -x "$bin" ] || ! "$bin" --version 2>/dev/null | grep -qF " $SCHEMATHESIS_VERSION"; then
+        note "installing schemathesis==$SCHEMATHESIS_VERSION (PyPI) into $venv"
+        if ! python3 -m venv "$venv" >/dev/null 2>&1; then
+            apt_install python3-venv
+            python3 -m venv "$venv"
+        fi
+        "$venv/bin/pip" install --quiet --disable-pip-version-check \
+            "schemathesis==$SCHEMATHESIS_VERSION"
+    fi
+    SCHEMATHESIS="$bin"
+    export SCHEMATHESIS
+    note "$("$bin" --version)"
 }

@@ -1,42 +1,151 @@
 //! Background work that spans users, on its own explicit database path: expiring
 //! unanswered input requests (and resuming the runs that waited for them), failing runs
 //! whose server stopped mid-step, and resuming runs whose server stopped just after their
-//! last request was settled.
+//! last request was settled, and pruning the stream events of long-finished runs.
 
 use std::time::Duration;
 
+use chrono::Utc;
+
 use crate::agent;
-use crate::db;
+use crate::db::{self, conversations, events, input_requests, instances};
 use crate::requests::{self, endings};
 use crate::state::AppState;
 
+/// The longest the sweep sleeps; it wakes sooner when a request is due to expire.
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
+
+/// An MCP session nobody used for this long is closed.
+const MCP_IDLE: Duration = Duration::from_secs(300);
 
 /// One pass; returns how many requests expired and runs were failed.
 pub async fn sweep_once(state: &AppState) -> anyhow::Result<(usize, usize)> {
-    let mut tx = db::begin_background(&state.db).await?;
-    let expired = endings::expire_overdue(&mut tx).await?;
-    tx.commit().await?;
-    if !expired.is_empty() {
-        tracing::info!(count = expired.len(), "expired pending input requests");
-    }
-    for row in &expired {
-        if let Err(err) = requests::follow_up(state, &row.user_id, row).await {
-            tracing::warn!(request = %row.id, error = %err, "could not resume the run of an expired request");
-        }
-    }
+    beat(state).await?;
+    let expired = expire_overdue(state).await?;
+    end_orphaned_questions(state).await?;
+    state.mcp.close_idle_sessions(MCP_IDLE).await;
     state.limits.forget_idle();
     let failed = agent::fail_abandoned_runs(state).await?;
     agent::resume_stranded_runs(state).await?;
-    Ok((expired.len(), failed))
+    prune_events(state).await?;
+    Ok((expired, failed))
+}
+
+/// Most old events deleted in one pass, so a large backlog never holds a long lock.
+const PRUNE_BATCH: i64 = 5_000;
+
+/// Deletes the stream events of runs that finished longer ago than the retention.
+async fn prune_events(state: &AppState) -> anyhow::Result<()> {
+    let retention =
+        chrono::Duration::from_std(state.config.event_retention).unwrap_or(chrono::Duration::MAX);
+    let mut tx = db::begin_background(&state.db).await?;
+    let pruned = events::prune(&mut tx, retention, PRUNE_BATCH).await?;
+    tx.commit().await?;
+    if pruned > 0 {
+        tracing::info!(count = pruned, "pruned old stream events");
+    }
+    Ok(())
+}
+
+/// Expires each overdue request in its own transaction, its conversation locked first
+/// like every writer's, then tells its run.
+async fn expire_overdue(state: &AppState) -> anyhow::Result<usize> {
+    let mut tx = db::begin_background(&state.db).await?;
+    let overdue = input_requests::overdue(&mut tx).await?;
+    tx.commit().await?;
+    let mut expired = 0;
+    for (id, conversation_id) in overdue {
+        let mut tx = db::begin_background(&state.db).await?;
+        conversations::lock_for_writing(&mut tx, conversation_id).await?;
+        let row = endings::expire(&mut tx, id).await?;
+        tx.commit().await?;
+        let Some(row) = row else { continue };
+        expired += 1;
+        if let Err(err) = requests::follow_up(&state.executor(), state, &row.user_id, &row).await {
+            tracing::warn!(request = %row.id, error = %err, "could not resume the run of an expired request");
+        }
+    }
+    if expired > 0 {
+        tracing::info!(count = expired, "expired pending input requests");
+    }
+    Ok(expired)
+}
+
+/// Tells other processes this one is alive (its MCP sessions still wait for answers).
+async fn beat(state: &AppState) -> anyhow::Result<()> {
+    let mut tx = db::begin_background(&state.db).await?;
+    instances::beat(&mut tx, state.instance).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// A clean stop: this process holds nothing any more.
+pub async fn leave(state: &AppState) {
+    let left = async {
+        let mut tx = db::begin_background(&state.db).await?;
+        instances::leave(&mut tx, state.instance).await?;
+        tx.commit().await
+    }
+    .await;
+    if let Err(err) = left {
+        tracing::warn!(error = %err, "could not sign this process off");
+    }
+}
+
+/// MCP servers' questions whose process stopped without ending them (it crashed): they
+/// end saying so, and their runs are told the tools did not finish.
+async fn end_orphaned_questions(state: &AppState) -> anyhow::Result<()> {
+    let mut tx = db::begin_background(&state.db).await?;
+    let orphaned =
+        input_requests::orphaned(&mut tx, instances::interval(instances::GONE_AFTER)).await?;
+    tx.commit().await?;
+    for (id, conversation_id) in orphaned {
+        let mut tx = db::begin_background(&state.db).await?;
+        conversations::lock_for_writing(&mut tx, conversation_id).await?;
+        let ended = endings::abandon_question(
+            &mut tx,
+            id,
+            "toolgate stopped while this was open, so the tool did not finish",
+        )
+        .await?;
+        tx.commit().await?;
+        if let Some(row) = ended
+            && let Err(err) =
+                requests::follow_up(&state.executor(), state, &row.user_id, &row).await
+        {
+            tracing::warn!(request = %row.id, error = %err, "could not tell a run its MCP tool ended");
+        }
+    }
+    Ok(())
+}
+
+/// How long to sleep before the next pass: until the next pending request expires, but
+/// never longer than [`SWEEP_EVERY`] nor than a new request's time to live (one created
+/// right after this reading expires no sooner than that).
+async fn next_pass_in(state: &AppState) -> Duration {
+    let mut wait = SWEEP_EVERY.min(state.config.input_ttl);
+    let next = async {
+        let mut tx = db::begin_background(&state.db).await?;
+        let next = input_requests::next_expiry(&mut tx).await?;
+        tx.commit().await?;
+        Ok::<_, sqlx::Error>(next)
+    }
+    .await;
+    if let Ok(Some(at)) = next {
+        let until = (at - Utc::now()).to_std().unwrap_or(Duration::ZERO);
+        wait = wait.min(until);
+    }
+    // A few milliseconds past the expiry it is overdue in the database's clock too; and a
+    // request another transaction holds (so the pass skipped it) is not retried in a
+    // tight loop.
+    wait.max(Duration::from_millis(100)) + Duration::from_millis(20)
 }
 
 pub async fn run(state: AppState) {
-    let mut ticker = tokio::time::interval(SWEEP_EVERY);
     loop {
-        ticker.tick().await;
         if let Err(err) = sweep_once(&state).await {
             tracing::warn!(error = %err, "background sweep failed; retrying later");
         }
+        tokio::time::sleep(next_pass_in(&state).await).await;
     }
 }

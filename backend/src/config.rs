@@ -28,6 +28,15 @@ pub struct Config {
     pub tools_file: Option<PathBuf>,
     pub max_body_bytes: usize,
     pub db_max_connections: u32,
+    /// How long a request waits for a database connection before its 503, so an outage
+    /// answers fast instead of stalling every caller.
+    pub db_acquire_timeout: Duration,
+    /// How long a stopping server lets runs finish their current step before it fails
+    /// them; a run between steps is handed over at once.
+    pub shutdown_grace: Duration,
+    /// How long the stream events of a finished run are kept (for reconnecting
+    /// streams); the conversation's messages keep what the run said for good.
+    pub event_retention: Duration,
     /// Sample databases and a QuickBooks stand-in for the example tools.
     pub demo: bool,
     pub llm: LlmConfig,
@@ -105,6 +114,9 @@ impl fmt::Debug for Config {
             .field("tools_file", &self.tools_file)
             .field("max_body_bytes", &self.max_body_bytes)
             .field("db_max_connections", &self.db_max_connections)
+            .field("db_acquire_timeout", &self.db_acquire_timeout)
+            .field("shutdown_grace", &self.shutdown_grace)
+            .field("event_retention", &self.event_retention)
             .field("demo", &self.demo)
             .field("llm", &self.llm)
             .field("summary", &self.summary)
@@ -191,6 +203,15 @@ impl Config {
                 .context("TOOLGATE_DB_MAX_CONNECTIONS must be a whole number")?,
             None => 16,
         };
+        let db_acquire_timeout =
+            parse_duration(&get("TOOLGATE_DB_ACQUIRE_TIMEOUT").unwrap_or_else(|| "1s".into()))
+                .context("TOOLGATE_DB_ACQUIRE_TIMEOUT must be a duration like 1s or 500ms")?;
+        let shutdown_grace =
+            parse_duration(&get("TOOLGATE_SHUTDOWN_GRACE").unwrap_or_else(|| "10s".into()))
+                .context("TOOLGATE_SHUTDOWN_GRACE must be a duration like 10s")?;
+        let event_retention =
+            parse_duration(&get("TOOLGATE_EVENT_RETENTION").unwrap_or_else(|| "7d".into()))
+                .context("TOOLGATE_EVENT_RETENTION must be a duration like 7d or 12h")?;
         let number = |name: &str, default: usize| -> anyhow::Result<usize> {
             match get(name) {
                 Some(text) => text
@@ -209,7 +230,7 @@ impl Config {
             long_context_threshold: number("TOOLGATE_LONG_CONTEXT_TOKENS", 12_000)?,
         };
         let summary = SummaryConfig {
-            threshold_tokens: number("TOOLGATE_SUMMARY_TOKENS", 20_000)?,
+            threshold_tokens: number("TOOLGATE_SUMMARY_TOKENS", 6_000)?,
             keep_messages: number("TOOLGATE_SUMMARY_KEEP", 6)?,
         };
         let max_steps = number("TOOLGATE_MAX_STEPS", 25)?;
@@ -264,6 +285,9 @@ impl Config {
             tools_file: get("TOOLGATE_TOOLS").map(PathBuf::from),
             max_body_bytes,
             db_max_connections,
+            db_acquire_timeout,
+            shutdown_grace,
+            event_retention,
             demo,
         })
     }
@@ -338,7 +362,7 @@ fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
     options.open(path)?.write_all(contents.as_bytes())
 }
 
-/// `90s`, `30m`, `24h`, `7d`, or a bare number of seconds.
+/// `500ms`, `90s`, `30m`, `24h`, `7d`, or a bare number of seconds.
 pub fn parse_duration(text: &str) -> anyhow::Result<Duration> {
     let text = text.trim();
     let (digits, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
@@ -348,17 +372,21 @@ pub fn parse_duration(text: &str) -> anyhow::Result<Duration> {
     let amount: u64 = digits
         .parse()
         .with_context(|| format!("`{text}` has no number"))?;
-    let seconds = match unit {
-        "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        "d" => 86_400,
+    let millis = match unit {
+        "ms" => 1,
+        "s" => 1000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
         other => bail!("unknown unit `{other}` in `{text}`"),
     };
     if amount == 0 {
         bail!("`{text}` must be longer than zero");
     }
-    Ok(Duration::from_secs(amount * seconds))
+    let millis = amount
+        .checked_mul(millis)
+        .with_context(|| format!("`{text}` is too long"))?;
+    Ok(Duration::from_millis(millis))
 }
 
 #[cfg(test)]
@@ -386,6 +414,10 @@ mod tests {
             Some(Duration::from_secs(172_800))
         );
         assert_eq!(parse_duration("15").ok(), Some(Duration::from_secs(15)));
+        assert_eq!(
+            parse_duration("250ms").ok(),
+            Some(Duration::from_millis(250))
+        );
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("5w").is_err());
         assert!(parse_duration("0s").is_err());

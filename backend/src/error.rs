@@ -103,11 +103,29 @@ impl Error {
     }
 }
 
+/// What Postgres answers when a text or JSON value holds a NUL (U+0000), which it cannot
+/// store: `character_not_in_repertoire` (text) and `untranslatable_character` (jsonb).
+const NUL_IN_TEXT: [&str; 2] = ["22021", "22P05"];
+
 impl From<sqlx::Error> for Error {
     fn from(err: sqlx::Error) -> Self {
         match err {
             sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => {
                 Error::Unavailable(err)
+            }
+            // Only what a caller sent can carry a NUL: their mistake, not ours.
+            sqlx::Error::Database(db)
+                if db
+                    .code()
+                    .is_some_and(|code| NUL_IN_TEXT.contains(&code.as_ref())) =>
+            {
+                Error::unprocessable(
+                    "the request holds a NUL (U+0000) character, which cannot be stored",
+                    FieldErrors::from([(
+                        "body".to_owned(),
+                        "must not contain NUL (U+0000) characters".to_owned(),
+                    )]),
+                )
             }
             other => Error::Database(other),
         }

@@ -22,10 +22,31 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 
 /// The `toolgate` program: logging set up from `TOOLGATE_LOG` / `TOOLGATE_LOG_FORMAT`,
-/// settings from the environment, then [`serve`].
+/// settings from the environment, then [`serve`]. `toolgate mcp-demo` serves the sample
+/// MCP server on standard input and output instead.
 pub async fn run_from_env() -> std::process::ExitCode {
+    if std::env::args().nth(1).as_deref() == Some("mcp-demo") {
+        // Standard output is the protocol's channel: the log goes to standard error.
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new("warn"))
+            .with_writer(std::io::stderr)
+            .init();
+        return match demo::mcp_server::serve_stdio().await {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(err) => {
+                eprintln!("toolgate mcp-demo: {err:#}");
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
     let filter = tracing_subscriber::EnvFilter::try_from_env("TOOLGATE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn,tower_http=info"));
+    // rmcp logs whole messages at info and debug: tool arguments with a user's secrets,
+    // a user's answers. Whatever TOOLGATE_LOG says, it stays at warn.
+    let filter = match "rmcp=warn".parse() {
+        Ok(directive) => filter.add_directive(directive),
+        Err(_) => filter,
+    };
     let json = std::env::var("TOOLGATE_LOG_FORMAT").is_ok_and(|format| format == "json");
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
     if json {
@@ -50,7 +71,7 @@ pub async fn run_from_env() -> std::process::ExitCode {
 /// Connects, migrates, starts background work and serves until SIGTERM or Ctrl-C.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     install_tls_provider();
-    let tools = tools::registry::ToolRegistry::load(
+    let (tools, mcp) = tools::registry::ToolRegistry::load(
         config.tools_file.as_deref(),
         config.skills_dir.as_deref(),
     )?;
@@ -67,7 +88,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     tracing::info!(%address, dev_auth = config.dev_auth, "toolgate listening");
 
     let agent = agent::Agent::new(&config)?;
-    let state = AppState::new(pool.clone(), config, tools, agent);
+    let state = AppState::new(pool.clone(), config, tools, mcp, agent);
     tracing::info!(
         provider = state.agent.provider.kind(),
         model = %state.agent.default_model(),
@@ -76,7 +97,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     );
     let sweeper = tokio::spawn(background::run(state.clone()));
     let stopping = state.clone();
-    axum::serve(listener, app(state))
+    axum::serve(listener, app(state.clone()))
         .with_graceful_shutdown(async move {
             shutdown_signal().await;
             stopping.begin_shutdown();
@@ -84,6 +105,9 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         .await
         .context("serving HTTP")?;
     sweeper.abort();
+    agent::wind_down(&state).await;
+    state.mcp.stop().await;
+    background::leave(&state).await;
     pool.close().await;
     tracing::info!("toolgate stopped");
     Ok(())

@@ -6,12 +6,12 @@ use std::collections::BTreeMap;
 use protocol::api::{
     ClearedValues, Conversation, ConversationList, DevTokenRequest, DevTokenResponse, ErrorBody,
     ErrorDetail, InputRequest, NewConversation, PendingRequests, SavedValue, SessionValues,
-    SubmitResponseResult,
+    SubmitResponseResult, ToolList,
 };
 use protocol::approval::Decision;
 use protocol::chat::{
-    ConversationDetail, MessageList, PostContent, PostMessage, PostMessageResponse, ServerInfo,
-    StreamToken,
+    ConversationDetail, Message, MessageList, PinMessage, PostContent, PostMessage,
+    PostMessageResponse, ServerInfo, StreamToken,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -156,6 +156,11 @@ pub async fn dev_token(user_id: &str) -> ApiResult<DevTokenResponse> {
     call("POST", "/api/dev/token", None, Some(&body)).await
 }
 
+/// The tools the assistant may call, and the MCP servers they come from.
+pub async fn list_tools(token: &str) -> ApiResult<ToolList> {
+    call("GET", "/api/tools", Some(token), NO_BODY).await
+}
+
 pub async fn list_conversations(token: &str) -> ApiResult<Vec<Conversation>> {
     let list: ConversationList = call("GET", "/api/conversations", Some(token), NO_BODY).await?;
     Ok(list.conversations)
@@ -182,6 +187,16 @@ pub async fn post_message(token: &str, id: Uuid, text: &str) -> ApiResult<PostMe
         content: PostContent::Text(text.to_owned()),
     };
     call("POST", &path, Some(token), Some(&body)).await
+}
+
+pub async fn pin_message(
+    token: &str,
+    conversation_id: Uuid,
+    message_id: Uuid,
+    pinned: bool,
+) -> ApiResult<Message> {
+    let path = format!("/api/conversations/{conversation_id}/messages/{message_id}/pin");
+    call("PUT", &path, Some(token), Some(&PinMessage { pinned })).await
 }
 
 pub async fn stream_token(token: &str, id: Uuid) -> ApiResult<StreamToken> {

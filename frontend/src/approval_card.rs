@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use crate::api::{self, ApiError};
-use crate::app::AppState;
+use crate::state::AppState;
 use crate::stream::{ChatStore, ToolState};
 use crate::util;
 
@@ -184,27 +184,10 @@ fn kicker(status: RequestStatus) -> &'static str {
 pub fn ApprovalCard(request_id: Uuid) -> impl IntoView {
     let store = expect_context::<ChatStore>();
     let app = expect_context::<AppState>();
-    let request = Memo::new(move |_| {
-        store
-            .requests
-            .with(|requests| requests.iter().find(|r| r.id == request_id).cloned())
-    });
+    let (request, status) = store.watch_request(request_id, app.now_ms);
     let Some(first) = request.get_untracked() else {
         return ().into_any();
     };
-    // Pending past its expiry counts as expired, even before the server says so.
-    let status = Memo::new(move |_| {
-        let Some(request) = request.get() else {
-            return RequestStatus::Expired;
-        };
-        if request.status == RequestStatus::Pending
-            && util::millis(&request.expires_at) <= app.now_ms.get()
-        {
-            RequestStatus::Expired
-        } else {
-            request.status
-        }
-    });
 
     let simple = request_id.simple().to_string();
     let card_id = format!("card-{simple}");

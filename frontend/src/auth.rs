@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::api::{self, ApiError};
-use crate::app::{AppState, InfoState};
+use crate::state::{AppState, InfoState};
 use crate::util;
 
 const STORAGE_KEY: &str = "toolgate.session";

@@ -5,7 +5,7 @@ use leptos::task::spawn_local;
 use protocol::api::Conversation;
 
 use crate::api;
-use crate::app::AppState;
+use crate::state::AppState;
 use crate::util;
 
 /// Loads the caller's conversations again (after a new one, or a run that named one).

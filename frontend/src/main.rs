@@ -7,7 +7,9 @@ mod auth;
 mod chat;
 mod conversations;
 mod input_card;
+mod local_time;
 mod saved_values;
+mod state;
 mod stream;
 mod util;
 

@@ -6,7 +6,7 @@ use leptos::task::spawn_local;
 use protocol::api::{SavedScope, SavedValue};
 
 use crate::api;
-use crate::app::AppState;
+use crate::state::AppState;
 use crate::stream::ChatStore;
 use crate::util;
 

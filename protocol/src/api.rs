@@ -32,6 +32,14 @@ pub struct ErrorDetail {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct DevTokenRequest {
+    /// 1 to 128 of letters, digits and `_ - . @`, optionally surrounded by white space.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            example = "alice",
+            pattern = "^[\\t-\\r \\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]*[A-Za-z0-9_.@-]{1,128}[\\t-\\r \\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]*$"
+        )
+    )]
     pub user_id: String,
 }
 
@@ -48,6 +56,15 @@ pub struct DevTokenResponse {
 #[serde(deny_unknown_fields)]
 pub struct NewConversation {
     #[serde(default)]
+    /// Blank or absent: "New conversation".
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            max_length = 200,
+            pattern = "^[^\\x00]*$",
+            example = "Quarterly numbers"
+        )
+    )]
     pub title: Option<String>,
 }
 
@@ -185,9 +202,60 @@ pub struct InputRequest {
     /// Approval: what the user decided.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision: Option<Decision>,
-    /// The user's words with a rejection or a decline, passed on to the model.
+    /// The user's words with a rejection or a decline, passed on to the model; or why
+    /// the request ended without an answer (its MCP server went away).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// Present when an MCP server asked, through elicitation, while one of its tools ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub elicitation: Option<Elicitation>,
+}
+
+impl InputRequest {
+    /// The tool call this request holds up: for an MCP server's question, the call
+    /// of the server's tool that asked (the request's own `tool_call_id` names the
+    /// question, since one call may ask several).
+    pub fn call_id(&self) -> &str {
+        self.elicitation
+            .as_ref()
+            .map_or(&self.tool_call_id, |e| &e.tool_call_id)
+    }
+
+    /// An MCP server's question in URL mode: a page to open, nothing to type.
+    pub fn is_link(&self) -> bool {
+        self.elicitation
+            .as_ref()
+            .is_some_and(|e| e.mode == ElicitationMode::Url)
+    }
+}
+
+/// How an MCP server asks the user something while its tool runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum ElicitationMode {
+    /// Values for the request's fields.
+    #[default]
+    Form,
+    /// A page to open outside the chat (sign-in, payment); nothing is typed here.
+    Url,
+}
+
+/// Where an elicitation came from and, in URL mode, where it leads.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Elicitation {
+    /// The MCP server that is asking, as named in the tools file.
+    pub server: String,
+    pub mode: ElicitationMode,
+    /// The tool call that is waiting for the answer.
+    pub tool_call_id: String,
+    /// URL mode: the page to open, only on the user's click.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// URL mode: the server's id for the interaction, named again when it completes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub elicitation_id: Option<String>,
 }
 
 /// `create_request`: fields are read one by one so a bad definition is reported
@@ -197,9 +265,35 @@ pub struct InputRequest {
 #[serde(deny_unknown_fields)]
 pub struct CreateRequestParams {
     pub conversation_id: Uuid,
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            min_length = 1,
+            max_length = 200,
+            pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]*[^\\x00-\\x20\\x7f-\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\x00-\\x1f\\x7f-\\x9f]*$"
+        )
+    )]
     pub tool_name: String,
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            min_length = 1,
+            max_length = 200,
+            pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]*[^\\x00-\\x20\\x7f-\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\x00-\\x1f\\x7f-\\x9f]*$"
+        )
+    )]
     pub tool_call_id: String,
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            pattern = "^[^\\x00]*[^\\x00\\t-\\r \\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\x00]*$",
+            example = "QuickBooks API requests require your Company ID (Realm ID)"
+        )
+    )]
     pub reason: String,
+    /// What to ask; each definition is checked on its own, and a bad one is refused
+    /// (422) under its own name.
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<FieldSpec>, max_items = 64))]
     pub fields: Vec<Value>,
     #[serde(default)]
     pub save_for_session: bool,
@@ -213,6 +307,14 @@ pub struct CreateRequestParams {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SubmitResponseParams {
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            min_length = 1,
+            max_length = 200,
+            pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]*[^\\x00-\\x20\\x7f-\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\x00-\\x1f\\x7f-\\x9f]*$"
+        )
+    )]
     pub tool_call_id: String,
     pub user_inputs: Map<String, Value>,
 }
@@ -222,6 +324,14 @@ pub struct SubmitResponseParams {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SubmitDecisionParams {
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            min_length = 1,
+            max_length = 200,
+            pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]*[^\\x00-\\x20\\x7f-\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\x00-\\x1f\\x7f-\\x9f]*$"
+        )
+    )]
     pub tool_call_id: String,
     pub decision: Decision,
     /// `edit`: the arguments to run with instead, checked against the tool's schema and
@@ -243,6 +353,14 @@ pub struct SubmitDecisionParams {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct DeclineRequestParams {
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            min_length = 1,
+            max_length = 200,
+            pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]*[^\\x00-\\x20\\x7f-\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\x00-\\x1f\\x7f-\\x9f]*$"
+        )
+    )]
     pub tool_call_id: String,
     #[serde(default)]
     pub message: Option<String>,
@@ -259,6 +377,14 @@ pub struct ConversationParams {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ToolCallParams {
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            min_length = 1,
+            max_length = 200,
+            pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]*[^\\x00-\\x20\\x7f-\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\x00-\\x1f\\x7f-\\x9f]*$"
+        )
+    )]
     pub tool_call_id: String,
 }
 
@@ -319,6 +445,14 @@ pub struct DeleteSavedValueParams {
     pub conversation_id: Uuid,
     pub scope: SavedScope,
     /// The value's `key`, as `get_session_values` lists it.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            min_length = 1,
+            max_length = 200,
+            pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]*[^\\x00-\\x20\\x7f-\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\x00-\\x1f\\x7f-\\x9f]*$"
+        )
+    )]
     pub key: String,
 }
 
@@ -342,7 +476,23 @@ pub struct ClearedValues {
 #[serde(deny_unknown_fields)]
 pub struct ExecuteToolParams {
     pub conversation_id: Uuid,
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            min_length = 1,
+            max_length = 200,
+            pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]*[^\\x00-\\x20\\x7f-\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\x00-\\x1f\\x7f-\\x9f]*$"
+        )
+    )]
     pub tool_name: String,
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            min_length = 1,
+            max_length = 200,
+            pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]*[^\\x00-\\x20\\x7f-\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\x00-\\x1f\\x7f-\\x9f]*$"
+        )
+    )]
     pub tool_call_id: String,
     #[serde(default)]
     pub arguments: Map<String, Value>,
@@ -400,6 +550,20 @@ impl ToolOutcome {
     }
 }
 
+/// Where a tool comes from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum ToolOrigin {
+    /// Part of toolgate.
+    Builtin,
+    /// Defined in the tools file.
+    #[default]
+    ToolsFile,
+    /// Offered by an MCP server named in the tools file.
+    Mcp,
+}
+
 /// A tool as `GET /api/tools` lists it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -414,14 +578,58 @@ pub struct ToolInfo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requires_approval: Option<ApprovalSpec>,
     pub kind: String,
+    #[serde(default)]
+    pub origin: ToolOrigin,
+    /// The MCP server the tool comes from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
     pub enabled: bool,
+    /// Whether a call can run now: enabled, configured, and its server (if any) reached.
+    #[serde(default)]
+    pub available: bool,
     /// Why the tool cannot run now, when it cannot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unavailable_reason: Option<String>,
+}
+
+/// Where toolgate stands with an MCP server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum McpServerStatus {
+    /// Not yet reached since start-up.
+    Connecting,
+    /// Reached; its tools are listed.
+    Connected,
+    /// Down or failing; toolgate retries with backoff.
+    Unavailable,
+    /// Switched off in the tools file.
+    Disabled,
+}
+
+/// An MCP server of the tools file, as `GET /api/tools` lists it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct McpServerInfo {
+    pub name: String,
+    /// `stdio` or `http`.
+    pub transport: String,
+    pub status: McpServerStatus,
+    /// Why it is unavailable, in words any caller may see.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The protocol revision agreed with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol_version: Option<String>,
+    /// How many of its tools are listed.
+    pub tools: usize,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ToolList {
     pub tools: Vec<ToolInfo>,
+    /// The MCP servers of the tools file, reached or not.
+    #[serde(default)]
+    pub servers: Vec<McpServerInfo>,
 }

@@ -82,6 +82,11 @@ pub struct Message {
     pub model: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<Uuid>,
+    /// Pinned by the user: kept verbatim in the model's context, never trimmed or
+    /// summarised away. (The conversation's first request is always kept so, pinned or
+    /// not.)
+    #[serde(default)]
+    pub pinned: bool,
     pub created_at: DateTime<Utc>,
 }
 
@@ -107,19 +112,175 @@ pub struct MessageList {
 
 /// What the user posts: plain text, or content parts (text and images).
 #[derive(Clone, Debug, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(untagged)]
 pub enum PostContent {
     Text(String),
     Parts(Vec<PostPart>),
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+/// Longest text of a message, in characters.
+pub const MAX_TEXT_CHARS: usize = 20_000;
+/// Most images one message may carry.
+pub const MAX_IMAGES: usize = 4;
+
+/// A JSON Schema pattern met by text with no NUL character (Postgres cannot store it)
+/// and at least one character that is not white space (as Rust's `char::is_whitespace`
+/// has it), i.e. text that is not blank once trimmed.
+pub const NOT_BLANK_PATTERN: &str = "^[^\\x00]*[^\\x00\\t-\\r \\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\x00]*$";
+
+/// The JSON Schema of [`PostContent`], written by hand: an untagged enum of a bare
+/// string and a list, with limits on the string and on how many parts are images
+/// (`maxContains`, which utoipa's types cannot carry, so the served document uses this).
+#[cfg(feature = "openapi")]
+pub fn post_content_schema() -> Value {
+    {
+        serde_json::json!({
+            "description": "Plain text, or content parts (text and images). Not blank; at most \
+                4 images.",
+            "oneOf": [
+                {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": MAX_TEXT_CHARS,
+                    "pattern": NOT_BLANK_PATTERN,
+                    "example": "Show me the P&L for last quarter",
+                },
+                {
+                    "type": "array",
+                    "items": {
+                        "oneOf": [
+                            {
+                                "type": "object",
+                                "properties": {
+                                    "type": { "type": "string", "enum": ["text"] },
+                                    "text": {
+                                        "type": "string",
+                                        "minLength": 1,
+                                        "maxLength": MAX_TEXT_CHARS,
+                                        "pattern": NOT_BLANK_PATTERN,
+                                    },
+                                },
+                                "required": ["type", "text"],
+                                "additionalProperties": false,
+                            },
+                            {
+                                "type": "object",
+                                "description": "An `http(s)` URL or a `data:image/…` URL.",
+                                "properties": {
+                                    "type": { "type": "string", "enum": ["image"] },
+                                    "url": { "type": "string", "pattern": "^(https?://|data:image/)" },
+                                },
+                                "required": ["type", "url"],
+                                "additionalProperties": false,
+                            },
+                        ],
+                    },
+                    "minItems": 1,
+                    "contains": {
+                        "type": "object",
+                        "properties": { "type": { "const": "image" } },
+                        "required": ["type"],
+                    },
+                    "minContains": 0,
+                    "maxContains": MAX_IMAGES,
+                },
+            ],
+        })
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for PostContent {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::RefOr::T(serde_json::from_value(post_content_schema()).unwrap_or_default())
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for PostContent {
+    fn schemas(
+        schemas: &mut Vec<(
+            String,
+            utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>,
+        )>,
+    ) {
+        schemas.push((
+            <PostPart as utoipa::ToSchema>::name().into_owned(),
+            <PostPart as utoipa::PartialSchema>::schema(),
+        ));
+        <PostPart as utoipa::ToSchema>::schemas(schemas);
+    }
+}
+
+/// One part of a posted message. A text part must not be blank.
+#[derive(Clone, Debug, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum PostPart {
-    Text { text: String },
-    Image { url: String },
+    Text {
+        #[cfg_attr(
+            feature = "openapi",
+            schema(
+                min_length = 1,
+                max_length = 20000,
+                pattern = "^[^\\x00]*[^\\x00\\t-\\r \\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\x00]*$"
+            )
+        )]
+        text: String,
+    },
+    /// An `http(s)` URL or a `data:image/…` URL.
+    Image {
+        #[cfg_attr(feature = "openapi", schema(pattern = "^(https?://|data:image/)"))]
+        url: String,
+    },
+}
+
+// Read by hand: serde's internally tagged enums also take a variant's number as its
+// tag (`"type": 0`), which the document rightly calls invalid.
+impl<'de> Deserialize<'de> for PostPart {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        enum Kind {
+            Text,
+            Image,
+        }
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Written {
+            #[serde(rename = "type")]
+            kind: String,
+            #[serde(default)]
+            text: Option<String>,
+            #[serde(default)]
+            url: Option<String>,
+        }
+        let written = Written::deserialize(deserializer)?;
+        let kind = match written.kind.as_str() {
+            "text" => Kind::Text,
+            "image" => Kind::Image,
+            other => {
+                return Err(serde::de::Error::unknown_variant(other, &["text", "image"]));
+            }
+        };
+        match (kind, written.text, written.url) {
+            (Kind::Text, Some(text), None) => Ok(PostPart::Text { text }),
+            (Kind::Image, None, Some(url)) => Ok(PostPart::Image { url }),
+            (Kind::Text, _, _) => Err(serde::de::Error::custom(
+                "a text part has `text` and nothing else",
+            )),
+            (Kind::Image, _, _) => Err(serde::de::Error::custom(
+                "an image part has `url` and nothing else",
+            )),
+        }
+    }
+}
+
+/// Pins (or unpins) one of the user's own messages: a pinned message is kept verbatim in
+/// the model's context, never trimmed or summarised away.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct PinMessage {
+    pub pinned: bool,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -258,9 +419,27 @@ pub enum EventKind {
     RunStatus {
         run: Run,
     },
+    /// An MCP server said the interaction behind a URL-mode request is complete.
+    ElicitationCompleted {
+        request_id: Uuid,
+        tool_call_id: String,
+    },
 }
 
 impl EventKind {
+    /// Every SSE event name, for clients that register a listener per name.
+    pub const NAMES: [&'static str; 9] = [
+        "run_started",
+        "text_delta",
+        "message_added",
+        "tool_call_started",
+        "tool_call_finished",
+        "input_requested",
+        "input_resolved",
+        "run_status",
+        "elicitation_completed",
+    ];
+
     /// The SSE event name.
     pub fn name(&self) -> &'static str {
         match self {
@@ -272,6 +451,7 @@ impl EventKind {
             EventKind::InputRequested { .. } => "input_requested",
             EventKind::InputResolved { .. } => "input_resolved",
             EventKind::RunStatus { .. } => "run_status",
+            EventKind::ElicitationCompleted { .. } => "elicitation_completed",
         }
     }
 }
@@ -294,4 +474,34 @@ pub struct ServerInfo {
     /// `offline` (the built-in model) or `openai-compatible`.
     pub model_provider: String,
     pub model: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_names_are_the_wire_tags_and_all_listed() {
+        let events = [
+            EventKind::RunStarted { model: "m".into() },
+            EventKind::TextDelta { delta: "d".into() },
+            EventKind::ToolCallStarted {
+                tool_call_id: "c".into(),
+                name: "t".into(),
+                arguments: Map::new(),
+            },
+            EventKind::ElicitationCompleted {
+                request_id: Uuid::nil(),
+                tool_call_id: "c".into(),
+            },
+        ];
+        for event in events {
+            let tag = serde_json::to_value(&event).expect("json")["type"].clone();
+            assert_eq!(tag, event.name());
+            assert!(EventKind::NAMES.contains(&event.name()));
+        }
+        let mut names = EventKind::NAMES.to_vec();
+        names.dedup();
+        assert_eq!(names.len(), EventKind::NAMES.len());
+    }
 }

@@ -109,10 +109,14 @@ pub enum FieldType {
     Textarea,
     Secret,
     Multiselect,
+    /// A whole number.
+    Integer,
+    /// A date and time with its offset from UTC (RFC 3339), e.g. `2025-03-31T17:30:00+02:00`.
+    Datetime,
 }
 
 impl FieldType {
-    pub const ALL: [FieldType; 10] = [
+    pub const ALL: [FieldType; 12] = [
         FieldType::Text,
         FieldType::Number,
         FieldType::Select,
@@ -123,6 +127,8 @@ impl FieldType {
         FieldType::Textarea,
         FieldType::Secret,
         FieldType::Multiselect,
+        FieldType::Integer,
+        FieldType::Datetime,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -137,6 +143,8 @@ impl FieldType {
             FieldType::Textarea => "textarea",
             FieldType::Secret => "secret",
             FieldType::Multiselect => "multiselect",
+            FieldType::Integer => "integer",
+            FieldType::Datetime => "datetime",
         }
     }
 
@@ -148,11 +156,39 @@ impl FieldType {
 /// One choice of a select or multiselect field. Written either as a bare string or
 /// as `{ "value": …, "label": … }`.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SelectOption {
     pub value: String,
     pub label: String,
 }
+
+// Written by hand: read as a bare string or an object whose label may be left out;
+// always written back as an object with both.
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for SelectOption {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        let schema = serde_json::json!({
+            "description": "One choice of a select or multiselect field: a bare string (value and \
+                label alike), or `value` with an optional `label`. The server always answers \
+                with both.",
+            "oneOf": [
+                { "type": "string", "example": "production" },
+                {
+                    "type": "object",
+                    "properties": {
+                        "value": { "type": "string" },
+                        "label": { "type": ["string", "null"] },
+                    },
+                    "required": ["value"],
+                    "example": { "value": "staging", "label": "Staging" },
+                },
+            ],
+        });
+        utoipa::openapi::RefOr::T(serde_json::from_value(schema).unwrap_or_default())
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for SelectOption {}
 
 impl<'de> Deserialize<'de> for SelectOption {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -211,6 +247,10 @@ impl VisibleIf {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct FieldSpec {
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = "^[A-Za-z0-9_.-]{1,100}$", example = "quickbooks_realm_id")
+    )]
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label: Option<String>,
@@ -249,7 +289,12 @@ pub struct FieldSpec {
     /// Tools whose fields name the same key share a remembered value; without one, a
     /// remembered value belongs to the tool it was given to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[A-Za-z0-9_.-]{1,100}$"))]
     pub memory_key: Option<String>,
+    /// A caution shown with the field, e.g. when a form from an MCP server seems to ask
+    /// for a password or a key, which such forms must not do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
 }
 
 fn required_by_default() -> bool {
@@ -275,6 +320,7 @@ impl FieldSpec {
             save_for: None,
             model_may_fill: false,
             memory_key: None,
+            warning: None,
         }
     }
 
@@ -455,6 +501,7 @@ fn oversized_text(field: &FieldSpec) -> Option<String> {
         ("label", field.label.as_deref()),
         ("description", field.description.as_deref()),
         ("placeholder", field.placeholder.as_deref()),
+        ("warning", field.warning.as_deref()),
     ];
     if let Some((name, _)) = named.iter().find(|(_, text)| text.is_some_and(long)) {
         return Some(format!(
@@ -601,6 +648,26 @@ fn validate_value(field: &FieldSpec, value: &Value) -> Result<Value, String> {
                 return Err(format!("Must be at most {} characters", fmt_number(max)));
             }
             Value::String(text)
+        }
+        FieldType::Integer => {
+            let number = as_number(value)
+                .filter(|n| n.fract() == 0.0 && n.abs() < 9.0e15)
+                .ok_or("Must be a whole number")?;
+            if let Some(min) = field.min
+                && number < min
+            {
+                return Err(format!("Must be at least {}", fmt_number(min)));
+            }
+            if let Some(max) = field.max
+                && number > max
+            {
+                return Err(format!("Must be at most {}", fmt_number(max)));
+            }
+            number_value(number)
+        }
+        FieldType::Datetime => {
+            let text = as_text(value).ok_or(DATETIME_FORMAT)?;
+            Value::String(normal_datetime(text.trim()).ok_or(DATETIME_FORMAT)?)
         }
         FieldType::Number => {
             let number = as_number(value).ok_or("Must be a number")?;
@@ -850,6 +917,53 @@ fn is_date(text: &str) -> bool {
     (1..=days_in_month).contains(&day)
 }
 
+const DATETIME_FORMAT: &str =
+    "Must be a date and time with its time zone, like 2025-03-31T17:30:00+02:00";
+
+/// An RFC 3339 date and time in its normal form (seconds always written), or `None`.
+/// `2025-03-31T17:30+02:00` becomes `2025-03-31T17:30:00+02:00`; a lower-case `t`/`z`
+/// is accepted.
+fn normal_datetime(text: &str) -> Option<String> {
+    let (date, rest) = text.split_at_checked(10)?;
+    if !is_date(date) {
+        return None;
+    }
+    let rest = rest.strip_prefix(['T', 't'])?;
+    let zone_at = rest.find(['Z', 'z', '+', '-']).filter(|at| *at >= 5)?;
+    let (time, zone) = rest.split_at(zone_at);
+    let two_digits = |part: &str, most: u32| -> Option<u32> {
+        (part.len() == 2 && part.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| part.parse().ok())
+            .flatten()
+            .filter(|n| *n <= most)
+    };
+    let mut parts = time.splitn(3, ':');
+    let hour = two_digits(parts.next()?, 23)?;
+    let minute = two_digits(parts.next()?, 59)?;
+    let seconds = match parts.next() {
+        None => "00".to_owned(),
+        Some(seconds) => {
+            let (whole, fraction) = seconds.split_once('.').unwrap_or((seconds, ""));
+            two_digits(whole, 60)?;
+            if !fraction.bytes().all(|b| b.is_ascii_digit()) || seconds.ends_with('.') {
+                return None;
+            }
+            seconds.to_owned()
+        }
+    };
+    let zone = match zone {
+        "Z" | "z" => "Z".to_owned(),
+        offset => {
+            let sign = &offset[..1];
+            let (hours, minutes) = offset[1..].split_once(':')?;
+            two_digits(hours, 23)?;
+            two_digits(minutes, 59)?;
+            format!("{sign}{hours}:{minutes}")
+        }
+    };
+    Some(format!("{date}T{hour:02}:{minute:02}:{seconds}{zone}"))
+}
+
 fn is_email(text: &str) -> bool {
     let Some((local, domain)) = text.rsplit_once('@') else {
         return false;
@@ -938,6 +1052,50 @@ mod tests {
         );
         let optional = field(json!({"name": "b", "required": false}));
         assert_eq!(validate_field(&optional, None), Ok(None));
+    }
+
+    #[test]
+    fn integers_are_whole_and_bounded() {
+        let n = field(json!({"name": "n", "type": "integer", "min": 0, "max": 150}));
+        assert_eq!(validate_field(&n, Some(&json!("42"))), Ok(Some(json!(42))));
+        assert_eq!(validate_field(&n, Some(&json!(7.0))), Ok(Some(json!(7))));
+        for bad in [json!(2.5), json!("2.5"), json!("many"), json!(true)] {
+            assert_eq!(
+                validate_field(&n, Some(&bad)),
+                Err("Must be a whole number".into()),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            validate_field(&n, Some(&json!(151))),
+            Err("Must be at most 150".into())
+        );
+    }
+
+    #[test]
+    fn datetimes_need_a_time_zone_and_come_back_with_seconds() {
+        let when = field(json!({"name": "when", "type": "datetime"}));
+        let accepted = |text: &str| validate_field(&when, Some(&json!(text)));
+        assert_eq!(
+            accepted("2025-03-31T17:30+02:00"),
+            Ok(Some(json!("2025-03-31T17:30:00+02:00")))
+        );
+        assert_eq!(
+            accepted("2025-03-31t17:30:15.250z"),
+            Ok(Some(json!("2025-03-31T17:30:15.250Z")))
+        );
+        for bad in [
+            "2025-03-31T17:30",
+            "2025-02-30T10:00Z",
+            "2025-03-31 17:30Z",
+            "2025-03-31T24:00Z",
+            "2025-03-31T17:30+2:00",
+            "2025-03-31T17:30:1.Z",
+            "2025-03-31T17:30:00.Z",
+            "yesterday",
+        ] {
+            assert!(accepted(bad).is_err(), "{bad} must be refused");
+        }
     }
 
     #[test]

@@ -9,6 +9,8 @@ pub mod api;
 pub mod approval;
 pub mod chat;
 pub mod fields;
+#[cfg(feature = "sqlx")]
+mod stored;
 
 pub use fields::{
     FieldSpec, FieldType, InputRequestSpec, SaveFor, SelectOption, VisibleIf, check_field_specs,

@@ -14,6 +14,8 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::OnceCell;
 
+pub mod mcp_server;
+
 /// The HS256 key every test server is started with, so tests can sign their own tokens.
 pub const JWT_SECRET: &str = "test-secret-0123456789-abcdefghijklmnop";
 pub const SECRET_KEY: &str = "test-secret-key-for-sealing-values";
@@ -652,6 +654,8 @@ pub enum MockReply {
     Malformed,
     /// Waits this long before answering (to catch a run mid-step).
     Hang(Duration),
+    /// Waits this long, then answers as the inner reply does.
+    Delayed(Duration, Box<MockReply>),
 }
 
 /// A stand-in for an OpenAI-compatible chat-completions endpoint: records every request
@@ -661,6 +665,7 @@ pub struct MockLlm {
     pub base: String,
     requests: Arc<Mutex<Vec<Value>>>,
     script: Arc<Mutex<std::collections::VecDeque<MockReply>>>,
+    summary: Arc<Mutex<String>>,
 }
 
 fn sse_chunk(model: &str, delta: Value) -> String {
@@ -675,12 +680,18 @@ impl MockLlm {
             base: String::new(),
             requests: Arc::default(),
             script: Arc::new(Mutex::new(script.into())),
+            summary: Arc::new(Mutex::new(MOCK_SUMMARY.to_owned())),
         };
-        let (requests, queue) = (mock.requests.clone(), mock.script.clone());
+        let (requests, queue, summary_text) = (
+            mock.requests.clone(),
+            mock.script.clone(),
+            mock.summary.clone(),
+        );
         let app = axum::Router::new().route(
             "/v1/chat/completions",
             axum::routing::post(move |body: axum::Json<Value>| {
-                let (requests, queue) = (requests.clone(), queue.clone());
+                let (requests, queue, summary_text) =
+                    (requests.clone(), queue.clone(), summary_text.clone());
                 async move {
                     let model = body.0["model"].as_str().unwrap_or("mock").to_owned();
                     if let Ok(mut log) = requests.lock() {
@@ -694,13 +705,21 @@ impl MockLlm {
                         .and_then(|log| log.last().map(|b| b["messages"][0].to_string()))
                         .is_some_and(|first| first.contains("Summarise the conversation"));
                     let mut next = if summary {
-                        Some(MockReply::Text(MOCK_SUMMARY.to_owned()))
+                        let text = summary_text
+                            .lock()
+                            .map(|t| t.clone())
+                            .unwrap_or_else(|_| MOCK_SUMMARY.to_owned());
+                        Some(MockReply::Text(text))
                     } else {
                         queue.lock().ok().and_then(|mut q| q.pop_front())
                     };
                     if let Some(MockReply::Hang(delay)) = next {
                         tokio::time::sleep(delay).await;
                         next = Some(MockReply::Text("late".into()));
+                    }
+                    if let Some(MockReply::Delayed(delay, inner)) = next {
+                        tokio::time::sleep(delay).await;
+                        next = Some(*inner);
                     }
                     let reply = next.unwrap_or(MockReply::Text("done".into()));
                     let body = match reply {
@@ -735,7 +754,7 @@ impl MockLlm {
                             }
                             out + "data: [DONE]\n\n"
                         }
-                        MockReply::Hang(_) => String::new(),
+                        MockReply::Hang(_) | MockReply::Delayed(..) => String::new(),
                     };
                     axum::response::Response::builder()
                         .status(200)
@@ -759,6 +778,27 @@ impl MockLlm {
         if let Ok(mut queue) = self.script.lock() {
             queue.push_back(reply);
         }
+    }
+
+    /// Answers every later summary request with `text` instead of [`MOCK_SUMMARY`].
+    pub fn summarise_with(&self, text: &str) {
+        if let Ok(mut summary) = self.summary.lock() {
+            *summary = text.to_owned();
+        }
+    }
+
+    /// How many scripted replies are still waiting to be used.
+    pub fn queued(&self) -> usize {
+        self.script.lock().map(|q| q.len()).unwrap_or_default()
+    }
+
+    /// The request bodies received after the first `start` (cheaper than cloning all
+    /// of a long conversation's requests again).
+    pub fn requests_since(&self, start: usize) -> Vec<Value> {
+        self.requests
+            .lock()
+            .map(|r| r.get(start..).map(<[Value]>::to_vec).unwrap_or_default())
+            .unwrap_or_default()
     }
 
     /// Every request body received so far.
@@ -893,4 +933,44 @@ impl TestServer {
             .map(|e| e["run"].clone())
             .unwrap_or(Value::Null)
     }
+}
+
+/// Why a chat-completions request body reads as a conversation that never happened, if it does: a user
+/// message with no assistant message before the next user message (the last user
+/// message excepted: it is the one being answered), a tool result whose call is not
+/// before it, a tool call whose result is not after it.
+pub fn dangling_turn(body: &Value) -> Option<String> {
+    let messages = body["messages"].as_array()?;
+    let last_user = messages.iter().rposition(|m| m["role"] == "user");
+    for (index, message) in messages.iter().enumerate() {
+        if message["role"] == "user" && Some(index) != last_user {
+            let answered = messages[index + 1..]
+                .iter()
+                .take_while(|m| m["role"] != "user")
+                .any(|m| m["role"] == "assistant");
+            if !answered {
+                return Some(format!("user message {index} has no answer"));
+            }
+        }
+        if message["role"] == "tool" {
+            let id = &message["tool_call_id"];
+            let called = messages[..index].iter().any(|m| {
+                m["tool_calls"]
+                    .as_array()
+                    .is_some_and(|calls| calls.iter().any(|c| &c["id"] == id))
+            });
+            if !called {
+                return Some(format!("tool result {id} has no call"));
+            }
+        }
+        for call in message["tool_calls"].as_array().into_iter().flatten() {
+            let answered = messages[index + 1..]
+                .iter()
+                .any(|m| m["role"] == "tool" && m["tool_call_id"] == call["id"]);
+            if !answered {
+                return Some(format!("tool call {} has no result", call["id"]));
+            }
+        }
+    }
+    None
 }

@@ -1,12 +1,13 @@
 //! Chat commands answered by the server without calling the model:
 //! `/context pipeline show|add <stage>|remove <stage>|reorder <from> <to>|config <stage> key=value…`,
-//! `/remember <note>` and `/help`.
+//! `/pin`, `/unpin`, `/remember <note>` and `/help`.
 
 use sqlx::PgConnection;
 use uuid::Uuid;
 
 use super::middleware::{PipelineConfig, STAGES};
-use crate::db::{conversations, memory};
+use crate::config::SummaryConfig;
+use crate::db::{conversations, memory, messages};
 use crate::error::Result;
 
 /// The model name stored on command replies, so they stay out of the model's context.
@@ -17,12 +18,24 @@ const HELP: &str = "Commands:\n\
 /context pipeline add <stage> — add a stage (collect, enrich, filter, transform, validate)\n\
 /context pipeline remove <stage> — take a stage out\n\
 /context pipeline reorder <from> <to> — move a stage (positions or names)\n\
-/context pipeline config <stage> key=value … — change a setting, e.g. filter token_budget=4000\n\
+/context pipeline config <stage> key=value … — change a setting, e.g. filter token_budget=9000\n\
+/pin — keep your previous message in the assistant's context for good (your first request always is)\n\
+/unpin — stop keeping the messages you pinned (your first request stays)\n\
 /remember <note> — something the assistant should always know about you";
 
 pub fn is_command(text: &str) -> bool {
     let first = text.split_whitespace().next().unwrap_or_default();
-    matches!(first, "/context" | "/remember" | "/help")
+    matches!(
+        first,
+        "/context" | "/remember" | "/help" | "/pin" | "/unpin"
+    )
+}
+
+/// What a command needs to know of the server's settings.
+pub struct CommandSettings<'a> {
+    pub max_notes: u32,
+    /// Set when summarisation is in the middleware chain.
+    pub summary: Option<&'a SummaryConfig>,
 }
 
 /// Answers a command; `Ok(text)` is the reply, also for a command typed wrongly.
@@ -31,11 +44,39 @@ pub async fn run(
     user_id: &str,
     conversation_id: Uuid,
     text: &str,
-    max_notes: u32,
+    settings: &CommandSettings<'_>,
 ) -> Result<String> {
+    let max_notes = settings.max_notes;
     let words: Vec<&str> = text.split_whitespace().collect();
     match words.as_slice() {
         ["/help", ..] => Ok(HELP.to_owned()),
+        ["/pin", ..] => {
+            let stored = messages::list(conn, conversation_id).await?;
+            let Some(previous) = stored
+                .iter()
+                .rev()
+                .find(|m| m.role == protocol::chat::Role::User && !is_command(&m.text()))
+            else {
+                return Ok("There is no message of yours to pin yet.".to_owned());
+            };
+            messages::set_pinned(conn, conversation_id, previous.id, true).await?;
+            let shown: String = previous.text().chars().take(80).collect();
+            Ok(format!(
+                "Pinned: \"{shown}\". It stays in my context word for word, however long the conversation gets."
+            ))
+        }
+        ["/unpin", ..] => {
+            let stored = messages::list(conn, conversation_id).await?;
+            let mut unpinned = 0;
+            for message in stored.iter().filter(|m| m.pinned) {
+                messages::set_pinned(conn, conversation_id, message.id, false).await?;
+                unpinned += 1;
+            }
+            Ok(match unpinned {
+                0 => "Nothing was pinned. (Your first request is always kept.)".to_owned(),
+                n => format!("Unpinned {n} message(s). Your first request is still kept."),
+            })
+        }
         ["/remember"] => Ok("Tell me what to remember: /remember <note>".to_owned()),
         ["/remember", ..] => {
             let note = text.trim().trim_start_matches("/remember").trim();
@@ -53,7 +94,7 @@ pub async fn run(
         ["/context", "pipeline", rest @ ..] => {
             let mut config =
                 super::middleware::context_pipeline_config(conn, conversation_id).await?;
-            let reply = match apply(&mut config, rest) {
+            let reply = match apply(&mut config, rest, settings.summary) {
                 Ok(Some(change)) => {
                     conversations::set_context_pipeline(
                         conn,
@@ -61,9 +102,9 @@ pub async fn run(
                         &serde_json::to_value(&config).unwrap_or_default(),
                     )
                     .await?;
-                    format!("{change}\n\n{}", config.describe())
+                    format!("{change}\n\n{}", config.describe(settings.summary))
                 }
-                Ok(None) => config.describe(),
+                Ok(None) => config.describe(settings.summary),
                 Err(problem) => format!("{problem}\n\n{HELP}"),
             };
             Ok(reply)
@@ -83,10 +124,13 @@ fn stage_name(word: &str) -> std::result::Result<String, String> {
     }
 }
 
-/// Applies one pipeline command; `Ok(None)` for `show`.
+/// Applies one pipeline command; `Ok(None)` for `show`. A budget at or below the point
+/// where summarisation starts is refused: the filter would drop content that should
+/// have gone into a summary.
 fn apply(
     config: &mut PipelineConfig,
     words: &[&str],
+    summary: Option<&SummaryConfig>,
 ) -> std::result::Result<Option<String>, String> {
     match words {
         [] | ["show"] => Ok(None),
@@ -136,6 +180,9 @@ fn apply(
                     .ok_or_else(|| format!("Write settings as key=value, not `{setting}`."))?;
                 config.set(&stage, key, value)?;
             }
+            if let Some(summary) = summary {
+                config.check_against_summary(summary.threshold_tokens)?;
+            }
             Ok(Some(format!("Updated {stage}: {}.", settings.join(", "))))
         }
         _ => Err("I did not understand that pipeline command.".to_owned()),
@@ -149,6 +196,7 @@ mod tests {
     #[test]
     fn pipeline_commands_change_the_config() {
         let mut config = PipelineConfig::default();
+        let apply = |config: &mut PipelineConfig, words: &[&str]| apply(config, words, None);
         assert_eq!(
             apply(&mut config, &["remove", "enrich"])
                 .ok()
@@ -163,9 +211,56 @@ mod tests {
         assert_eq!(config.stages[0], "enrich");
         assert!(apply(&mut config, &["reorder", "validate", "collect"]).is_ok());
         assert!(apply(&mut config, &["config", "filter", "token_budget=500"]).is_ok());
-        assert!(config.describe().contains("token_budget=500"));
+        assert!(config.describe(None).contains("token_budget=500"));
         assert!(apply(&mut config, &["config", "filter", "token_budget"]).is_err());
         assert!(apply(&mut config, &["add", "bogus"]).is_err());
         assert!(apply(&mut config, &["explode"]).is_err());
+    }
+
+    #[test]
+    fn a_budget_below_the_summary_threshold_is_refused_with_the_reason() {
+        let summary = SummaryConfig {
+            threshold_tokens: 6000,
+            keep_messages: 6,
+        };
+        let mut config = PipelineConfig::default();
+        let refused = apply(
+            &mut config,
+            &["config", "filter", "token_budget=4000"],
+            Some(&summary),
+        )
+        .expect_err("a budget under the threshold");
+        assert!(refused.contains("6000"), "{refused}");
+        assert!(refused.contains("summary"), "{refused}");
+        assert!(
+            apply(
+                &mut PipelineConfig::default(),
+                &["config", "filter", "token_budget=9000"],
+                Some(&summary)
+            )
+            .is_ok()
+        );
+        let shown = PipelineConfig::default().describe(Some(&summary));
+        assert!(
+            shown.contains("Summarisation starts past 6000 tokens"),
+            "{shown}"
+        );
+        assert!(shown.contains("first request"), "{shown}");
+        assert!(!shown.contains("Warning"), "{shown}");
+        // A budget stored before the check existed is pointed out.
+        let mut old = PipelineConfig::default();
+        old.set("filter", "token_budget", "3000").expect("valid");
+        let shown = old.describe(Some(&summary));
+        assert!(
+            shown.contains("Warning: filter.token_budget=3000"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn pin_commands_are_commands() {
+        assert!(is_command("/pin"));
+        assert!(is_command("/unpin"));
+        assert!(!is_command("/pinned is a word"));
     }
 }

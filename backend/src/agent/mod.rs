@@ -2,17 +2,21 @@
 //! commands. A run lives in Postgres, not in an HTTP request: it survives the client
 //! going away, waits for user input as long as it takes, and resumes after a restart.
 
+mod active_runs;
 pub mod commands;
+pub mod history;
 pub mod middleware;
 pub mod model;
 pub mod providers;
-mod run_loop;
+mod run;
 pub mod skills;
+pub mod step_inputs;
 pub mod tokens;
 
-pub use run_loop::{
+pub use active_runs::ActiveRuns;
+pub use run::{
     StartedRun, deliver_outcome, fail_abandoned_runs, prepare_request, resume_stranded_runs,
-    start_run,
+    start_run, wind_down,
 };
 
 use std::sync::Arc;
@@ -29,9 +33,20 @@ pub struct Agent {
 
 impl Agent {
     pub fn new(config: &Config) -> anyhow::Result<Self> {
+        let chain = middleware::Chain::from_names(&config.middleware)?;
+        let names = chain.names();
+        if names.contains(&"summarisation") && names.contains(&"context_pipeline") {
+            middleware::PipelineConfig::default()
+                .check_against_summary(config.summary.threshold_tokens)
+                .map_err(|problem| {
+                    anyhow::anyhow!(
+                        "TOOLGATE_SUMMARY_TOKENS does not fit the context pipeline's defaults: {problem}"
+                    )
+                })?;
+        }
         Ok(Agent {
             provider: providers::from_config(&config.llm),
-            chain: middleware::Chain::from_names(&config.middleware)?,
+            chain,
         })
     }
 

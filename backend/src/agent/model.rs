@@ -12,6 +12,9 @@ pub struct ChatMessage {
     pub role: Role,
     pub content: Vec<ContentBlock>,
     pub seq: Option<i32>,
+    /// The request that set the task (the conversation's first) or one the user
+    /// pinned: never trimmed or summarised away.
+    pub pinned: bool,
 }
 
 impl ChatMessage {
@@ -20,6 +23,7 @@ impl ChatMessage {
             role,
             content: vec![ContentBlock::Text { text: text.into() }],
             seq: None,
+            pinned: false,
         }
     }
 

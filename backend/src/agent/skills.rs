@@ -4,6 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
+/// A skill the model may read: its name, what it is for, and its file.
+#[derive(Clone, Debug, PartialEq)]
 pub struct Skill {
     pub name: String,
     pub description: String,

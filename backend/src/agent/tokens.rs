@@ -1,18 +1,60 @@
-//! Token counts from a real tokenizer (cl100k_base, loaded once).
+//! Token counts from a real tokenizer (cl100k_base, loaded once). A step counts the
+//! same texts several times (summarisation, the pipeline's budget and validation,
+//! routing) and every step counts the history again, so counts of longer texts are
+//! remembered by a hash of the text: hashing is far cheaper than tokenizing.
+
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::{LazyLock, Mutex};
 
 use protocol::chat::ContentBlock;
 
 use super::model::{ChatMessage, ModelRequest};
+
+/// Texts shorter than this are tokenized every time: the lookup would cost as much.
+const CACHED_FROM_BYTES: usize = 64;
+/// Remembered counts at most; the cache starts over when full.
+const CACHE_ENTRIES: usize = 50_000;
+
+/// Counts by (hash, length) of the text.
+static COUNTS: LazyLock<Mutex<HashMap<(u64, usize), usize>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+fn tokenize(text: &str) -> usize {
+    tiktoken_rs::cl100k_base_singleton()
+        .encode_with_special_tokens(text)
+        .len()
+}
 
 /// Rough cost of an image in a chat request, as providers bill a small one.
 const IMAGE_TOKENS: usize = 85;
 /// Per-message framing (role, separators) that chat formats add.
 const MESSAGE_OVERHEAD: usize = 4;
 
+/// Tokens in `text`.
 pub fn count_text(text: &str) -> usize {
-    tiktoken_rs::cl100k_base_singleton()
-        .encode_with_special_tokens(text)
-        .len()
+    if text.len() < CACHED_FROM_BYTES {
+        return tokenize(text);
+    }
+    let mut hasher = DefaultHasher::new();
+    text.hash(&mut hasher);
+    let key = (hasher.finish(), text.len());
+    let lock = || {
+        COUNTS
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    };
+    if let Some(count) = lock().get(&key) {
+        return *count;
+    }
+    // Tokenized outside the lock, so other steps are not held up meanwhile.
+    let count = tokenize(text);
+    let mut counts = lock();
+    if counts.len() >= CACHE_ENTRIES {
+        counts.clear();
+    }
+    counts.insert(key, count);
+    count
 }
 
 pub fn count_message(message: &ChatMessage) -> usize {
@@ -49,5 +91,17 @@ mod tests {
     fn counts_real_tokens() {
         assert_eq!(count_text("hello world"), 2);
         assert!(count_text(&"word ".repeat(100)) >= 100);
+    }
+
+    #[test]
+    fn a_remembered_count_is_the_tokenizers() {
+        let long = "The quarterly report for region eu, with invoices and totals. ".repeat(20);
+        let first = count_text(&long);
+        assert_eq!(first, tokenize(&long));
+        assert_eq!(count_text(&long), first);
+        // A text of the same length but other words is counted for itself.
+        let other = long.replace("invoices", "receipts");
+        assert_eq!(other.len(), long.len());
+        assert_eq!(count_text(&other), tokenize(&other));
     }
 }

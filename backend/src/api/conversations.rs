@@ -25,18 +25,25 @@ pub async fn create_conversation(
 ) -> Result<(StatusCode, Json<Conversation>)> {
     let title = body
         .and_then(|ApiJson(body)| body.title)
-        .map(|t| t.trim().to_owned())
-        .filter(|t| !t.is_empty())
-        .unwrap_or_else(|| DEFAULT_TITLE.to_owned());
-    if title.chars().count() > MAX_TITLE_LEN {
-        let fields = FieldErrors::from([(
-            "title".to_owned(),
-            format!("must be at most {MAX_TITLE_LEN} characters"),
-        )]);
+        .unwrap_or_default();
+    // Counted before trimming, as the OpenAPI document's maxLength counts.
+    let problem = if title.chars().count() > MAX_TITLE_LEN {
+        Some(format!("must be at most {MAX_TITLE_LEN} characters"))
+    } else if title.contains('\0') {
+        Some("must not contain NUL characters".to_owned())
+    } else {
+        None
+    };
+    if let Some(problem) = problem {
+        let fields = FieldErrors::from([("title".to_owned(), problem)]);
         return Err(Error::unprocessable("invalid conversation", fields));
     }
+    let title = match title.trim() {
+        "" => DEFAULT_TITLE,
+        title => title,
+    };
     let mut tx = db::begin_as_user(&state.db, &user.user_id).await?;
-    let conversation = conversations::insert(&mut tx, &user.user_id, &title).await?;
+    let conversation = conversations::insert(&mut tx, &user.user_id, title).await?;
     tx.commit().await?;
     Ok((StatusCode::CREATED, Json(conversation)))
 }

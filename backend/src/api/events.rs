@@ -8,6 +8,7 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::Json;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use axum::http::header::AUTHORIZATION;
@@ -18,6 +19,7 @@ use serde::Deserialize;
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
+use utoipa::IntoParams;
 use uuid::Uuid;
 
 use super::path::ApiPath;
@@ -56,29 +58,38 @@ pub async fn create_stream_token(
     }))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct StreamQuery {
+    /// Stream token, for clients that cannot send headers (see the `stream_token`
+    /// security scheme).
+    #[param(ignore)]
     token: Option<String>,
+    /// Replay events after this id; `Last-Event-ID` does the same.
+    #[param(minimum = -9223372036854775808_i64, maximum = 9223372036854775807_i64)]
     after: Option<i64>,
 }
 
 /// Run events of the conversation as server-sent events: `id` is the event id,
 /// `event` its kind, `data` the whole event as JSON.
 #[utoipa::path(get, path = "/api/conversations/{id}/events", tag = "chat",
-    params(
-        ("id" = Uuid, Path, description = "Conversation id"),
-        ("token" = Option<String>, Query, description = "Stream token, for clients that cannot send headers"),
-        ("after" = Option<i64>, Query, description = "Replay events after this id")),
+    params(("id" = Uuid, Path, description = "Conversation id"), StreamQuery),
+    security(("bearer" = []), ("stream_token" = [])),
     responses(
-        (status = 200, description = "text/event-stream of StreamEvent", body = StreamEvent),
-        (status = 401, body = protocol::api::ErrorBody),
-        (status = 404, body = protocol::api::ErrorBody)))]
+        (status = 200, description = "Server-sent events; each event's `data` is one StreamEvent", content_type = "text/event-stream", body = StreamEvent),
+        (status = 401, description = "No bearer token or stream token, or one that is invalid, expired or for another conversation", body = protocol::api::ErrorBody),
+        (status = 404, body = protocol::api::ErrorBody),
+        (status = 429, description = "Too many event streams open, or over the request allowance", body = protocol::api::ErrorBody)))]
 pub async fn stream_events(
     State(state): State<AppState>,
     ApiPath(conversation_id): ApiPath<Uuid>,
-    Query(query): Query<StreamQuery>,
+    query: std::result::Result<Query<StreamQuery>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
+    let Query(query) = query.map_err(|rejection| Error::BadRequest {
+        message: format!("invalid query: {}", rejection.body_text()),
+        fields: None,
+    })?;
     let user_id = match (&query.token, headers.contains_key(AUTHORIZATION)) {
         (Some(token), _) => state.jwt.verify_stream(token, conversation_id)?,
         (None, true) => auth::bearer_user(&state, &headers)?,

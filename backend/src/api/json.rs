@@ -85,6 +85,10 @@ async fn read_body(req: Request, state: &AppState) -> Result<Bytes, Error> {
 }
 
 fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Error> {
+    // Every body is an object; serde would also read a struct from an array (`[]`).
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(Error::bad_request("the request body must be a JSON object"));
+    }
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
     serde_path_to_error::deserialize(&mut deserializer).map_err(|err| {
         let path = err.path().to_string();

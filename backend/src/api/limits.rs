@@ -1,10 +1,11 @@
 //! Per-user limits on the API: requests per minute (a keyed token bucket, answered
-//! with 429 and `Retry-After`) and open event streams. One user's flood spends their
+//! with 429 and `Retry-After`, held until the allowance refills) and open event streams. One user's flood spends their
 //! own allowance, never another user's.
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::extract::{Request, State};
 use axum::middleware::Next;
@@ -16,6 +17,18 @@ use crate::auth;
 use crate::config::Limits;
 use crate::error::{Error, Result};
 use crate::state::AppState;
+
+/// The longest a refused request is held before its 429.
+const LONGEST_REFUSAL_PAUSE: Duration = Duration::from_secs(1);
+
+/// A request over its user's allowance: the 429 to answer, after `pause` (until the
+/// allowance has a request again, at most [`LONGEST_REFUSAL_PAUSE`]). A client that
+/// ignores `Retry-After` and asks again at once is slowed to the pace of its allowance,
+/// so its flood costs the server (and every other user) a small fraction of the CPU.
+pub struct Refusal {
+    pub error: Error,
+    pub pause: Duration,
+}
 
 /// The live counters behind [`Limits`].
 pub struct UserLimits {
@@ -35,18 +48,22 @@ impl UserLimits {
         }
     }
 
-    /// Spends one of the user's requests, or says how long to wait.
-    pub fn check_request(&self, user_id: &str) -> Result<()> {
+    /// Spends one of the user's requests, or says how long to wait: the refusal, and
+    /// how long to hold it before answering.
+    pub fn check_request(&self, user_id: &str) -> std::result::Result<(), Refusal> {
         self.requests
             .check_key(&user_id.to_owned())
             .map_err(|not_until| {
                 let wait = not_until.wait_time_from(DefaultClock::default().now());
-                Error::TooManyRequests {
-                    message: format!(
-                        "too many requests: at most {} a minute; try again shortly",
-                        self.limits.requests_per_minute
-                    ),
-                    retry_after_seconds: wait.as_secs_f64().ceil() as u64,
+                Refusal {
+                    error: Error::TooManyRequests {
+                        message: format!(
+                            "too many requests: at most {} a minute; try again shortly",
+                            self.limits.requests_per_minute
+                        ),
+                        retry_after_seconds: wait.as_secs_f64().ceil() as u64,
+                    },
+                    pause: wait.min(LONGEST_REFUSAL_PAUSE),
                 }
             })
     }
@@ -111,9 +128,10 @@ pub async fn per_user_rate(
     next: Next,
 ) -> Response {
     if let Ok(user_id) = auth::bearer_user(&state, request.headers())
-        && let Err(limited) = state.limits.check_request(&user_id)
+        && let Err(refused) = state.limits.check_request(&user_id)
     {
-        return limited.into_response();
+        tokio::time::sleep(refused.pause).await;
+        return refused.error.into_response();
     }
     next.run(request).await
 }

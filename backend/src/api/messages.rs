@@ -5,8 +5,8 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use protocol::chat::{
-    ContentBlock, ConversationDetail, EventKind, MessageList, PostContent, PostMessage,
-    PostMessageResponse, PostPart, Role,
+    ContentBlock, ConversationDetail, EventKind, MAX_IMAGES, MAX_TEXT_CHARS, Message, MessageList,
+    PinMessage, PostContent, PostMessage, PostMessageResponse, PostPart, Role,
 };
 use uuid::Uuid;
 
@@ -18,9 +18,6 @@ use crate::db::messages::{self, NewMessage};
 use crate::db::{self, conversations, events, runs};
 use crate::error::{Error, FieldErrors, Result};
 use crate::state::AppState;
-
-const MAX_TEXT_CHARS: usize = 20_000;
-const MAX_IMAGES: usize = 4;
 
 fn invalid(message: &str) -> Error {
     Error::unprocessable(
@@ -40,15 +37,22 @@ fn content_blocks(content: PostContent) -> Result<Vec<ContentBlock>> {
     for part in parts {
         match part {
             PostPart::Text { text } => {
-                let text = text.trim().to_owned();
+                // Counted before trimming, as the OpenAPI document's maxLength counts.
                 if text.chars().count() > MAX_TEXT_CHARS {
                     return Err(invalid(&format!(
                         "text is longer than {MAX_TEXT_CHARS} characters"
                     )));
                 }
-                if !text.is_empty() {
-                    blocks.push(ContentBlock::Text { text });
+                if text.contains('\0') {
+                    return Err(invalid("text must not contain NUL characters"));
                 }
+                let text = text.trim();
+                if text.is_empty() {
+                    return Err(invalid("a message needs text or an image"));
+                }
+                blocks.push(ContentBlock::Text {
+                    text: text.to_owned(),
+                });
             }
             PostPart::Image { url } => {
                 images += 1;
@@ -110,7 +114,15 @@ pub async fn post_message(
             &user.user_id,
             conversation_id,
             &text,
-            state.config.limits.memory_notes,
+            &commands::CommandSettings {
+                max_notes: state.config.limits.memory_notes,
+                summary: state
+                    .agent
+                    .chain
+                    .names()
+                    .contains(&"summarisation")
+                    .then_some(&state.config.summary),
+            },
         )
         .await?;
         let message = messages::append(
@@ -162,6 +174,32 @@ pub async fn post_message(
             reply: None,
         }),
     ))
+}
+
+/// Pins or unpins one of the caller's own messages in the conversation. Only user
+/// messages can be pinned: they are what set the task.
+#[utoipa::path(put, path = "/api/conversations/{id}/messages/{message_id}/pin", tag = "chat",
+    request_body = PinMessage,
+    params(("id" = Uuid, Path, description = "Conversation id"),
+           ("message_id" = Uuid, Path, description = "A user message of the conversation")),
+    security(("bearer" = [])), responses(
+    (status = 200, description = "The message as it is now", body = Message),
+    (status = 400, body = protocol::api::ErrorBody),
+    (status = 401, body = protocol::api::ErrorBody),
+    (status = 404, description = "No such user message in the caller's conversation", body = protocol::api::ErrorBody),
+    (status = 422, body = protocol::api::ErrorBody)))]
+pub async fn pin_message(
+    State(state): State<AppState>,
+    user: AuthUser,
+    ApiPath((conversation_id, message_id)): ApiPath<(Uuid, Uuid)>,
+    ApiJson(body): ApiJson<PinMessage>,
+) -> Result<Json<Message>> {
+    let mut tx = db::begin_as_user(&state.db, &user.user_id).await?;
+    let message = messages::set_pinned(&mut tx, conversation_id, message_id, body.pinned)
+        .await?
+        .ok_or(Error::NotFound("message"))?;
+    tx.commit().await?;
+    Ok(Json(message))
 }
 
 /// The conversation's messages in order.

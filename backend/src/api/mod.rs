@@ -19,7 +19,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::extract::OriginalUri;
 use axum::http::Method;
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use tower_http::compression::CompressionLayer;
 use tower_http::services::{ServeDir, ServeFile};
 use tower_http::trace::TraceLayer;
@@ -40,6 +40,10 @@ pub fn app(state: AppState) -> Router {
         .route(
             "/conversations/{id}/messages",
             post(messages::post_message).get(messages::list_messages),
+        )
+        .route(
+            "/conversations/{id}/messages/{message_id}/pin",
+            put(messages::pin_message),
         )
         .route(
             "/conversations/{id}/stream-token",

@@ -10,7 +10,7 @@ use protocol::api::{
     DeleteSavedValueParams, InputRequest, PendingRequests, SavedScope, SessionValues,
     SubmitDecisionParams, SubmitResponseParams, SubmitResponseResult, ToolCallParams,
 };
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
@@ -26,6 +26,7 @@ use crate::state::AppState;
 use crate::tools::remembered;
 
 /// The body of `POST /api/tool-user-input`: an `action` and its parameters, side by side.
+/// The OpenAPI document shows it as a union discriminated by `action` (see `docs.rs`).
 #[allow(dead_code)] // Describes the body for the OpenAPI document; parsing is two-step.
 #[derive(Deserialize, ToSchema)]
 #[serde(tag = "action", rename_all = "snake_case")]
@@ -39,6 +40,23 @@ pub enum ToolUserInputAction {
     CancelRequest(ToolCallParams),
     ClearSessionValues(ConversationParams),
     DeleteSavedValue(DeleteSavedValueParams),
+}
+
+/// What `POST /api/tool-user-input` answers with 200, by action.
+#[allow(dead_code, clippy::large_enum_variant)] // Only describes the answer, never built.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum ToolUserInputAnswer {
+    /// `submit_response`, `submit_decision`.
+    Submitted(SubmitResponseResult),
+    /// `get_pending`.
+    Pending(PendingRequests),
+    /// `get_session_values`.
+    Values(SessionValues),
+    /// `decline_request`, `cancel_request`.
+    Request(InputRequest),
+    /// `clear_session_values`, `delete_saved_value`.
+    Cleared(ClearedValues),
 }
 
 const ACTIONS: &str = "create_request, submit_response, submit_decision, decline_request, get_pending, get_session_values, cancel_request, clear_session_values, delete_saved_value";
@@ -81,10 +99,20 @@ fn parse_action(body: Value) -> Result<Action> {
         other => return Err(action_error(&format!("unknown action `{other}`"))),
     };
     match &action {
-        Action::CreateRequest(p) => ids::check(&[
-            ("tool_call_id", &p.tool_call_id),
-            ("tool_name", &p.tool_name),
-        ])?,
+        Action::CreateRequest(p) => {
+            ids::check(&[
+                ("tool_call_id", &p.tool_call_id),
+                ("tool_name", &p.tool_name),
+            ])?;
+            // Postgres cannot store NUL in text.
+            if p.reason.contains('\0') {
+                let fields = FieldErrors::from([(
+                    "reason".to_owned(),
+                    "must not contain NUL characters".to_owned(),
+                )]);
+                return Err(Error::unprocessable("invalid request", fields));
+            }
+        }
         Action::SubmitResponse(p) => ids::check(&[("tool_call_id", &p.tool_call_id)])?,
         Action::SubmitDecision(p) => ids::check(&[("tool_call_id", &p.tool_call_id)])?,
         Action::DeclineRequest(p) => ids::check(&[("tool_call_id", &p.tool_call_id)])?,
@@ -107,13 +135,12 @@ fn action_error(problem: &str) -> Error {
 /// requests, and reads or clears remembered values.
 #[utoipa::path(post, path = "/api/tool-user-input", tag = "tool user input",
     request_body = ToolUserInputAction, security(("bearer" = [])), responses(
-    (status = 200, description = "submit_response, submit_decision → SubmitResponseResult; get_pending → PendingRequests; get_session_values → SessionValues; decline_request, cancel_request → InputRequest; clear_session_values, delete_saved_value → ClearedValues"),
+    (status = 200, description = "submit_response, submit_decision → SubmitResponseResult; get_pending → PendingRequests; get_session_values → SessionValues; decline_request, cancel_request → InputRequest; clear_session_values, delete_saved_value → ClearedValues", body = ToolUserInputAnswer),
     (status = 201, description = "create_request: the stored request", body = InputRequest),
     (status = 400, description = "Malformed body, unknown action or missing parameter", body = protocol::api::ErrorBody),
     (status = 401, body = protocol::api::ErrorBody),
     (status = 404, description = "Unknown, or not the caller's", body = protocol::api::ErrorBody),
     (status = 409, description = "Already answered, cancelled or expired; the wrong kind of request for the action; arguments changed since shown; duplicate tool_call_id", body = protocol::api::ErrorBody),
-    (status = 413, body = protocol::api::ErrorBody),
     (status = 422, description = "Values or definitions break the rules, per field", body = protocol::api::ErrorBody)))]
 pub async fn dispatch_action(
     State(state): State<AppState>,
@@ -205,7 +232,7 @@ pub async fn dispatch_action(
         Settled::WithResult(row) => (row, true),
         Settled::Request(row) => (row, false),
     };
-    let tool_result = requests::follow_up(&state, user_id, &row).await?;
+    let tool_result = requests::follow_up(&state.executor(), &state, user_id, &row).await?;
     let request = describe(&row, &state.tools);
     Ok(if with_result {
         Json(SubmitResponseResult {

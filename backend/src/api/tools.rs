@@ -9,12 +9,14 @@ use crate::error::Result;
 use crate::state::AppState;
 use crate::tools::executor::{self, ToolCall};
 
-/// The tools with their metadata, for building an agent's tool list.
+/// The tools with their metadata, for building an agent's tool list, and the MCP servers
+/// of the tools file with where toolgate stands with each.
 #[utoipa::path(get, path = "/api/tools", tag = "tools", security(("bearer" = [])),
     responses((status = 200, body = ToolList), (status = 401, body = protocol::api::ErrorBody)))]
 pub async fn list_tools(State(state): State<AppState>, _user: AuthUser) -> Json<ToolList> {
     Json(ToolList {
-        tools: state.tools.iter().map(|tool| tool.info()).collect(),
+        tools: state.tools.all().iter().map(|tool| tool.info()).collect(),
+        servers: state.tools.servers(),
     })
 }
 
@@ -45,5 +47,7 @@ pub async fn execute_tool(
         arguments: params.arguments,
         original_user_request: params.original_user_request,
     };
-    Ok(Json(executor::execute(&state, &user.user_id, call).await?))
+    Ok(Json(
+        executor::execute(&state.executor(), &user.user_id, call).await?,
+    ))
 }

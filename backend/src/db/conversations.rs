@@ -65,6 +65,22 @@ pub async fn exists(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<bool> {
         .await
 }
 
+/// Takes the conversation's writer lock for the rest of the transaction; `false` when
+/// the conversation is not the caller's.
+///
+/// Every transaction that writes the conversation's history or stream holds it from its
+/// first write to its commit, so event ids and message sequence numbers follow commit
+/// order and a reader never sees a later id before an earlier one. Take it before any
+/// other row lock (a run, a request): one order everywhere, so no two writers deadlock.
+pub async fn lock_for_writing(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<bool> {
+    let locked: Option<i32> =
+        sqlx::query_scalar("select 1 from conversations where id = $1 for no key update")
+            .bind(id)
+            .fetch_optional(conn)
+            .await?;
+    Ok(locked.is_some())
+}
+
 /// The conversation's context pipeline settings, if it has its own.
 pub async fn context_pipeline(
     conn: &mut PgConnection,

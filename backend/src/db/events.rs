@@ -9,6 +9,9 @@ use uuid::Uuid;
 /// The channel every replica listens on; the payload is the conversation id.
 pub const CHANNEL: &str = "toolgate_events";
 
+/// Stores an event and notifies every replica. The conversation's writer lock (see
+/// `conversations::lock_for_writing`) is taken in the same statement, before the id is
+/// drawn, so ids of one conversation become visible in order.
 pub async fn append(
     conn: &mut PgConnection,
     conversation_id: Uuid,
@@ -17,9 +20,11 @@ pub async fn append(
     kind: &EventKind,
 ) -> sqlx::Result<i64> {
     let id: i64 = sqlx::query_scalar(
-        "with stored as (
+        "with locked as (
+             select id from conversations where id = $1 for no key update),
+         stored as (
              insert into run_events (conversation_id, user_id, run_id, kind, data)
-             values ($1, $2, $3, $4, $5) returning id)
+             select locked.id, $2, $3, $4, $5 from locked returning id)
          select id from stored, (select pg_notify($6, $1::text)) as notified",
     )
     .bind(conversation_id)
@@ -65,4 +70,31 @@ pub async fn after(
             kind: row.data.0,
         })
         .collect())
+}
+
+/// Deletes up to `limit` events older than `retention` whose run (if any) finished
+/// longer than `retention` ago (background path). Events of a run still going are
+/// kept whatever their age, so a stream following that run replays all of it; what a
+/// finished run said lives on in the conversation's messages.
+pub async fn prune(
+    conn: &mut PgConnection,
+    retention: chrono::Duration,
+    limit: i64,
+) -> sqlx::Result<u64> {
+    let done = sqlx::query(
+        "delete from run_events where id in (
+             select e.id from run_events e
+             left join agent_runs r on r.id = e.run_id
+             where e.created_at < now() - $1::interval
+               and (r.id is null
+                    or (r.status not in ('running', 'waiting_for_input')
+                        and r.updated_at < now() - $1::interval))
+             order by e.id
+             limit $2)",
+    )
+    .bind(retention)
+    .bind(limit)
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected())
 }

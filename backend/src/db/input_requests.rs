@@ -2,6 +2,9 @@
 
 use chrono::{DateTime, Utc};
 use protocol::FieldSpec;
+use protocol::api::{Elicitation, RequestKind, RequestStatus};
+
+use crate::tools::mcp::stateless::RetryState;
 use protocol::approval::Decision;
 use serde_json::{Map, Value};
 use sqlx::PgConnection;
@@ -11,7 +14,7 @@ use uuid::Uuid;
 const COLUMNS: &str = "id, user_id, conversation_id, run_id, tool_name, tool_call_id, tool_args, \
      reason, required_fields, user_inputs, save_for, status, created_at, completed_at, expires_at, \
      origin, original_user_request, tool_result, kind, allowed_decisions, arguments_digest, \
-     decision, decision_message, decided_by";
+     decision, decision_message, decided_by, elicitation, held_by, retry_state";
 
 /// A stored request. `user_inputs` holds secret values sealed by the vault.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -27,7 +30,7 @@ pub struct InputRequestRow {
     pub required_fields: Json<Vec<FieldSpec>>,
     pub user_inputs: Option<Json<Map<String, Value>>>,
     pub save_for: String,
-    pub status: String,
+    pub status: RequestStatus,
     pub created_at: DateTime<Utc>,
     pub completed_at: Option<DateTime<Utc>>,
     pub expires_at: DateTime<Utc>,
@@ -37,7 +40,7 @@ pub struct InputRequestRow {
     /// The outcome of retrying the tool with the submitted values.
     pub tool_result: Option<Value>,
     /// `input` or `approval`.
-    pub kind: String,
+    pub kind: RequestKind,
     pub allowed_decisions: Json<Vec<Decision>>,
     /// Approval: the digest of the arguments being approved.
     pub arguments_digest: Option<String>,
@@ -45,6 +48,12 @@ pub struct InputRequestRow {
     /// The user's words with a rejection or a decline.
     pub decision_message: Option<String>,
     pub decided_by: Option<String>,
+    /// An MCP server's question: which server, which call, URL mode's link.
+    pub elicitation: Option<Json<Elicitation>>,
+    /// The toolgate process whose live MCP session waits for the answer.
+    pub held_by: Option<Uuid>,
+    /// A stateless question: what calling the tool again needs.
+    pub retry_state: Option<Json<RetryState>>,
 }
 
 pub struct NewInputRequest<'a> {
@@ -65,6 +74,9 @@ pub struct NewInputRequest<'a> {
     pub arguments_digest: Option<&'a str>,
     /// Values carried over from an earlier request of the same call (secrets sealed).
     pub user_inputs: Option<&'a Map<String, Value>>,
+    pub elicitation: Option<&'a Elicitation>,
+    pub held_by: Option<Uuid>,
+    pub retry_state: Option<&'a RetryState>,
 }
 
 /// Stores a request if its conversation is visible to the caller; `None` otherwise.
@@ -76,8 +88,10 @@ pub async fn insert(
         "insert into tool_user_input_requests
              (id, user_id, conversation_id, run_id, tool_name, tool_call_id, tool_args,
               reason, required_fields, save_for, expires_at, origin, original_user_request,
-              kind, allowed_decisions, arguments_digest, user_inputs)
-         select $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17
+              kind, allowed_decisions, arguments_digest, user_inputs, elicitation, held_by,
+              retry_state)
+         select $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
+                $18, $19, $20
          where exists (select 1 from conversations where id = $3)
          returning {COLUMNS}"
     ))
@@ -98,25 +112,147 @@ pub async fn insert(
     .bind(Json(new.allowed_decisions))
     .bind(new.arguments_digest)
     .bind(new.user_inputs.map(Json))
+    .bind(new.elicitation.map(Json))
+    .bind(new.held_by)
+    .bind(new.retry_state.map(Json))
     .fetch_optional(conn)
     .await
 }
 
+/// The caller's request with this id.
+pub async fn find(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<InputRequestRow>> {
+    sqlx::query_as::<_, InputRequestRow>(&format!(
+        "select {COLUMNS} from tool_user_input_requests where id = $1"
+    ))
+    .bind(id)
+    .fetch_optional(conn)
+    .await
+}
+
+/// The caller's request with this id, locked, if it is still pending.
+pub async fn pending_for_update(
+    conn: &mut PgConnection,
+    id: Uuid,
+) -> sqlx::Result<Option<InputRequestRow>> {
+    sqlx::query_as::<_, InputRequestRow>(&format!(
+        "select {COLUMNS} from tool_user_input_requests
+         where id = $1 and status = 'pending'
+         for update"
+    ))
+    .bind(id)
+    .fetch_optional(conn)
+    .await
+}
+
+/// The questions of one stateless round, locked.
+pub async fn round_for_update(
+    conn: &mut PgConnection,
+    round: Uuid,
+) -> sqlx::Result<Vec<InputRequestRow>> {
+    sqlx::query_as::<_, InputRequestRow>(&format!(
+        "select {COLUMNS} from tool_user_input_requests
+         where retry_state ->> 'round' = $1::text
+         order by created_at
+         for update"
+    ))
+    .bind(round)
+    .fetch_all(conn)
+    .await
+}
+
+/// Marks a stateless round as answered; `false` when it already was, so the call is
+/// made again exactly once.
+pub async fn claim_round(conn: &mut PgConnection, round: Uuid) -> sqlx::Result<bool> {
+    let claimed = sqlx::query(
+        "update tool_user_input_requests
+         set retry_state = retry_state || '{\"retried\": true}'::jsonb
+         where retry_state ->> 'round' = $1::text
+           and not coalesce((retry_state ->> 'retried')::boolean, false)",
+    )
+    .bind(round)
+    .execute(conn)
+    .await?;
+    Ok(claimed.rows_affected() > 0)
+}
+
+/// The ids of an MCP call's questions still waiting for the user.
+pub async fn pending_elicitations_of_call(
+    conn: &mut PgConnection,
+    call_tool_call_id: &str,
+) -> sqlx::Result<Vec<Uuid>> {
+    sqlx::query_scalar(
+        "select id from tool_user_input_requests
+         where origin = 'mcp' and status = 'pending' and held_by is not null
+           and elicitation ->> 'tool_call_id' = $1
+         order by created_at",
+    )
+    .bind(call_tool_call_id)
+    .fetch_all(conn)
+    .await
+}
+
+/// The newest URL-mode question of `server` with this elicitation id that this process
+/// holds (background path: any user).
+pub async fn find_elicitation(
+    conn: &mut PgConnection,
+    holder: Uuid,
+    server: &str,
+    elicitation_id: &str,
+) -> sqlx::Result<Option<InputRequestRow>> {
+    sqlx::query_as::<_, InputRequestRow>(&format!(
+        "select {COLUMNS} from tool_user_input_requests
+         where held_by = $1 and elicitation ->> 'server' = $2
+           and elicitation ->> 'elicitation_id' = $3
+         order by created_at desc limit 1"
+    ))
+    .bind(holder)
+    .bind(server)
+    .bind(elicitation_id)
+    .fetch_optional(conn)
+    .await
+}
+
+/// Pending MCP questions whose process is gone (no heartbeat for `silence`), with their
+/// conversation (background path).
+pub async fn orphaned(
+    conn: &mut PgConnection,
+    silence: chrono::Duration,
+) -> sqlx::Result<Vec<(Uuid, Uuid)>> {
+    sqlx::query_as(
+        "select q.id, q.conversation_id from tool_user_input_requests q
+         where q.status = 'pending' and q.held_by is not null
+           and not exists (select 1 from server_instances i
+                           where i.id = q.held_by and i.heartbeat_at > now() - $1::interval)
+         limit 500",
+    )
+    .bind(silence)
+    .fetch_all(conn)
+    .await
+}
+
 /// Reads the caller's request for a tool call and locks it for the rest of the
-/// transaction, so two answers to one request are serialised. A call can have an input
-/// request and then an approval request: `kind` picks one, `None` prefers the pending
-/// one, else the newest.
+/// transaction, so two answers to one request are serialised. Its conversation's writer
+/// lock is taken first, in the same statement (the lock order every writer keeps; see
+/// `conversations::lock_for_writing`). A call can have an input request and then an
+/// approval request: `kind` picks one, `None` prefers the pending one, else the newest.
 pub async fn find_for_update(
     conn: &mut PgConnection,
     tool_call_id: &str,
     kind: Option<&str>,
 ) -> sqlx::Result<Option<InputRequestRow>> {
     sqlx::query_as::<_, InputRequestRow>(&format!(
-        "select {COLUMNS} from tool_user_input_requests
+        "with conversation as (
+             select c.id from conversations c
+             where c.id in (select conversation_id from tool_user_input_requests
+                            where tool_call_id = $1)
+             order by c.id
+             for no key update)
+         select {COLUMNS} from tool_user_input_requests
          where tool_call_id = $1 and ($2::text is null or kind = $2)
+           and conversation_id in (select id from conversation)
          order by status = 'pending' desc, created_at desc
          limit 1
-         for update"
+         for update of tool_user_input_requests"
     ))
     .bind(tool_call_id)
     .bind(kind)
@@ -180,17 +316,40 @@ pub async fn settle(
     .await
 }
 
-/// Pending requests past their expiry, locked; those another transaction holds are
-/// left for the next pass.
-pub async fn overdue_for_update(conn: &mut PgConnection) -> sqlx::Result<Vec<InputRequestRow>> {
-    sqlx::query_as::<_, InputRequestRow>(&format!(
-        "select {COLUMNS} from tool_user_input_requests
+/// Pending requests past their expiry (id, conversation), oldest first.
+pub async fn overdue(conn: &mut PgConnection) -> sqlx::Result<Vec<(Uuid, Uuid)>> {
+    sqlx::query_as(
+        "select id, conversation_id from tool_user_input_requests
          where status = 'pending' and expires_at <= now()
          order by expires_at
-         limit 500
+         limit 500",
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// One request, locked, if it is still pending past its expiry; left alone when another
+/// transaction holds it (that one is settling it).
+pub async fn overdue_for_update(
+    conn: &mut PgConnection,
+    id: Uuid,
+) -> sqlx::Result<Option<InputRequestRow>> {
+    sqlx::query_as::<_, InputRequestRow>(&format!(
+        "select {COLUMNS} from tool_user_input_requests
+         where id = $1 and status = 'pending' and expires_at <= now()
          for update skip locked"
     ))
-    .fetch_all(conn)
+    .bind(id)
+    .fetch_optional(conn)
+    .await
+}
+
+/// When the next pending request expires, if any is pending.
+pub async fn next_expiry(conn: &mut PgConnection) -> sqlx::Result<Option<DateTime<Utc>>> {
+    sqlx::query_scalar(
+        "select min(expires_at) from tool_user_input_requests where status = 'pending'",
+    )
+    .fetch_one(conn)
     .await
 }
 
@@ -243,7 +402,8 @@ pub async fn settled_without_result(
          where q.run_id = $1 and q.status <> 'pending'
            and not exists (select 1 from messages m
                            where m.conversation_id = q.conversation_id and m.role = 'tool'
-                             and m.content @> jsonb_build_array(jsonb_build_object('tool_call_id', q.tool_call_id)))
+                             and m.content @> jsonb_build_array(jsonb_build_object('tool_call_id',
+                                 coalesce(q.elicitation ->> 'tool_call_id', q.tool_call_id))))
          order by q.created_at"
     ))
     .bind(run_id)

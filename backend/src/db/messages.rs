@@ -10,10 +10,11 @@ use uuid::Uuid;
 struct MessageRow {
     id: Uuid,
     seq: i32,
-    role: String,
+    role: Role,
     content: Json<Vec<ContentBlock>>,
     model: Option<String>,
     run_id: Option<Uuid>,
+    pinned: bool,
     created_at: DateTime<Utc>,
 }
 
@@ -22,10 +23,11 @@ impl From<MessageRow> for Message {
         Message {
             id: row.id,
             seq: row.seq,
-            role: Role::parse(&row.role).unwrap_or(Role::System),
+            role: row.role,
             content: row.content.0,
             model: row.model,
             run_id: row.run_id,
+            pinned: row.pinned,
             created_at: row.created_at,
         }
     }
@@ -40,10 +42,13 @@ pub struct NewMessage<'a> {
     pub run_id: Option<Uuid>,
 }
 
-/// Appends a message. The conversation row is locked so parallel writers (tool results
-/// of one step) take consecutive sequence numbers.
+/// Appends a message in two statements. The conversation row is locked so parallel
+/// writers (tool results of one step) take consecutive sequence numbers.
 pub async fn append(conn: &mut PgConnection, new: NewMessage<'_>) -> sqlx::Result<Message> {
-    sqlx::query("select 1 from conversations where id = $1 for update")
+    // Marks the conversation active and, as an update, holds its row until commit: the
+    // insert below (a new statement, so a fresh snapshot) sees every earlier writer's
+    // message and takes the next number.
+    sqlx::query("update conversations set updated_at = now() where id = $1")
         .bind(new.conversation_id)
         .execute(&mut *conn)
         .await?;
@@ -61,7 +66,7 @@ pub async fn append(conn: &mut PgConnection, new: NewMessage<'_>) -> sqlx::Resul
          values ($1, $2, $3,
                  (select coalesce(max(seq), 0) + 1 from messages where conversation_id = $2),
                  $4, $5, $6, $7, $8)
-         returning id, seq, role, content, model, run_id, created_at",
+         returning id, seq, role, content, model, run_id, pinned, created_at",
     )
     .bind(Uuid::new_v4())
     .bind(new.conversation_id)
@@ -71,18 +76,14 @@ pub async fn append(conn: &mut PgConnection, new: NewMessage<'_>) -> sqlx::Resul
     .bind(new.model)
     .bind(new.run_id)
     .bind(text)
-    .fetch_one(&mut *conn)
+    .fetch_one(conn)
     .await?;
-    sqlx::query("update conversations set updated_at = now() where id = $1")
-        .bind(new.conversation_id)
-        .execute(conn)
-        .await?;
     Ok(row.into())
 }
 
 pub async fn list(conn: &mut PgConnection, conversation_id: Uuid) -> sqlx::Result<Vec<Message>> {
     let rows = sqlx::query_as::<_, MessageRow>(
-        "select id, seq, role, content, model, run_id, created_at from messages
+        "select id, seq, role, content, model, run_id, pinned, created_at from messages
          where conversation_id = $1 order by seq",
     )
     .bind(conversation_id)
@@ -93,9 +94,30 @@ pub async fn list(conn: &mut PgConnection, conversation_id: Uuid) -> sqlx::Resul
 
 pub async fn find(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<Message>> {
     let row = sqlx::query_as::<_, MessageRow>(
-        "select id, seq, role, content, model, run_id, created_at from messages where id = $1",
+        "select id, seq, role, content, model, run_id, pinned, created_at from messages where id = $1",
     )
     .bind(id)
+    .fetch_optional(conn)
+    .await?;
+    Ok(row.map(Into::into))
+}
+
+/// Pins or unpins one of the caller's user messages; `None` when there is no such user
+/// message in the conversation.
+pub async fn set_pinned(
+    conn: &mut PgConnection,
+    conversation_id: Uuid,
+    message_id: Uuid,
+    pinned: bool,
+) -> sqlx::Result<Option<Message>> {
+    let row = sqlx::query_as::<_, MessageRow>(
+        "update messages set pinned = $3
+         where conversation_id = $1 and id = $2 and role = 'user'
+         returning id, seq, role, content, model, run_id, pinned, created_at",
+    )
+    .bind(conversation_id)
+    .bind(message_id)
+    .bind(pinned)
     .fetch_optional(conn)
     .await?;
     Ok(row.map(Into::into))

@@ -4,6 +4,7 @@
 pub mod conversations;
 pub mod events;
 pub mod input_requests;
+pub mod instances;
 pub mod listener;
 pub mod memory;
 pub mod messages;
@@ -12,7 +13,7 @@ pub mod saved_inputs;
 pub mod summaries;
 pub mod tool_calls;
 
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::Context;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -36,7 +37,7 @@ pub async fn connect(config: &Config) -> anyhow::Result<PgPool> {
     let options = options.application_name("toolgate");
     Ok(PgPoolOptions::new()
         .max_connections(config.db_max_connections)
-        .acquire_timeout(Duration::from_secs(5))
+        .acquire_timeout(config.db_acquire_timeout)
         .connect_lazy_with(options))
 }
 
@@ -48,10 +49,19 @@ pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
         .context("running database migrations")
 }
 
+static USER_TRANSACTIONS: AtomicU64 = AtomicU64::new(0);
+
+/// How many user transactions this process has begun: the benchmark's count of the
+/// database work one model step does.
+pub fn user_transactions_begun() -> u64 {
+    USER_TRANSACTIONS.load(Ordering::Relaxed)
+}
+
 /// Starts the transaction an API request runs in: switched to the `toolgate_app` role,
 /// with row-level security keyed on `user_id`. Role and user id are set in one
 /// statement, since each round trip here costs every request.
 pub async fn begin_as_user(pool: &PgPool, user_id: &str) -> sqlx::Result<Tx> {
+    USER_TRANSACTIONS.fetch_add(1, Ordering::Relaxed);
     let mut tx = pool.begin().await?;
     sqlx::query(
         "select set_config('role', 'toolgate_app', true), set_config('toolgate.user_id', $1, true)",

@@ -12,7 +12,7 @@ pub struct RunRow {
     pub id: Uuid,
     pub conversation_id: Uuid,
     pub user_id: String,
-    pub status: String,
+    pub status: RunStatus,
     pub step: i32,
     pub model: Option<String>,
     pub error: Option<String>,
@@ -23,7 +23,7 @@ pub struct RunRow {
 
 impl RunRow {
     pub fn status(&self) -> RunStatus {
-        RunStatus::parse(&self.status).unwrap_or(RunStatus::Failed)
+        self.status
     }
 
     pub fn to_api(&self) -> Run {
@@ -142,7 +142,7 @@ pub async fn renew_lease(
 ) -> sqlx::Result<()> {
     sqlx::query(
         "update agent_runs set lease_expires_at = now() + $2, model = coalesce($3, model), updated_at = now()
-         where id = $1 and status = 'running'",
+         where id = $1 and status = 'running' and not handed_over",
     )
     .bind(id)
     .bind(lease)
@@ -152,17 +152,80 @@ pub async fn renew_lease(
     Ok(())
 }
 
-/// Runs whose server stopped mid-step: running, lease lapsed. Marks them failed.
-pub async fn fail_abandoned(conn: &mut PgConnection) -> sqlx::Result<Vec<RunRow>> {
+/// A running run whose lease has lapsed.
+pub struct LapsedRun {
+    pub id: Uuid,
+    pub conversation_id: Uuid,
+    pub user_id: String,
+    /// Its server handed it over between steps, so it can go on; otherwise the server
+    /// stopped mid-step.
+    pub handed_over: bool,
+}
+
+/// Running runs whose lease has lapsed, oldest first.
+pub async fn lapsed(conn: &mut PgConnection) -> sqlx::Result<Vec<LapsedRun>> {
+    let rows: Vec<(Uuid, Uuid, String, bool)> = sqlx::query_as(
+        "select id, conversation_id, user_id, handed_over from agent_runs
+         where status = 'running' and lease_expires_at < now()
+         order by lease_expires_at limit 500",
+    )
+    .fetch_all(conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, conversation_id, user_id, handed_over)| LapsedRun {
+            id,
+            conversation_id,
+            user_id,
+            handed_over,
+        })
+        .collect())
+}
+
+/// Marks a run failed if it is still running with its lease lapsed and was not handed
+/// over.
+pub async fn fail_abandoned(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<RunRow>> {
     sqlx::query_as::<_, RunRow>(&format!(
         "update agent_runs
          set status = 'failed', error = 'the server stopped while this run was in progress; send your message again',
              updated_at = now(), finished_at = now(), lease_expires_at = null
-         where status = 'running' and lease_expires_at < now()
+         where id = $1 and status = 'running' and lease_expires_at < now() and not handed_over
          returning {COLUMNS}"
     ))
-    .fetch_all(conn)
+    .bind(id)
+    .fetch_optional(conn)
     .await
+}
+
+/// Marks a running run as handed over between steps: its lease lapses now, so the
+/// next sweep of any replica resumes it. `false` when it is no longer running.
+pub async fn hand_over(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<bool> {
+    let moved = sqlx::query(
+        "update agent_runs set handed_over = true, lease_expires_at = now(), updated_at = now()
+         where id = $1 and status = 'running'",
+    )
+    .bind(id)
+    .execute(conn)
+    .await?;
+    Ok(moved.rows_affected() == 1)
+}
+
+/// Takes over a handed-over run with a fresh lease; `false` when another replica was
+/// first.
+pub async fn take_over(
+    conn: &mut PgConnection,
+    id: Uuid,
+    lease: chrono::Duration,
+) -> sqlx::Result<bool> {
+    let taken = sqlx::query(
+        "update agent_runs set handed_over = false, lease_expires_at = now() + $2, updated_at = now()
+         where id = $1 and status = 'running' and handed_over and lease_expires_at < now()",
+    )
+    .bind(id)
+    .bind(lease)
+    .execute(conn)
+    .await?;
+    Ok(taken.rows_affected() == 1)
 }
 
 /// Runs still waiting for input that no pending request holds any more: their server

@@ -1,8 +1,11 @@
 //! Demo mode (`TOOLGATE_DEMO=1`): sample databases for the `query_database` tool and a
 //! stand-in for the QuickBooks reports API, so the example tools work on a machine with
-//! no network and no accounts. Everything it serves is labelled as sample data.
+//! no network and no accounts; a sample MCP server (`toolgate mcp-demo`); and the
+//! offline model's vocabulary. Everything they serve is labelled as sample data.
 
+pub mod mcp_server;
 mod quickbooks;
+pub mod vocabulary;
 
 use anyhow::Context;
 use axum::Router;

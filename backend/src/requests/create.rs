@@ -6,16 +6,18 @@
 //! somebody else is simply not found.
 
 use chrono::Utc;
-use protocol::api::{CreateRequestParams, RequestKind};
+use protocol::api::{CreateRequestParams, Elicitation, RequestKind};
 use protocol::approval::Decision;
+use protocol::chat::EventKind;
 use protocol::fields::{self, FieldSpec, SaveFor};
 use serde_json::{Map, Value};
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use crate::db::conversations;
 use crate::db::input_requests::{self, InputRequestRow, NewInputRequest};
+use crate::db::{conversations, events};
 use crate::error::{Error, FieldErrors, Result, ResultExt};
+use crate::tools::mcp::stateless::RetryState;
 
 /// Longest tool name, tool call id or reason accepted.
 const MAX_NAME_LEN: usize = 200;
@@ -103,7 +105,8 @@ pub async fn create_request(
     .await
 }
 
-/// What the executor asks: values for fields, or approval of exact arguments.
+/// What is asked: values for fields, approval of exact arguments, or an MCP server's
+/// question while its tool runs.
 pub enum Ask<'a> {
     Input {
         reason: &'a str,
@@ -118,6 +121,23 @@ pub enum Ask<'a> {
         digest: &'a str,
         /// Values given on an earlier card of the same call (secrets sealed).
         carried: Option<&'a Map<String, Value>>,
+    },
+    Elicitation {
+        reason: &'a str,
+        fields: &'a [FieldSpec],
+        save_for: SaveFor,
+        elicitation: &'a Elicitation,
+        /// This process, whose live session waits for the answer.
+        held_by: Uuid,
+    },
+    /// An MCP server's question with nothing waiting on it: answered, the tool is
+    /// called again with what `retry` keeps.
+    Stateless {
+        reason: &'a str,
+        fields: &'a [FieldSpec],
+        save_for: SaveFor,
+        elicitation: &'a Elicitation,
+        retry: &'a RetryState,
     },
 }
 
@@ -134,6 +154,9 @@ pub async fn insert_request(
     ask: Ask<'_>,
 ) -> Result<InputRequestRow> {
     let ttl = chrono::Duration::from_std(ctx.ttl).unwrap_or(chrono::Duration::hours(24));
+    let mut elicitation = None;
+    let mut held_by = None;
+    let mut retry_state = None;
     let (kind, reason, fields, save_for, decisions, digest, carried) = match ask {
         Ask::Input {
             reason,
@@ -163,6 +186,44 @@ pub async fn insert_request(
             Some(digest),
             carried,
         ),
+        Ask::Elicitation {
+            reason,
+            fields,
+            save_for,
+            elicitation: asked,
+            held_by: holder,
+        } => {
+            elicitation = Some(asked);
+            held_by = Some(holder);
+            (
+                RequestKind::Input,
+                reason,
+                fields,
+                save_for,
+                &[][..],
+                None,
+                None,
+            )
+        }
+        Ask::Stateless {
+            reason,
+            fields,
+            save_for,
+            elicitation: asked,
+            retry,
+        } => {
+            elicitation = Some(asked);
+            retry_state = Some(retry);
+            (
+                RequestKind::Input,
+                reason,
+                fields,
+                save_for,
+                &[][..],
+                None,
+                None,
+            )
+        }
     };
     let inserted = input_requests::insert(
         conn,
@@ -183,6 +244,9 @@ pub async fn insert_request(
             allowed_decisions: decisions,
             arguments_digest: digest,
             user_inputs: carried,
+            elicitation,
+            held_by,
+            retry_state,
         },
     )
     .await
@@ -193,7 +257,17 @@ pub async fn insert_request(
         )
     })?;
     // The insert only happens when the conversation is the caller's.
-    inserted.ok_or(Error::NotFound("conversation"))
+    let row = inserted.ok_or(Error::NotFound("conversation"))?;
+    // A run announces its requests when it records that it waits, and an MCP server's
+    // question is announced where it is asked; one made outside a run (the action API,
+    // `/api/tools/execute`) is announced here, so an open chat shows its card at once.
+    if ctx.run_id.is_none() && elicitation.is_none() {
+        let announced = EventKind::InputRequested {
+            request: row.to_api(),
+        };
+        events::append(conn, conversation_id, ctx.user_id, None, &announced).await?;
+    }
+    Ok(row)
 }
 
 pub async fn get_pending(

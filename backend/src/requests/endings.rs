@@ -326,13 +326,44 @@ fn ending(status: RequestStatus, decided_by: Option<&str>) -> Settlement<'_> {
     }
 }
 
-/// Expires the requests nobody answered in time (background path, across users).
-pub async fn expire_overdue(conn: &mut PgConnection) -> Result<Vec<InputRequestRow>> {
-    let mut expired = Vec::new();
-    for row in input_requests::overdue_for_update(conn).await? {
-        expired.push(settle(conn, &row, ending(RequestStatus::Expired, None)).await?);
-    }
-    Ok(expired)
+/// Expires one request nobody answered in time (background path), if it is still
+/// pending; the caller holds its conversation's writer lock.
+pub async fn expire(conn: &mut PgConnection, id: Uuid) -> Result<Option<InputRequestRow>> {
+    let Some(row) = input_requests::overdue_for_update(conn, id).await? else {
+        return Ok(None);
+    };
+    settle(conn, &row, ending(RequestStatus::Expired, None))
+        .await
+        .map(Some)
+}
+
+/// Ends an MCP server's question that can no longer be answered (the call ended, the
+/// server withdrew it, the session or the process holding it went away), saying why.
+pub async fn abandon_question(
+    conn: &mut PgConnection,
+    id: Uuid,
+    why: &str,
+) -> Result<Option<InputRequestRow>> {
+    let Some(row) = input_requests::pending_for_update(conn, id).await? else {
+        return Ok(None);
+    };
+    let mut settlement = ending(RequestStatus::Abandoned, None);
+    settlement.message = Some(why);
+    settle(conn, &row, settlement).await.map(Some)
+}
+
+/// A URL-mode question the server says is complete: still pending, it completes as if
+/// the user had confirmed it.
+pub async fn complete_url_question(
+    conn: &mut PgConnection,
+    id: Uuid,
+) -> Result<Option<InputRequestRow>> {
+    let Some(row) = input_requests::pending_for_update(conn, id).await? else {
+        return Ok(None);
+    };
+    settle(conn, &row, ending(RequestStatus::Completed, None))
+        .await
+        .map(Some)
 }
 
 /// Ends the requests of a run that ended without them (it failed, or was stopped).

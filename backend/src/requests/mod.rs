@@ -15,7 +15,7 @@ mod follow_up;
 mod row;
 pub mod words;
 
-pub use follow_up::{follow_up, outcome_of_settled};
+pub use follow_up::{RunInbox, follow_up, outcome_of_settled};
 
 use protocol::api::{InputRequest, RequestKind};
 

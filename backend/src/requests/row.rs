@@ -8,12 +8,13 @@ use serde_json::{Map, Value};
 
 use crate::db::input_requests::InputRequestRow;
 use crate::error::Result;
+use crate::tools::CallRef;
 use crate::vault::Vault;
 
 impl InputRequestRow {
     /// The stored status, with a pending request past its expiry counted as expired.
     pub fn status(&self) -> RequestStatus {
-        let stored = RequestStatus::parse(&self.status).unwrap_or(RequestStatus::Pending);
+        let stored = self.status;
         if stored == RequestStatus::Pending && self.expires_at <= Utc::now() {
             RequestStatus::Expired
         } else {
@@ -22,7 +23,7 @@ impl InputRequestRow {
     }
 
     pub fn kind(&self) -> RequestKind {
-        RequestKind::parse(&self.kind).unwrap_or_default()
+        self.kind
     }
 
     pub fn fields(&self) -> &[FieldSpec] {
@@ -32,6 +33,30 @@ impl InputRequestRow {
     /// Whether the executor asked (and so retries the tool when the user has answered).
     pub fn from_executor(&self) -> bool {
         self.origin == "executor"
+    }
+
+    /// Whether an MCP server asked while its tool ran.
+    pub fn from_mcp(&self) -> bool {
+        self.origin == "mcp"
+    }
+
+    /// The status as stored, without counting a past expiry.
+    pub fn stored_status(&self) -> RequestStatus {
+        self.status
+    }
+
+    /// The tool call the request belongs to: for an MCP server's question, the call
+    /// that is waiting, not the question's own id.
+    pub fn call_ref(&self) -> CallRef {
+        CallRef {
+            run_id: self.run_id,
+            conversation_id: self.conversation_id,
+            tool_call_id: self
+                .elicitation
+                .as_ref()
+                .map_or_else(|| self.tool_call_id.clone(), |e| e.0.tool_call_id.clone()),
+            tool_name: self.tool_name.clone(),
+        }
     }
 
     /// The request as callers see it: secrets masked, expiry applied.
@@ -65,6 +90,7 @@ impl InputRequestRow {
             arguments_schema: None,
             decision: self.decision.as_deref().and_then(Decision::parse),
             message: self.decision_message.clone(),
+            elicitation: self.elicitation.as_ref().map(|e| e.0.clone()),
         }
     }
 

@@ -50,9 +50,10 @@ pub fn outcome_for(row: &InputRequestRow) -> ToolOutcome {
         (_, RequestStatus::Expired) => format!(
             "The request to the user expired before they answered, so `{tool}` did not run. Ask again when they are back."
         ),
-        (_, RequestStatus::Abandoned) => {
-            format!("The run ended before the user answered, so `{tool}` did not run.")
-        }
+        (_, RequestStatus::Abandoned) => match message {
+            Some(why) => format!("`{tool}` did not finish: {why}."),
+            None => format!("The run ended before the user answered, so `{tool}` did not run."),
+        },
         (_, RequestStatus::Completed | RequestStatus::Approved) => {
             format!(
                 "the server stopped before the tool ran with the user's answer, so `{tool}` did not run; ask again"

@@ -9,23 +9,37 @@
 //! otherwise run, log.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use protocol::api::{RequestKind, ToolOutcome};
 use protocol::fields;
 use serde_json::{Map, Value};
+use sqlx::PgPool;
 use uuid::Uuid;
 
-use super::ToolContext;
 use super::digest;
 use super::kinds::calculator;
-use super::registry::{Runner, Tool};
+use super::mcp::{CallContext, McpHub, McpTarget};
+use super::registry::{Runner, Tool, ToolRegistry};
 use super::remembered;
+use super::{CallRef, ToolContext};
 use crate::db::input_requests::{self, InputRequestRow};
 use crate::db::{self, conversations, tool_calls};
 use crate::error::{Error, Result};
 use crate::requests::{self, create::Ask, create::RequestContext};
-use crate::state::AppState;
+use crate::vault::Vault;
+
+/// What running a tool call reaches, and nothing else of the server: the pool (each
+/// transaction carries the caller's identity), the registry, the vault for remembered
+/// secrets, the MCP servers, and how long a new request waits for its user.
+#[derive(Clone)]
+pub struct Executor {
+    pub pool: PgPool,
+    pub tools: Arc<ToolRegistry>,
+    pub vault: Arc<Vault>,
+    pub mcp: Arc<McpHub>,
+    pub input_ttl: Duration,
+}
 
 /// One tool call as the executor receives it.
 #[derive(Clone, Debug)]
@@ -47,13 +61,13 @@ struct Filled {
 /// Runs one tool call for `user_id`. A failing tool is an outcome, not an error;
 /// errors are the caller's mistakes (unknown tool or conversation, reused call id) or
 /// the database's.
-pub async fn execute(state: &AppState, user_id: &str, call: ToolCall) -> Result<ToolOutcome> {
-    let tool = state
+pub async fn execute(executor: &Executor, user_id: &str, call: ToolCall) -> Result<ToolOutcome> {
+    let tool = executor
         .tools
         .get(&call.tool_name)
         .ok_or(Error::NotFound("tool"))?;
     let started = Instant::now();
-    let mut tx = db::begin_as_user(&state.db, user_id).await?;
+    let mut tx = db::begin_as_user(&executor.pool, user_id).await?;
     if !conversations::exists(&mut tx, call.conversation_id).await? {
         return Err(Error::NotFound("conversation"));
     }
@@ -71,8 +85,8 @@ pub async fn execute(state: &AppState, user_id: &str, call: ToolCall) -> Result<
     }
     let remembered = remembered::for_tool(
         &mut tx,
-        &state.vault,
-        &state.tools,
+        &executor.vault,
+        &executor.tools,
         user_id,
         call.conversation_id,
         &tool,
@@ -85,7 +99,7 @@ pub async fn execute(state: &AppState, user_id: &str, call: ToolCall) -> Result<
     let ctx = RequestContext {
         user_id,
         run_id: call.run_id,
-        ttl: state.config.input_ttl,
+        ttl: executor.input_ttl,
         origin: "executor",
         original_user_request: call.original_user_request.as_deref(),
     };
@@ -111,7 +125,7 @@ pub async fn execute(state: &AppState, user_id: &str, call: ToolCall) -> Result<
             success: false,
             error: Some(spec.reason.clone()),
             requires_user_input: true,
-            user_input_request: Some(requests::describe(&row, &state.tools)),
+            user_input_request: Some(requests::describe(&row, &executor.tools)),
             ..ToolOutcome::default()
         };
         log.write(&mut tx, &outcome, "requires_user_input", &filled.ignored)
@@ -130,7 +144,7 @@ pub async fn execute(state: &AppState, user_id: &str, call: ToolCall) -> Result<
         }
     };
     if tool.needs_approval(&values) {
-        let outcome = ask_approval(&mut tx, state, &ctx, &tool, &call, &values, None).await?;
+        let outcome = ask_approval(&mut tx, executor, &ctx, &tool, &call, &values, None).await?;
         log.write(&mut tx, &outcome, "requires_approval", &filled.ignored)
             .await?;
         tx.commit().await?;
@@ -138,8 +152,8 @@ pub async fn execute(state: &AppState, user_id: &str, call: ToolCall) -> Result<
     }
     // Nothing to ask: no transaction stays open while the tool runs.
     tx.commit().await?;
-    let outcome = run(user_id, &tool, &call, &values).await;
-    let mut tx = db::begin_as_user(&state.db, user_id).await?;
+    let outcome = run(executor, user_id, &tool, &call, &values).await;
+    let mut tx = db::begin_as_user(&executor.pool, user_id).await?;
     log.write(&mut tx, &outcome, outcome_label(&outcome), &filled.ignored)
         .await?;
     tx.commit().await?;
@@ -150,7 +164,7 @@ pub async fn execute(state: &AppState, user_id: &str, call: ToolCall) -> Result<
 /// neither shown nor part of the digest) and answers `requires_approval`.
 async fn ask_approval(
     conn: &mut sqlx::PgConnection,
-    state: &AppState,
+    executor: &Executor,
     ctx: &RequestContext<'_>,
     tool: &Tool,
     call: &ToolCall,
@@ -185,7 +199,7 @@ async fn ask_approval(
         success: false,
         error: Some(reason),
         requires_approval: true,
-        approval_request: Some(requests::describe(&row, &state.tools)),
+        approval_request: Some(requests::describe(&row, &executor.tools)),
         ..ToolOutcome::default()
     })
 }
@@ -194,7 +208,11 @@ async fn ask_approval(
 /// stored arguments plus the submitted values (asking for approval next when the call
 /// needs it), an approval with exactly the arguments approved. The outcome is kept on
 /// the request.
-pub async fn retry(state: &AppState, user_id: &str, row: &InputRequestRow) -> Result<ToolOutcome> {
+pub async fn retry(
+    executor: &Executor,
+    user_id: &str,
+    row: &InputRequestRow,
+) -> Result<ToolOutcome> {
     let call = ToolCall {
         conversation_id: row.conversation_id,
         run_id: row.run_id,
@@ -204,15 +222,15 @@ pub async fn retry(state: &AppState, user_id: &str, row: &InputRequestRow) -> Re
         original_user_request: row.original_user_request.clone(),
     };
     let started = Instant::now();
-    let tool = state.tools.get(&row.tool_name);
+    let tool = executor.tools.get(&row.tool_name);
     let outcome = match &tool {
         None => ToolOutcome::failed(format!("the tool `{}` no longer exists", row.tool_name)),
         Some(tool) => match tool.unavailable_reason() {
             Some(reason) => ToolOutcome::failed(reason),
-            None => retry_with_answer(state, user_id, tool, row, &call).await?,
+            None => retry_with_answer(executor, user_id, tool, row, &call).await?,
         },
     };
-    let mut tx = db::begin_as_user(&state.db, user_id).await?;
+    let mut tx = db::begin_as_user(&executor.pool, user_id).await?;
     input_requests::set_tool_result(
         &mut tx,
         row.id,
@@ -234,14 +252,14 @@ pub async fn retry(state: &AppState, user_id: &str, row: &InputRequestRow) -> Re
 }
 
 async fn retry_with_answer(
-    state: &AppState,
+    executor: &Executor,
     user_id: &str,
     tool: &Arc<Tool>,
     row: &InputRequestRow,
     call: &ToolCall,
 ) -> Result<ToolOutcome> {
     let approval = row.kind() == RequestKind::Approval;
-    let mut answered = row.open_inputs(&state.vault)?;
+    let mut answered = row.open_inputs(&executor.vault)?;
     if approval {
         // The approved arguments fill the fields they name: the user saw (or wrote) them.
         for (name, value) in &call.arguments {
@@ -250,11 +268,11 @@ async fn retry_with_answer(
             }
         }
     }
-    let mut tx = db::begin_as_user(&state.db, user_id).await?;
+    let mut tx = db::begin_as_user(&executor.pool, user_id).await?;
     let remembered = remembered::for_tool(
         &mut tx,
-        &state.vault,
-        &state.tools,
+        &executor.vault,
+        &executor.tools,
         user_id,
         row.conversation_id,
         tool,
@@ -286,17 +304,17 @@ async fn retry_with_answer(
         let ctx = RequestContext {
             user_id,
             run_id: row.run_id,
-            ttl: state.config.input_ttl,
+            ttl: executor.input_ttl,
             origin: "executor",
             original_user_request: row.original_user_request.as_deref(),
         };
         let carried = row.user_inputs.as_ref().map(|inputs| &inputs.0);
-        let outcome = ask_approval(&mut tx, state, &ctx, tool, call, &values, carried).await?;
+        let outcome = ask_approval(&mut tx, executor, &ctx, tool, call, &values, carried).await?;
         tx.commit().await?;
         return Ok(outcome);
     }
     tx.commit().await?;
-    Ok(run(user_id, tool, call, &values).await)
+    Ok(run(executor, user_id, tool, call, &values).await)
 }
 
 /// The values the tool runs with: its arguments, then for each field the first of
@@ -394,11 +412,15 @@ fn validate(
 }
 
 async fn run(
+    executor: &Executor,
     user_id: &str,
     tool: &Arc<Tool>,
     call: &ToolCall,
     values: &Map<String, Value>,
 ) -> ToolOutcome {
+    if let Runner::Mcp(target) = &tool.runner {
+        return run_mcp(executor, user_id, tool, target, call, values).await;
+    }
     let context = ToolContext {
         user_id: user_id.to_owned(),
         conversation_id: call.conversation_id,
@@ -420,11 +442,44 @@ async fn run(
                 .map(|text| serde_json::json!({ "name": name, "instructions": text }))
                 .ok_or_else(|| format!("there is no skill named `{name}`"))
         }
+        Runner::Mcp(_) => Err("an MCP tool runs through its server".to_owned()),
     };
     match result {
         Ok(result) => ToolOutcome::ok(result),
         Err(error) => ToolOutcome::failed(error),
     }
+}
+
+/// An MCP tool: the values (arguments and the user's fields) go to the server in the
+/// user's own session. A question the server asks meanwhile is this call's
+/// `requires_user_input`; the call goes on once it is answered.
+async fn run_mcp(
+    executor: &Executor,
+    user_id: &str,
+    tool: &Tool,
+    target: &McpTarget,
+    call: &ToolCall,
+    values: &Map<String, Value>,
+) -> ToolOutcome {
+    let secret_fields = tool
+        .fields()
+        .iter()
+        .filter(|field| field.is_secret())
+        .map(|field| field.name.clone())
+        .collect();
+    let context = CallContext {
+        user_id: user_id.to_owned(),
+        call: CallRef {
+            run_id: call.run_id,
+            conversation_id: call.conversation_id,
+            tool_call_id: call.tool_call_id.clone(),
+            tool_name: tool.name.clone(),
+        },
+    };
+    executor
+        .mcp
+        .call(target, context, values.clone(), secret_fields)
+        .await
 }
 
 fn outcome_label(outcome: &ToolOutcome) -> &'static str {
@@ -484,5 +539,206 @@ impl CallLog<'_> {
         )
         .await?;
         Ok(())
+    }
+}
+
+/// The executor on its own: a real Postgres (a database of its own, migrated), the
+/// registry from a tools file, no HTTP server and no model.
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::io::Write;
+
+    use serde_json::json;
+    use sqlx::Connection;
+
+    use super::*;
+    use crate::db::listener::EventHub;
+    use crate::tools::mcp::{HubDeps, McpConfig};
+
+    /// An http tool the tests never let run: it needs a user-only account first.
+    const TOOLS: &str = r#"
+[[tools]]
+name = "lookup_account"
+description = "Look an account up"
+kind = "http"
+[tools.parameters]
+type = "object"
+[tools.parameters.properties.region]
+type = "string"
+[tools.requires_user_input]
+reason = "Which account?"
+[[tools.requires_user_input.fields]]
+name = "account"
+type = "text"
+[tools.http]
+method = "GET"
+url = "https://accounts.example.invalid/{account}"
+"#;
+
+    pub(crate) struct Fixture {
+        pub(crate) executor: Executor,
+        /// The tools file `ToolRegistry::load` read, removed on drop.
+        tools_file: std::path::PathBuf,
+    }
+
+    impl Drop for Fixture {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.tools_file);
+        }
+    }
+
+    /// An executor on a fresh, migrated database with the `lookup_account` tool, which
+    /// asks for an account only the user knows.
+    pub(crate) async fn fixture() -> Fixture {
+        let admin = std::env::var("DATABASE_URL")
+            .ok()
+            .filter(|url| !url.is_empty())
+            .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+        // Named like the end-to-end tests' databases, so their clean-up drops it.
+        let name = format!("toolgate_test_unit_{}", Uuid::new_v4().simple());
+        let mut conn = sqlx::PgConnection::connect(&admin)
+            .await
+            .expect("the admin database (DATABASE_URL)");
+        sqlx::query(&format!("create database {name}"))
+            .execute(&mut conn)
+            .await
+            .expect("create database");
+        let url = match admin.rsplit_once('/') {
+            Some((base, _)) => format!("{base}/{name}"),
+            None => panic!("DATABASE_URL has no database name"),
+        };
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(4)
+            .connect(&url)
+            .await
+            .expect("test database");
+        db::migrate(&pool).await.expect("migrations");
+        let path = std::env::temp_dir().join(format!("{name}.toml"));
+        std::fs::File::create(&path)
+            .and_then(|mut file| file.write_all(TOOLS.as_bytes()))
+            .expect("tools file");
+        let (registry, _) = ToolRegistry::load(Some(&path), None).expect("tools file");
+        let tools = Arc::new(registry);
+        let vault = Arc::new(Vault::new(&[7; 32]));
+        let (mcp, _deliveries) = McpHub::start(
+            McpConfig::default(),
+            HubDeps {
+                pool: pool.clone(),
+                registry: tools.clone(),
+                events: EventHub::start(pool.clone()),
+                input_ttl: Duration::from_secs(600),
+                vault: vault.clone(),
+                instance: Uuid::new_v4(),
+            },
+        );
+        Fixture {
+            executor: Executor {
+                pool,
+                tools,
+                vault,
+                mcp,
+                input_ttl: Duration::from_secs(600),
+            },
+            tools_file: path,
+        }
+    }
+
+    pub(crate) async fn conversation_of(executor: &Executor, user: &str) -> Uuid {
+        let mut tx = db::begin_as_user(&executor.pool, user).await.expect("tx");
+        let conversation = conversations::insert(&mut tx, user, "t")
+            .await
+            .expect("conversation");
+        tx.commit().await.expect("commit");
+        conversation.id
+    }
+
+    pub(crate) fn call(conversation_id: Uuid, tool: &str, id: &str, arguments: Value) -> ToolCall {
+        ToolCall {
+            conversation_id,
+            run_id: None,
+            tool_name: tool.to_owned(),
+            tool_call_id: id.to_owned(),
+            arguments: arguments.as_object().cloned().unwrap_or_default(),
+            original_user_request: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_tool_runs_and_its_call_is_logged_for_its_user() {
+        let fx = fixture().await;
+        let conversation = conversation_of(&fx.executor, "ann").await;
+        let outcome = execute(
+            &fx.executor,
+            "ann",
+            call(
+                conversation,
+                "calculator",
+                "call_1",
+                json!({"expression": "2 + 3"}),
+            ),
+        )
+        .await
+        .expect("executed");
+        assert!(outcome.success, "{outcome:?}");
+        let mut tx = db::begin_as_user(&fx.executor.pool, "ann")
+            .await
+            .expect("tx");
+        let logged: i64 = sqlx::query_scalar("select count(*) from tool_call_log")
+            .fetch_one(&mut *tx)
+            .await
+            .expect("log");
+        assert_eq!(logged, 1);
+    }
+
+    #[tokio::test]
+    async fn a_model_argument_aimed_at_a_user_only_field_never_fills_it() {
+        let fx = fixture().await;
+        let conversation = conversation_of(&fx.executor, "ann").await;
+        let outcome = execute(
+            &fx.executor,
+            "ann",
+            call(
+                conversation,
+                "lookup_account",
+                "call_2",
+                json!({"account": "attackers-account", "region": "eu"}),
+            ),
+        )
+        .await
+        .expect("executed");
+        assert!(outcome.requires_user_input, "{outcome:?}");
+        let request = outcome.user_input_request.expect("a card");
+        assert_eq!(request.fields[0].name, "account");
+        assert_eq!(
+            request.fields[0].default, None,
+            "not prefilled by the model"
+        );
+        assert!(!request.tool_args.to_string().contains("attackers-account"));
+    }
+
+    #[tokio::test]
+    async fn another_users_conversation_and_an_unknown_tool_are_not_found() {
+        let fx = fixture().await;
+        let anns = conversation_of(&fx.executor, "ann").await;
+        let stolen = execute(
+            &fx.executor,
+            "bob",
+            call(anns, "calculator", "call_3", json!({"expression": "1"})),
+        )
+        .await;
+        assert!(
+            matches!(stolen, Err(Error::NotFound("conversation"))),
+            "{stolen:?}"
+        );
+        let unknown = execute(
+            &fx.executor,
+            "ann",
+            call(anns, "no_such_tool", "call_4", json!({})),
+        )
+        .await;
+        assert!(
+            matches!(unknown, Err(Error::NotFound("tool"))),
+            "{unknown:?}"
+        );
     }
 }

@@ -3,6 +3,7 @@
 pub mod digest;
 pub mod executor;
 pub mod kinds;
+pub mod mcp;
 pub mod registry;
 pub mod remembered;
 pub mod template;
@@ -22,4 +23,13 @@ pub struct ToolContext {
     pub original_user_request: Option<String>,
     /// The agent's own arguments, its interpretation of the request.
     pub arguments: Map<String, Value>,
+}
+
+/// The tool call a result belongs to: what a run records it under.
+#[derive(Clone, Debug)]
+pub struct CallRef {
+    pub run_id: Option<Uuid>,
+    pub conversation_id: Uuid,
+    pub tool_call_id: String,
+    pub tool_name: String,
 }

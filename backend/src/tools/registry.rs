@@ -1,13 +1,14 @@
-//! The tools the executor knows: built-ins plus those of the tools file
-//! (`TOOLGATE_TOOLS`). Every definition is checked when it is loaded, so a bad regex or
-//! a placeholder nobody fills stops start-up instead of failing at a user's first click.
+//! The tools the executor knows: built-ins, those of the tools file (`TOOLGATE_TOOLS`),
+//! and those of the MCP servers it names, which come and go with their servers. Every
+//! definition of the file is checked when it is loaded, so a bad regex or a placeholder
+//! nobody fills stops start-up instead of failing at a user's first click.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use anyhow::{Context, bail};
-use protocol::api::ToolInfo;
+use protocol::api::{McpServerInfo, ToolInfo};
 use protocol::approval::ApprovalSpec;
 use protocol::fields::{self, FieldSpec, FieldType, InputRequestSpec};
 use serde::Deserialize;
@@ -15,6 +16,7 @@ use serde_json::{Map, Value, json};
 
 use super::kinds::http::{HttpConfig, HttpTool};
 use super::kinds::sql::{SqlConfig, SqlTool};
+use super::mcp::{self, McpConfig};
 use crate::db::saved_inputs::FieldClaim;
 
 pub enum Runner {
@@ -23,31 +25,44 @@ pub enum Runner {
     Calculator,
     /// Reads a skill from the skills folder.
     ReadSkill(std::path::PathBuf),
+    /// A tool of an MCP server, called through its session for the user.
+    Mcp(mcp::McpTarget),
 }
 
 /// Where a tool was defined. A secret shared under a `memory_key` only crosses between
-/// tools of the same origin.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// tools of the same origin (for MCP: of the same server).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ToolOrigin {
     Builtin,
     ToolsFile,
+    Mcp { server: String },
 }
 
-impl Runner {
-    /// Kinds whose calls change something elsewhere need approval unless the tools file
-    /// says otherwise.
-    fn has_side_effects(&self) -> bool {
+impl ToolOrigin {
+    fn api(&self) -> protocol::api::ToolOrigin {
         match self {
-            Runner::Http(http) => http.has_side_effects(),
-            Runner::Sql(_) | Runner::Calculator | Runner::ReadSkill(_) => false,
+            ToolOrigin::Builtin => protocol::api::ToolOrigin::Builtin,
+            ToolOrigin::ToolsFile => protocol::api::ToolOrigin::ToolsFile,
+            ToolOrigin::Mcp { .. } => protocol::api::ToolOrigin::Mcp,
         }
     }
 
+    /// The MCP server a tool comes from.
+    pub fn server(&self) -> Option<&str> {
+        match self {
+            ToolOrigin::Mcp { server } => Some(server),
+            _ => None,
+        }
+    }
+}
+
+impl Runner {
     fn kind(&self) -> &'static str {
         match self {
             Runner::Http(_) => "http",
             Runner::Sql(_) => "sql",
             Runner::Calculator | Runner::ReadSkill(_) => "builtin",
+            Runner::Mcp(_) => "mcp",
         }
     }
 }
@@ -65,16 +80,54 @@ pub struct Tool {
     pub approval: Option<ApprovalSpec>,
     pub origin: ToolOrigin,
     pub runner: Runner,
+    /// Why its MCP server cannot be reached now, in words any caller may see.
+    pub offline: Option<String>,
     validator: jsonschema::Validator,
 }
 
+/// Everything a tool is made of; [`Tool::assemble`] checks the schema.
+pub struct ToolParts {
+    pub name: String,
+    pub description: String,
+    pub parameters: Value,
+    pub input_spec: Option<InputRequestSpec>,
+    pub enabled: bool,
+    pub key_argument: Option<String>,
+    pub approval: Option<ApprovalSpec>,
+    pub origin: ToolOrigin,
+    pub runner: Runner,
+}
+
 impl Tool {
-    /// Why the tool cannot run now, in words any caller may see: disabled, or not
-    /// configured on this server (which setting is missing is for the operator's log,
-    /// see [`Tool::configuration_problem`]).
+    /// A tool from its parts; an argument schema that is not valid JSON Schema is an
+    /// error.
+    pub fn assemble(parts: ToolParts) -> anyhow::Result<Tool> {
+        let validator = jsonschema::validator_for(&parts.parameters)
+            .map_err(|err| anyhow::anyhow!("parameters is not a valid JSON Schema: {err}"))?;
+        Ok(Tool {
+            name: parts.name,
+            description: parts.description,
+            parameters: parts.parameters,
+            input_spec: parts.input_spec,
+            enabled: parts.enabled,
+            key_argument: parts.key_argument,
+            approval: parts.approval,
+            origin: parts.origin,
+            runner: parts.runner,
+            offline: None,
+            validator,
+        })
+    }
+
+    /// Why the tool cannot run now, in words any caller may see: disabled, its MCP
+    /// server unreachable, or not configured on this server (which setting is missing is
+    /// for the operator's log, see [`Tool::configuration_problem`]).
     pub fn unavailable_reason(&self) -> Option<String> {
         if !self.enabled {
             return Some(format!("the tool `{}` is disabled", self.name));
+        }
+        if let Some(offline) = &self.offline {
+            return Some(offline.clone());
         }
         self.configuration_problem()
             .map(|_| format!("the tool `{}` is not configured on this server", self.name))
@@ -85,8 +138,29 @@ impl Tool {
         match &self.runner {
             Runner::Http(http) => http.unavailable_reason(),
             Runner::Sql(sql) => sql.unavailable_reason(),
-            Runner::Calculator | Runner::ReadSkill(_) => None,
+            Runner::Calculator | Runner::ReadSkill(_) | Runner::Mcp(_) => None,
         }
+    }
+
+    /// The same tool, marked unreachable (or reachable again) with its server.
+    pub fn with_offline(&self, offline: Option<String>) -> anyhow::Result<Tool> {
+        let runner = match &self.runner {
+            Runner::Mcp(target) => Runner::Mcp(target.clone()),
+            _ => anyhow::bail!("only an MCP tool goes offline with its server"),
+        };
+        let mut tool = Tool::assemble(ToolParts {
+            name: self.name.clone(),
+            description: self.description.clone(),
+            parameters: self.parameters.clone(),
+            input_spec: self.input_spec.clone(),
+            enabled: self.enabled,
+            key_argument: self.key_argument.clone(),
+            approval: self.approval.clone(),
+            origin: self.origin.clone(),
+            runner,
+        })?;
+        tool.offline = offline;
+        Ok(tool)
     }
 
     /// The reasons the arguments break the tool's JSON Schema, if any.
@@ -124,7 +198,10 @@ impl Tool {
             requires_user_input: self.input_spec.clone(),
             requires_approval: self.approval.clone(),
             kind: self.runner.kind().to_owned(),
+            origin: self.origin.api(),
+            server: self.origin.server().map(str::to_owned),
             enabled: self.enabled,
+            available: self.unavailable_reason().is_none(),
             unavailable_reason: self.unavailable_reason(),
         }
     }
@@ -186,31 +263,64 @@ impl Tool {
     }
 }
 
-#[derive(Default)]
-pub struct ToolRegistry {
+/// One MCP server's part of the registry: where toolgate stands with it and the tools
+/// it offered when last reached.
+#[derive(Clone)]
+struct McpCatalog {
+    info: McpServerInfo,
     tools: Vec<Arc<Tool>>,
 }
 
+#[derive(Default)]
+pub struct ToolRegistry {
+    tools: Vec<Arc<Tool>>,
+    mcp: RwLock<BTreeMap<String, McpCatalog>>,
+}
+
 impl ToolRegistry {
-    /// Built-ins plus the tools file, if one is named. With a skills folder, the
-    /// `read_skill` tool is added.
-    pub fn load(path: Option<&Path>, skills_dir: Option<&Path>) -> anyhow::Result<Self> {
+    /// Built-ins plus the tools file, if one is named, and the file's MCP servers and
+    /// overlays (their tools join once the servers are reached). With a skills folder,
+    /// the `read_skill` tool is added.
+    pub fn load(
+        path: Option<&Path>,
+        skills_dir: Option<&Path>,
+    ) -> anyhow::Result<(Self, McpConfig)> {
         let mut registry = ToolRegistry::default();
         for tool in builtins(skills_dir)? {
             registry.add(tool)?;
         }
+        let mut mcp = McpConfig::default();
         if let Some(path) = path {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("reading the tools file {}", path.display()))?;
-            for tool in
-                parse_tools_file(&text).with_context(|| format!("tools file {}", path.display()))?
-            {
+            let file =
+                parse_file(&text).with_context(|| format!("tools file {}", path.display()))?;
+            for tool in file.tools {
                 registry
                     .add(tool)
                     .with_context(|| format!("tools file {}", path.display()))?;
             }
+            for server in &file.mcp.servers {
+                if registry.tools.iter().any(|tool| {
+                    tool.name
+                        .strip_prefix(server.name.as_str())
+                        .is_some_and(|rest| rest.starts_with(mcp::NAMESPACE_SEPARATOR))
+                }) {
+                    bail!(
+                        "tools file {}: tool names starting with `{}{}` are kept for the MCP server `{}`",
+                        path.display(),
+                        server.name,
+                        mcp::NAMESPACE_SEPARATOR,
+                        server.name
+                    );
+                }
+            }
+            mcp = file.mcp;
         }
-        Ok(registry)
+        for server in &mcp.servers {
+            registry.set_mcp_server(server.initial_info(), Vec::new());
+        }
+        Ok((registry, mcp))
     }
 
     fn add(&mut self, tool: Tool) -> anyhow::Result<()> {
@@ -226,18 +336,67 @@ impl ToolRegistry {
         Ok(())
     }
 
-    pub fn get(&self, name: &str) -> Option<Arc<Tool>> {
-        self.tools.iter().find(|t| t.name == name).cloned()
+    fn catalogs(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, McpCatalog>> {
+        self.mcp
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = &Arc<Tool>> {
-        self.tools.iter()
+    pub fn get(&self, name: &str) -> Option<Arc<Tool>> {
+        if let Some(tool) = self.tools.iter().find(|t| t.name == name) {
+            return Some(tool.clone());
+        }
+        let (server, _) = name.split_once(mcp::NAMESPACE_SEPARATOR)?;
+        self.catalogs()
+            .get(server)?
+            .tools
+            .iter()
+            .find(|t| t.name == name)
+            .cloned()
+    }
+
+    /// Every tool known now: built-ins, the tools file's, then each MCP server's.
+    pub fn all(&self) -> Vec<Arc<Tool>> {
+        let mut all = self.tools.clone();
+        for catalog in self.catalogs().values() {
+            all.extend(catalog.tools.iter().cloned());
+        }
+        all
+    }
+
+    /// The MCP servers of the tools file, reached or not.
+    pub fn servers(&self) -> Vec<McpServerInfo> {
+        self.catalogs().values().map(|c| c.info.clone()).collect()
+    }
+
+    /// Replaces what is known of one MCP server: its state and its tools.
+    pub fn set_mcp_server(&self, info: McpServerInfo, tools: Vec<Arc<Tool>>) {
+        let mut catalogs = self.mcp.write().unwrap_or_else(|p| p.into_inner());
+        catalogs.insert(info.name.clone(), McpCatalog { info, tools });
+    }
+
+    /// Marks one MCP server unreachable, keeping its last known tools listed as
+    /// unavailable with `reason`.
+    pub fn mark_mcp_server_down(&self, server: &str, info: McpServerInfo, reason: &str) {
+        let mut catalogs = self.mcp.write().unwrap_or_else(|p| p.into_inner());
+        let tools = catalogs
+            .get(server)
+            .map(|catalog| {
+                catalog
+                    .tools
+                    .iter()
+                    .filter_map(|tool| tool.with_offline(Some(reason.to_owned())).ok())
+                    .map(Arc::new)
+                    .collect()
+            })
+            .unwrap_or_default();
+        catalogs.insert(server.to_owned(), McpCatalog { info, tools });
     }
 
     /// Every field every tool declares, for binding values remembered before values
     /// were bound to tools.
     pub fn field_claims(&self) -> Vec<FieldClaim> {
-        self.tools
+        self.all()
             .iter()
             .flat_map(|tool| {
                 tool.fields().iter().map(|field| FieldClaim {
@@ -257,6 +416,16 @@ impl ToolRegistry {
 struct ToolsFile {
     #[serde(default)]
     tools: Vec<ToolEntry>,
+    #[serde(default)]
+    mcp_servers: Vec<mcp::config::ServerEntry>,
+    #[serde(default)]
+    tool_overlays: Vec<mcp::config::OverlayFileEntry>,
+}
+
+/// A tools file, read and checked.
+pub struct ParsedFile {
+    pub tools: Vec<Tool>,
+    pub mcp: McpConfig,
 }
 
 #[derive(Deserialize)]
@@ -289,14 +458,22 @@ fn enabled_by_default() -> bool {
 
 /// Reads and checks every tool of a tools file.
 pub fn parse_tools_file(text: &str) -> anyhow::Result<Vec<Tool>> {
+    Ok(parse_file(text)?.tools)
+}
+
+/// Reads and checks a tools file: its tools, MCP servers and overlays.
+pub fn parse_file(text: &str) -> anyhow::Result<ParsedFile> {
     let file: ToolsFile = toml::from_str(text).context("not a valid tools file")?;
-    file.tools
+    let tools = file
+        .tools
         .into_iter()
         .map(|entry| {
             let name = entry.name.clone();
             build(entry).with_context(|| format!("tool `{name}`"))
         })
-        .collect()
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let mcp = McpConfig::read(file.mcp_servers, file.tool_overlays)?;
+    Ok(ParsedFile { tools, mcp })
 }
 
 fn build(entry: ToolEntry) -> anyhow::Result<Tool> {
@@ -314,8 +491,6 @@ fn build(entry: ToolEntry) -> anyhow::Result<Tool> {
     let parameters = entry
         .parameters
         .unwrap_or_else(|| json!({"type": "object", "properties": {}}));
-    let validator = jsonschema::validator_for(&parameters)
-        .map_err(|err| anyhow::anyhow!("parameters is not a valid JSON Schema: {err}"))?;
     let input_spec = entry.requires_user_input.map(read_input_spec).transpose()?;
     let fields = input_spec
         .as_ref()
@@ -357,8 +532,12 @@ fn build(entry: ToolEntry) -> anyhow::Result<Tool> {
         ("calculator", _, _) => bail!("a calculator tool takes no [http] or [sql] table"),
         (other, _, _) => bail!("unknown kind `{other}`; expected http, sql or calculator"),
     };
-    let approval = read_approval(entry.requires_approval, runner.has_side_effects(), &known)?;
-    Ok(Tool {
+    let side_effects = match &runner {
+        Runner::Http(http) => http.has_side_effects(),
+        _ => false,
+    };
+    let approval = read_approval(entry.requires_approval, side_effects, &known)?;
+    Tool::assemble(ToolParts {
         name: entry.name,
         description: entry.description,
         parameters,
@@ -368,11 +547,13 @@ fn build(entry: ToolEntry) -> anyhow::Result<Tool> {
         approval,
         origin: ToolOrigin::ToolsFile,
         runner,
-        validator,
     })
 }
 
-fn read_approval(
+/// `requires_approval` of a tools file entry or an overlay: `true`, `false`, a table, or
+/// absent (approval exactly when the tool has side effects). Conditions must name
+/// arguments or fields the tool has.
+pub(crate) fn read_approval(
     raw: Option<Value>,
     side_effects: bool,
     known: &BTreeSet<String>,
@@ -403,7 +584,8 @@ fn read_approval(
     Ok(spec)
 }
 
-fn read_input_spec(raw: Value) -> anyhow::Result<InputRequestSpec> {
+/// `requires_user_input` of a tools file entry or an overlay, every field checked.
+pub(crate) fn read_input_spec(raw: Value) -> anyhow::Result<InputRequestSpec> {
     let raw_fields = raw
         .get("fields")
         .and_then(Value::as_array)
@@ -440,9 +622,7 @@ fn builtins(skills_dir: Option<&Path>) -> anyhow::Result<Vec<Tool>> {
         },
         "required": ["expression"]
     });
-    let validator = jsonschema::validator_for(&parameters)
-        .map_err(|err| anyhow::anyhow!("calculator schema: {err}"))?;
-    let mut tools = vec![Tool {
+    let mut tools = vec![Tool::assemble(ToolParts {
         name: "calculator".to_owned(),
         description: "Calculate an arithmetic expression: sums, percentages, totals, differences"
             .to_owned(),
@@ -453,17 +633,14 @@ fn builtins(skills_dir: Option<&Path>) -> anyhow::Result<Vec<Tool>> {
         approval: None,
         origin: ToolOrigin::Builtin,
         runner: Runner::Calculator,
-        validator,
-    }];
+    })?];
     if let Some(dir) = skills_dir {
         let parameters = json!({
             "type": "object",
             "properties": {"name": {"type": "string", "description": "The skill's name, as listed"}},
             "required": ["name"]
         });
-        let validator = jsonschema::validator_for(&parameters)
-            .map_err(|err| anyhow::anyhow!("read_skill schema: {err}"))?;
-        tools.push(Tool {
+        tools.push(Tool::assemble(ToolParts {
             name: "read_skill".to_owned(),
             description: "Read the full instructions of one of the listed skills".to_owned(),
             parameters,
@@ -473,8 +650,7 @@ fn builtins(skills_dir: Option<&Path>) -> anyhow::Result<Vec<Tool>> {
             approval: None,
             origin: ToolOrigin::Builtin,
             runner: Runner::ReadSkill(dir.to_owned()),
-            validator,
-        });
+        })?);
     }
     Ok(tools)
 }

@@ -157,62 +157,99 @@ end
     }
 }
 
-/// wrk's plain GET of one URL, for `/healthz`.
-fn get_load(url: &str, connections: usize, seconds: u64) -> Result<Figures> {
-    let output = Command::new("wrk")
-        .args(["-t", "1", "-c", &connections.to_string()])
-        .args(["-d", &format!("{seconds}s"), "--latency"])
-        .arg(url)
-        .output()
-        .context("running wrk (scripts/bench.sh installs it)")?;
-    parse_wrk(&String::from_utf8_lossy(&output.stdout))
+/// Requests a calm client sends per second: well under the per-user rate limit
+/// (`TOOLGATE_RATE_PER_MINUTE`, 1200 a minute by default), so every one of them is
+/// served and its latency is the server's, not the limiter's.
+const CALM_PER_SECOND: u64 = 10;
+
+/// Sends `request` every 1/`per_second` s for `seconds` and records each latency (a
+/// paced client, unlike wrk, which sends as fast as the server answers).
+async fn paced(
+    request: impl Fn() -> reqwest::RequestBuilder,
+    per_second: u64,
+    seconds: u64,
+) -> Result<Figures> {
+    let mut ticks = tokio::time::interval(Duration::from_millis(1000 / per_second));
+    let mut latencies = Vec::new();
+    let mut errors = 0;
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(seconds) {
+        ticks.tick().await;
+        let sent = Instant::now();
+        let response = request().send().await.context("a paced request")?;
+        let ok = response.status().is_success();
+        response.bytes().await.context("a paced answer")?;
+        latencies.push(sent.elapsed().as_secs_f64() * 1000.0);
+        if !ok {
+            errors += 1;
+        }
+    }
+    latencies.sort_by(f64::total_cmp);
+    let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q).round() as usize];
+    Ok(Figures {
+        rate: latencies.len() as f64 / seconds as f64,
+        p50_ms: at(0.5),
+        p99_ms: at(0.99),
+        max_ms: at(1.0),
+        errors,
+    })
 }
 
-/// One user floods the API far past the rate limit while another user reads and a
-/// probe asks `/healthz`: the calm user's figures beside their idle figures.
-fn flood_isolation(bench: &Bench, base: &str, seconds: u64) -> Result<()> {
-    let pending_of = |user: &'static str| Load {
+/// One user floods the API far past the rate limit while another user reads at a calm
+/// pace and a probe asks `/healthz`: their figures beside the same probes run idle.
+async fn flood_isolation(bench: &Bench, tokens: &[String], seconds: u64) -> Result<()> {
+    let seconds = seconds * 2;
+    let client = tests::http_client();
+    let calm_token = tokens[1].clone();
+    let base = bench.base.clone();
+    let calm = || {
+        client
+            .post(format!("{base}/api/tool-user-input"))
+            .bearer_auth(&calm_token)
+            .json(&json!({"action": "get_pending", "conversation_id": conversation_of(1)}))
+    };
+    let health = || client.get(format!("{base}/healthz"));
+    let probes = || async {
+        tokio::try_join!(
+            paced(calm, CALM_PER_SECOND, seconds),
+            paced(health, CALM_PER_SECOND, seconds)
+        )
+    };
+    let (calm_idle, health_idle) = probes().await?;
+    let flooder = Load {
         path: "/api/tool-user-input",
-        user,
+        user: "1",
         body: r#"string.format('{"action":"get_pending","conversation_id":"%s"}', conv)"#.into(),
     };
-    let (flooder, calm) = (pending_of("1"), pending_of("2"));
-    let health = format!("{base}/healthz");
-    let calm_idle = bench.run(&calm, 2)?;
-    let health_idle = get_load(&health, 2, seconds)?;
-    let (flood, calm_busy, health_busy) = std::thread::scope(|scope| {
-        let flood = scope.spawn(|| bench.run(&flooder, 32));
-        let health_busy = scope.spawn(|| get_load(&health, 2, seconds));
-        let calm_busy = bench.run(&calm, 2);
-        (
-            flood
-                .join()
-                .unwrap_or_else(|_| bail!("the flood thread failed")),
-            calm_busy,
-            health_busy
-                .join()
-                .unwrap_or_else(|_| bail!("the probe thread failed")),
-        )
-    });
-    let (flood, calm_busy, health_busy) = (flood?, calm_busy?, health_busy?);
+    let flood_bench = Bench::new(base.clone(), tokens, seconds + 1);
+    let flood = std::thread::spawn(move || flood_bench.run(&flooder, 32));
+    // Let the flood reach full speed before measuring beside it.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (calm_busy, health_busy) = probes().await?;
+    let flood = flood
+        .join()
+        .unwrap_or_else(|_| bail!("the flood thread failed"))?;
     println!("\n## One user floods, another reads\n");
     println!(
-        "User 1 sends get_pending on 32 connections ({:.0} req/s, {} answered 429 or otherwise not 2xx); user 2 reads on 2 connections and a probe asks /healthz.\n",
+        "User 0 sends get_pending on 32 connections as fast as it is answered ({:.0} req/s, {} answered 429 or otherwise not 2xx); user 1 sends get_pending and a probe asks /healthz, each {CALM_PER_SECOND} times a second for {seconds} s, first alone, then beside the flood.\n",
         flood.rate, flood.errors
     );
-    println!("| | idle p50 ms | idle p99 ms | beside the flood p50 ms | p99 ms | p99 ratio |");
-    println!("| --- | ---: | ---: | ---: | ---: | ---: |");
+    println!(
+        "| | idle p50 ms | idle p99 ms | beside the flood p50 ms | p99 ms | p99 ratio | failed |"
+    );
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
     for (name, idle, busy) in [
-        ("user 2 get_pending", &calm_idle, &calm_busy),
+        ("user 1 get_pending", &calm_idle, &calm_busy),
         ("/healthz", &health_idle, &health_busy),
     ] {
         println!(
-            "| {name} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            "| {name} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {} |",
             idle.p50_ms,
             idle.p99_ms,
             busy.p50_ms,
             busy.p99_ms,
-            busy.p99_ms / idle.p99_ms.max(0.001)
+            busy.p99_ms / idle.p99_ms.max(0.001),
+            idle.errors + busy.errors
         );
     }
     Ok(())
@@ -613,10 +650,10 @@ async fn main() -> Result<()> {
         _ => None,
     })?;
     let pool = backend::db::connect(&config).await?;
-    let registry =
+    let (registry, mcp) =
         backend::tools::registry::ToolRegistry::load(config.tools_file.as_deref(), None)?;
     let agent = backend::agent::Agent::new(&config)?;
-    let state = backend::AppState::new(pool, config, registry, agent);
+    let state = backend::AppState::new(pool, config, registry, mcp, agent);
     for count in [10usize, 100, 1000] {
         let conversation = uuid::Uuid::new_v4();
         let user = format!("agent-u{count}");
@@ -652,16 +689,21 @@ async fn main() -> Result<()> {
         let started = Instant::now();
         for _ in 0..iterations {
             let mut tx = backend::db::begin_as_user(&state.db, &user).await?;
-            let stored = backend::db::messages::list(&mut tx, conversation).await?;
+            let inputs =
+                backend::agent::step_inputs::StepInputs::load(&mut tx, conversation, None, None)
+                    .await?;
             tx.commit().await?;
-            let request = backend::agent::prepare_request(&state, &run, &stored).await?;
+            let outputs = backend::agent::step_inputs::StepOutputs::default();
+            let request = backend::agent::prepare_request(&state, &run, &inputs, &outputs).await?;
             std::hint::black_box(request);
         }
         let per_step = started.elapsed().as_secs_f64() * 1e6 / iterations as f64;
         println!("| {count} | {per_step:.0} |");
     }
 
-    flood_isolation(&bench, &server.base, seconds)?;
+    step_transactions(&state, &url).await?;
+
+    flood_isolation(&bench, &tokens, seconds).await?;
 
     println!("\n## Memory (server process)\n");
     println!("| idle RSS | peak RSS under load (up to 64 clients) |");
@@ -695,5 +737,65 @@ async fn main() -> Result<()> {
             wasm.display()
         ),
     }
+    Ok(())
+}
+
+/// Transactions per model step, counted in process: runs of one step each (the offline
+/// model answers without a tool), less the transaction that starts each run, with the
+/// text-delta flushes (one per 60 ms of streamed text) counted apart.
+async fn step_transactions(state: &backend::AppState, url: &str) -> Result<()> {
+    println!("\n## Database transactions per model step (no tool call)\n");
+    let user = "agent-transactions";
+    let conversation = uuid::Uuid::new_v4();
+    let mut watcher = sqlx::PgConnection::connect(url).await?;
+    sqlx::query("insert into conversations (id, user_id, title) values ($1, $2, 'steps')")
+        .bind(conversation)
+        .bind(user)
+        .execute(&mut watcher)
+        .await?;
+    let runs = 20u64;
+    let before = backend::db::user_transactions_begun();
+    for n in 0..runs {
+        let text = format!("hello number {n}");
+        let started = backend::agent::start_run(
+            state,
+            user,
+            conversation,
+            vec![protocol::chat::ContentBlock::Text { text }],
+        )
+        .await?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let status: String = sqlx::query_scalar("select status from agent_runs where id = $1")
+                .bind(started.run.id)
+                .fetch_one(&mut watcher)
+                .await?;
+            if status != "running" {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!("a benchmark run did not finish: {status}");
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    // The run's last transaction commits before its task lets go of the run.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let begun = backend::db::user_transactions_begun() - before;
+    let flushes: i64 = sqlx::query_scalar(
+        "select count(*) from run_events where conversation_id = $1 and kind = 'text_delta'",
+    )
+    .bind(conversation)
+    .fetch_one(&mut watcher)
+    .await?;
+    let steps = runs as f64;
+    let per_step = (begun - runs) as f64 / steps;
+    let flush_per_step = flushes as f64 / steps;
+    println!("| transactions per step | of which text-delta flushes | besides those |");
+    println!("| ---: | ---: | ---: |");
+    println!(
+        "| {per_step:.1} | {flush_per_step:.1} | {:.1} |",
+        per_step - flush_per_step
+    );
     Ok(())
 }

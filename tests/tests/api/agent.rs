@@ -37,17 +37,28 @@ body = { asked = "{context.original_user_request}", conversation = "{context.con
 
 const REALM: &str = "9130346988354456";
 
-struct Setup {
-    server: TestServer,
-    llm: MockLlm,
-    api: MockHttp,
+/// A server whose model is a scripted mock and whose http tools call a mock API.
+pub(crate) struct Setup {
+    pub(crate) server: TestServer,
+    pub(crate) llm: MockLlm,
+    pub(crate) api: MockHttp,
     _tools: TempDir,
 }
 
 async fn with_mock_model(script: Vec<MockReply>, extra: &[(&str, &str)]) -> Setup {
+    with_tools_and_mock_model(TOOLS, script, extra).await
+}
+
+/// A server with the tools file `tools` (`{env.MOCK_BASE}` is the mock API) and a mock
+/// model that answers with `script`; `extra` are more environment variables.
+pub(crate) async fn with_tools_and_mock_model(
+    tools: &str,
+    script: Vec<MockReply>,
+    extra: &[(&str, &str)],
+) -> Setup {
     let llm = MockLlm::start(script).await;
     let api = MockHttp::start().await;
-    let (dir, path) = write_temp_file("tools.toml", TOOLS);
+    let (dir, path) = write_temp_file("tools.toml", tools);
     let mut options = ServerOptions::default()
         .env("TOOLGATE_TOOLS", &path.to_string_lossy())
         .env("MOCK_BASE", &api.base)
@@ -422,9 +433,15 @@ async fn the_mock_endpoint_flow_suspends_resumes_and_sees_the_original_request_o
     assert_eq!(second["model"], "main-x");
     assert_eq!(second["stream"], true);
     let system = system_blocks(second).join("");
+    // The question is the last user message; the system message does not repeat it.
+    assert!(!system.contains(question), "{system}");
     assert!(
-        system.contains(&format!("The user's original request: {question}")),
-        "{system}"
+        second["messages"]
+            .as_array()
+            .expect("messages")
+            .iter()
+            .any(|m| m["role"] == "user" && m["content"].to_string().contains(question)),
+        "{second}"
     );
     assert!(system.contains(&format!("User id: {user}")), "{system}");
     assert!(
@@ -616,11 +633,11 @@ async fn summarisation_replaces_old_turns_and_keeps_tool_pairs_whole() {
         .find(|r| system_blocks(r).iter().any(|b| b.starts_with("Summarise")))
         .expect("a summary was asked for");
     assert!(summary_request.get("tools").is_none());
-    assert!(
-        summary_request["messages"]
-            .to_string()
-            .contains("add one and one")
-    );
+    // The first request is pinned: it stays in context rather than in the summary,
+    // which gets the tool call that answered it.
+    let summarised = summary_request["messages"].to_string();
+    assert!(!summarised.contains("add one and one"), "{summarised}");
+    assert!(summarised.contains("call_a"), "{summarised}");
     let last = requests.last().expect("final request");
     let messages = last["messages"].as_array().expect("messages");
     let summary = messages
@@ -628,10 +645,16 @@ async fn summarisation_replaces_old_turns_and_keeps_tool_pairs_whole() {
         .find(|m| m["content"].to_string().contains("THE SUMMARY"))
         .expect("the summary replaces the old turns");
     assert_eq!(summary["role"], "system");
+    let sent = last["messages"].to_string();
     assert!(
-        !last["messages"].to_string().contains("add one and one"),
-        "old turns are gone"
+        !sent.contains("call_a"),
+        "the summarised call is gone: {sent}"
     );
+    assert!(
+        sent.contains("add one and one"),
+        "the first request stays: {sent}"
+    );
+    assert!(sent.contains("First answer."), "with its answer: {sent}");
     // Every tool result left has its call.
     for message in messages.iter().filter(|m| m["role"] == "tool") {
         let id = message["tool_call_id"].as_str().unwrap_or_default();
@@ -650,6 +673,9 @@ async fn context_pipeline_commands_change_what_the_next_call_receives() {
     let server = &setup.server;
     let (_, token) = server.new_user("pipeline").await;
     let conversation = server.new_conversation(&token).await;
+    // The first request is pinned (never trimmed); the filler comes after it.
+    let run = start(server, &token, &conversation, json!("Hi.")).await;
+    server.run_finished(&token, &conversation, &run).await;
     let filler = "background story about sailing boats ".repeat(40);
     let run = start(server, &token, &conversation, json!(filler)).await;
     server.run_finished(&token, &conversation, &run).await;
@@ -670,7 +696,7 @@ async fn context_pipeline_commands_change_what_the_next_call_receives() {
     let run = start(server, &token, &conversation, json!("What about invoices?")).await;
     server.run_finished(&token, &conversation, &run).await;
     assert!(
-        setup.llm.requests()[1]["messages"]
+        setup.llm.requests()[2]["messages"]
             .to_string()
             .contains("sailing boats")
     );
@@ -697,7 +723,7 @@ async fn context_pipeline_commands_change_what_the_next_call_receives() {
     )
     .await;
     server.run_finished(&token, &conversation, &run).await;
-    let third = setup.llm.requests()[2].clone();
+    let third = setup.llm.requests()[3].clone();
     assert!(
         !third["messages"].to_string().contains("sailing boats"),
         "the budget dropped the old turn"
@@ -743,7 +769,7 @@ async fn context_pipeline_commands_change_what_the_next_call_receives() {
     .await;
     server.run_finished(&token, &conversation, &run).await;
     assert!(
-        setup.llm.requests()[3]["messages"]
+        setup.llm.requests()[4]["messages"]
             .to_string()
             .contains("sailing boats")
     );
@@ -1034,7 +1060,8 @@ async fn a_run_left_waiting_with_nothing_to_wait_for_is_resumed() {
     let mut db = server.db().await;
     let run_id = uuid::Uuid::parse_str(&run).expect("uuid");
     sqlx::query(
-        "update tool_user_input_requests set status = 'completed', completed_at = now(),
+        "update tool_user_input_requests set status = 'completed',
+             completed_at = now() - interval '10 minutes',
              user_inputs = '{\"quickbooks_realm_id\": \"9130346988354456\"}' where run_id = $1",
     )
     .bind(run_id)

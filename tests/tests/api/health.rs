@@ -1,5 +1,5 @@
 use reqwest::StatusCode;
-use serde_json::json;
+use serde_json::{Value, json};
 use tests::{ServerOptions, TestServer};
 
 #[tokio::test]
@@ -112,4 +112,111 @@ async fn unknown_routes_and_methods_get_json_errors() {
         .await;
     assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED, "{body}");
     assert_eq!(body["error"]["code"], "method_not_allowed");
+}
+
+/// The schema `reference` points at, in `doc`.
+fn resolve<'a>(doc: &'a Value, reference: &Value) -> &'a Value {
+    let name = reference
+        .as_str()
+        .and_then(|r| r.rsplit('/').next())
+        .unwrap_or_default();
+    &doc["components"]["schemas"][name]
+}
+
+#[tokio::test]
+async fn the_document_describes_the_action_union_the_fields_and_the_event_stream() {
+    let server = TestServer::start().await;
+    let (_, doc) = server.send("GET", "/api/openapi.json", None, None).await;
+
+    // The action body: a union discriminated by `action`, each variant carrying
+    // `action` itself, so a client generated from the document can build a request.
+    let body = &doc["paths"]["/api/tool-user-input"]["post"]["requestBody"]["content"]["application/json"]
+        ["schema"];
+    let union = resolve(&doc, &body["$ref"]);
+    assert_eq!(union["discriminator"]["propertyName"], "action", "{union}");
+    let variants = union["oneOf"].as_array().expect("oneOf");
+    let mut actions = Vec::new();
+    for variant in variants {
+        let schema = resolve(&doc, &variant["$ref"]);
+        let action = schema["properties"]["action"]["enum"]
+            .as_array()
+            .filter(|values| values.len() == 1)
+            .and_then(|values| values[0].as_str())
+            .unwrap_or_else(|| panic!("a variant without its own action: {schema}"));
+        assert!(
+            schema["required"]
+                .as_array()
+                .is_some_and(|r| r.contains(&Value::from("action"))),
+            "{action}: action must be required"
+        );
+        actions.push(action.to_owned());
+    }
+    for action in [
+        "create_request",
+        "submit_response",
+        "submit_decision",
+        "decline_request",
+        "get_pending",
+        "get_session_values",
+        "cancel_request",
+        "clear_session_values",
+        "delete_saved_value",
+    ] {
+        assert!(
+            actions.iter().any(|a| a == action),
+            "{action} missing: {actions:?}"
+        );
+    }
+
+    // The field specification is described, not `{}`.
+    let create = resolve(
+        &doc,
+        &Value::from("#/components/schemas/CreateRequestAction"),
+    );
+    let field = &create["properties"]["fields"]["items"];
+    let field = if field["$ref"].is_string() {
+        resolve(&doc, &field["$ref"])
+    } else {
+        field
+    };
+    for property in [
+        "name",
+        "type",
+        "options",
+        "validation",
+        "visible_if",
+        "default",
+    ] {
+        assert!(
+            field["properties"][property].is_object(),
+            "the field spec lacks `{property}`: {field}"
+        );
+    }
+
+    // The seed's example is a request the server takes.
+    let (_, token) = server.new_user("contract").await;
+    let conversation = server.new_conversation(&token).await;
+    let mut example = create["example"].clone();
+    example["conversation_id"] = Value::from(conversation.as_str());
+    let (status, created) = server.action(&token, example).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+
+    // The event stream says what it is.
+    let events =
+        &doc["paths"]["/api/conversations/{id}/events"]["get"]["responses"]["200"]["content"];
+    assert!(events["text/event-stream"].is_object(), "{events}");
+    // Errors a caller can meet are documented, 400 and 401 included.
+    for (path, method) in [
+        ("/api/conversations", "post"),
+        ("/api/tool-user-input", "post"),
+        ("/api/conversations/{id}/messages", "post"),
+    ] {
+        let responses = &doc["paths"][path][method]["responses"];
+        for status in ["400", "401", "422"] {
+            assert!(
+                responses[status].is_object(),
+                "{method} {path} does not document {status}: {responses}"
+            );
+        }
+    }
 }

@@ -581,3 +581,107 @@ async fn user_ids_with_quotes_and_backslashes_stay_data() {
         .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
+
+#[tokio::test]
+async fn a_request_made_outside_a_run_reaches_an_open_stream_and_nobody_elses() {
+    let server = TestServer::start().await;
+    let (token, conversation) = user_with_conversation(&server).await;
+    let (stranger, strangers_conversation) = user_with_conversation(&server).await;
+    let id = call_id();
+    let (status, created) = server
+        .action(&token, realm_request(&conversation, &id))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+
+    let events = server
+        .events_until(&token, &conversation, 0, Duration::from_secs(10), |e| {
+            e["type"] == "input_requested"
+        })
+        .await;
+    let announced = events.last().expect("an event");
+    assert_eq!(
+        announced["request"]["tool_call_id"],
+        id.as_str(),
+        "{announced}"
+    );
+    assert_eq!(announced["request"]["status"], "pending");
+
+    // The same call id aimed at another user's conversation creates nothing and tells
+    // that conversation's stream nothing.
+    let (status, _) = server
+        .action(&token, realm_request(&strangers_conversation, &call_id()))
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, created) = server
+        .action(
+            &stranger,
+            realm_request(&strangers_conversation, &call_id()),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let theirs = server
+        .events_until(
+            &stranger,
+            &strangers_conversation,
+            0,
+            Duration::from_secs(10),
+            |e| e["type"] == "input_requested",
+        )
+        .await;
+    let requested: Vec<&Value> = theirs
+        .iter()
+        .filter(|e| e["type"] == "input_requested")
+        .collect();
+    assert_eq!(requested.len(), 1, "{theirs:#?}");
+    assert_eq!(
+        requested[0]["request"]["tool_call_id"],
+        created["tool_call_id"]
+    );
+}
+
+#[tokio::test]
+async fn a_nul_character_anywhere_is_a_422_and_changes_nothing() {
+    let server = TestServer::start().await;
+    let (token, conversation) = user_with_conversation(&server).await;
+    let id = call_id();
+    let (status, created) = server
+        .action(&token, realm_request(&conversation, &id))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+
+    // In a decline message (a text column) and in a tool's arguments (JSON).
+    let (status, body) = server
+        .action(
+            &token,
+            json!({"action": "decline_request", "tool_call_id": id, "message": "no\u{0}thanks"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(body["error"]["fields"]["body"].is_string(), "{body}");
+    let (status, body) = server
+        .send(
+            "POST",
+            "/api/tools/execute",
+            Some(&token),
+            Some(
+                json!({"conversation_id": conversation, "tool_name": "calculator",
+                "tool_call_id": call_id(), "arguments": {"expression": "1+1\u{0}"}}),
+            ),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+
+    // The request is still pending, untouched.
+    let (_, pending) = server
+        .action(
+            &token,
+            json!({"action": "get_pending", "conversation_id": conversation}),
+        )
+        .await;
+    assert_eq!(
+        pending["requests"][0]["tool_call_id"],
+        id.as_str(),
+        "{pending}"
+    );
+    assert_eq!(pending["requests"][0]["status"], "pending");
+}

@@ -148,6 +148,33 @@ async fn a_flooding_user_gets_429_with_retry_after_and_others_do_not() {
 }
 
 #[tokio::test]
+async fn a_refusal_is_held_so_a_client_that_ignores_retry_after_is_slowed() {
+    let server = TestServer::start_with(
+        ServerOptions::default()
+            .env("TOOLGATE_RATE_PER_MINUTE", "6")
+            .env("TOOLGATE_RATE_BURST", "1"),
+    )
+    .await;
+    let (_, flooder) = server.new_user("flood").await;
+    let (status, _) = server
+        .send("GET", "/api/conversations", Some(&flooder), None)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    // The next request has to wait ten seconds for the allowance: it is answered 429
+    // after a pause of a second (the longest pause), not at once.
+    let started = std::time::Instant::now();
+    let (status, body) = server
+        .send("GET", "/api/conversations", Some(&flooder), None)
+        .await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+    assert!(
+        started.elapsed() >= std::time::Duration::from_millis(900),
+        "answered after {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
 async fn open_streams_and_active_runs_are_capped_per_user() {
     let server = TestServer::start_with(
         ServerOptions::default()

@@ -2,6 +2,7 @@
 
 mod agent;
 mod auth;
+mod context;
 mod conversations;
 mod deployment;
 mod egress;
@@ -9,6 +10,9 @@ mod gate;
 mod health;
 mod input_requests;
 mod limits;
+mod mcp;
 mod rls;
+mod schema;
 mod sql_kind;
+mod streams;
 mod tools;

@@ -9,6 +9,8 @@ mod approvals;
 mod cards;
 mod chat;
 mod csp;
+mod mcp;
+mod pinning;
 mod robustness;
 mod webdriver;
 

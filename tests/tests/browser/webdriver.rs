@@ -194,6 +194,18 @@ impl Browser {
         .map(drop)
     }
 
+    /// Puts the page in another time zone (an IANA name), as Chromium's devtools do.
+    pub async fn set_time_zone(&self, zone: &str) -> Result<()> {
+        self.command(
+            "POST",
+            "/goog/cdp/execute",
+            Some(json!({"cmd": "Emulation.setTimezoneOverride",
+                "params": {"timezoneId": zone}})),
+        )
+        .await
+        .map(drop)
+    }
+
     /// Runs `script` (a function body; `arguments` holds `args`) and returns its value.
     pub async fn execute(&self, script: &str, args: Vec<Value>) -> Result<Value> {
         self.command(

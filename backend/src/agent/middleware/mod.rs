@@ -19,15 +19,32 @@ use futures::future::BoxFuture;
 use protocol::api::ToolOutcome;
 
 use super::model::{DeltaSink, ModelError, ModelProvider, ModelReply, ModelRequest, RunContext};
+use super::step_inputs::{StepInputs, StepOutputs};
+use crate::config::{LlmConfig, SummaryConfig};
 use crate::error::{Error, Result};
-use crate::state::AppState;
-use crate::tools::executor::ToolCall;
+use crate::tools::executor::{Executor, ToolCall};
+use crate::tools::registry::ToolRegistry;
 
-/// What a middleware can reach.
+/// What a middleware can reach: the run, what the run loop loaded for the step, a place
+/// for what the run loop should write, the tool registry, its settings, and the model
+/// (for a summary). No database, vault or HTTP client: middleware transform.
 pub struct Ctx<'a> {
     pub run: &'a RunContext,
-    pub state: &'a AppState,
+    pub inputs: &'a StepInputs,
+    pub outputs: &'a StepOutputs,
+    pub tools: &'a ToolRegistry,
+    pub summary: &'a SummaryConfig,
+    pub llm: &'a LlmConfig,
     pub provider: &'a dyn ModelProvider,
+}
+
+/// Names a tool's key argument, for the history's keyed artefacts.
+fn key_of<'a>(ctx: &'a Ctx<'a>) -> impl Fn(&str) -> Option<String> + 'a {
+    move |name| {
+        ctx.tools
+            .get(name)
+            .and_then(|tool| tool.key_argument.clone())
+    }
 }
 
 pub type ModelNext<'a> =
@@ -72,17 +89,54 @@ pub trait Middleware: Send + Sync {
     }
 }
 
-/// The built-ins by name, in the default order.
+/// The built-ins by name, in the default order: the history is cleaned (superseded
+/// calls, answered images) before it is summarised, and summarised before the context
+/// pipeline's budget would have to drop anything.
 pub const DEFAULT_ORDER: &[&str] = &[
     "user_context",
     "system_sections",
-    "summarisation",
     "superseded_calls",
     "processed_images",
+    "summarisation",
     "context_pipeline",
     "model_routing",
     "tool_call_log",
 ];
+
+/// Pairs that must keep this order when both are in the chain, with the reason.
+const MUST_PRECEDE: &[(&str, &str, &str)] = &[
+    (
+        "superseded_calls",
+        "summarisation",
+        "summaries are written from the cleaned history",
+    ),
+    (
+        "processed_images",
+        "summarisation",
+        "summaries are written from the cleaned history",
+    ),
+    (
+        "summarisation",
+        "context_pipeline",
+        "content leaves the context only into a summary, before the budget would drop it",
+    ),
+];
+
+/// Refuses an order in which a middleware would see what an earlier one should have
+/// cleaned, or the budget would drop what summarisation should have kept.
+pub fn check_order(names: &[String]) -> anyhow::Result<()> {
+    let position = |name: &str| names.iter().position(|n| n == name);
+    for (first, then, why) in MUST_PRECEDE {
+        if let (Some(a), Some(b)) = (position(first), position(then))
+            && a > b
+        {
+            anyhow::bail!(
+                "TOOLGATE_MIDDLEWARE puts `{then}` before `{first}`; `{first}` must come first: {why}"
+            );
+        }
+    }
+    Ok(())
+}
 
 fn built_in(name: &str) -> Option<Box<dyn Middleware>> {
     Some(match name {
@@ -105,6 +159,7 @@ pub struct Chain {
 impl Chain {
     /// Builds the chain in the configured order; an unknown name is an error at start-up.
     pub fn from_names(names: &[String]) -> anyhow::Result<Self> {
+        check_order(names)?;
         let mut middleware = Vec::new();
         for name in names {
             let found = built_in(name).ok_or_else(|| {
@@ -162,23 +217,26 @@ impl Chain {
         }
     }
 
+    /// Runs a tool call through the chain's `around_tool` hooks to `executor`.
     pub fn call_tool<'a>(
         &'a self,
         ctx: &'a Ctx<'a>,
+        executor: &'a Executor,
         call: ToolCall,
     ) -> BoxFuture<'a, Result<ToolOutcome>> {
-        self.call_tool_from(0, ctx, call)
+        self.call_tool_from(0, ctx, executor, call)
     }
 
     fn call_tool_from<'a>(
         &'a self,
         index: usize,
         ctx: &'a Ctx<'a>,
+        executor: &'a Executor,
         call: ToolCall,
     ) -> BoxFuture<'a, Result<ToolOutcome>> {
         match self.middleware.get(index) {
             None => Box::pin(async move {
-                match crate::tools::executor::execute(ctx.state, &ctx.run.user_id, call.clone())
+                match crate::tools::executor::execute(executor, &ctx.run.user_id, call.clone())
                     .await
                 {
                     Err(Error::NotFound("tool")) => Ok(ToolOutcome::failed(format!(
@@ -190,9 +248,240 @@ impl Chain {
             }),
             Some(middleware) => {
                 let next: ToolNext<'a> =
-                    Box::new(move |call| self.call_tool_from(index + 1, ctx, call));
+                    Box::new(move |call| self.call_tool_from(index + 1, ctx, executor, call));
                 middleware.around_tool(ctx, call, next)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use protocol::chat::{ContentBlock, Message, Role};
+    use uuid::Uuid;
+
+    use super::*;
+    use crate::agent::model::{ChatMessage, ModelReply, Purpose, RunContext};
+
+    /// A model that answers every request with `SUMMARY` and keeps what it was asked.
+    #[derive(Default)]
+    struct RecordingModel {
+        asked: Mutex<Vec<ModelRequest>>,
+    }
+
+    impl ModelProvider for RecordingModel {
+        fn kind(&self) -> &'static str {
+            "recording"
+        }
+
+        fn default_model(&self) -> &str {
+            "m"
+        }
+
+        fn complete<'a>(
+            &'a self,
+            request: &'a ModelRequest,
+            _deltas: DeltaSink<'a>,
+        ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
+            self.asked.lock().expect("lock").push(request.clone());
+            Box::pin(async {
+                Ok(ModelReply {
+                    text: "SUMMARY".into(),
+                    tool_calls: vec![],
+                    model: "m".into(),
+                })
+            })
+        }
+    }
+
+    fn stored(seq: i32, role: Role, text: &str) -> Message {
+        Message {
+            id: Uuid::new_v4(),
+            seq,
+            role,
+            content: vec![ContentBlock::Text { text: text.into() }],
+            model: None,
+            run_id: None,
+            pinned: false,
+            created_at: chrono::Utc::now(),
+        }
+    }
+
+    fn run() -> RunContext {
+        RunContext {
+            user_id: "u".into(),
+            conversation_id: Uuid::new_v4(),
+            run_id: Uuid::new_v4(),
+            step: 0,
+            original_user_request: "invoices for acme".into(),
+        }
+    }
+
+    fn llm() -> LlmConfig {
+        LlmConfig {
+            base_url: None,
+            api_key: None,
+            model: None,
+            vision_model: None,
+            long_context_model: None,
+            long_context_threshold: 12_000,
+        }
+    }
+
+    fn request_of(history: &[Message]) -> ModelRequest {
+        ModelRequest {
+            model: "m".into(),
+            system: vec!["base".into()],
+            messages: history
+                .iter()
+                .map(|m| ChatMessage {
+                    role: m.role,
+                    content: m.content.clone(),
+                    seq: Some(m.seq),
+                    pinned: m.seq == 1,
+                })
+                .collect(),
+            tools: vec![],
+            purpose: Purpose::Chat,
+        }
+    }
+
+    /// Runs one built-in's `before_model` on `history` with `inputs`, without a server.
+    async fn before_model(
+        name: &str,
+        inputs: &StepInputs,
+        summary: &SummaryConfig,
+        model: &RecordingModel,
+    ) -> (ModelRequest, StepOutputs) {
+        let chain = Chain::from_names(&[name.to_owned()]).expect("a built-in");
+        let (run, tools, llm, outputs) = (
+            run(),
+            ToolRegistry::default(),
+            llm(),
+            StepOutputs::default(),
+        );
+        let ctx = Ctx {
+            run: &run,
+            inputs,
+            outputs: &outputs,
+            tools: &tools,
+            summary,
+            llm: &llm,
+            provider: model,
+        };
+        let mut request = request_of(&inputs.history);
+        chain
+            .before_model(&ctx, &mut request)
+            .await
+            .expect("before_model");
+        (request, outputs)
+    }
+
+    fn summary_at(threshold_tokens: usize) -> SummaryConfig {
+        SummaryConfig {
+            threshold_tokens,
+            keep_messages: 2,
+        }
+    }
+
+    #[tokio::test]
+    async fn system_sections_come_from_the_loaded_notes_and_skills() {
+        let inputs = StepInputs {
+            history: vec![stored(1, Role::User, "hi")],
+            memory_notes: vec!["I prefer metric units".into()],
+            skills: vec![crate::agent::skills::Skill {
+                name: "invoices".into(),
+                description: "how to read an invoice".into(),
+                path: "invoices.md".into(),
+            }],
+            ..StepInputs::default()
+        };
+        let model = RecordingModel::default();
+        let (request, _) =
+            before_model("system_sections", &inputs, &summary_at(6000), &model).await;
+        let system = request.system.join("");
+        assert!(system.contains("- I prefer metric units"), "{system}");
+        assert!(
+            system.contains("- invoices: how to read an invoice"),
+            "{system}"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_pipeline_adds_what_the_run_loop_retrieved() {
+        let inputs = StepInputs {
+            history: vec![stored(1, Role::User, "invoices for acme")],
+            retrieved: vec!["acme pays in euros".into()],
+            ..StepInputs::default()
+        };
+        let model = RecordingModel::default();
+        let (request, _) =
+            before_model("context_pipeline", &inputs, &summary_at(6000), &model).await;
+        assert!(request.system.join("").contains("- acme pays in euros"));
+    }
+
+    #[tokio::test]
+    async fn a_new_summary_is_handed_back_and_a_stored_one_is_used_without_the_model() {
+        let filler = "words about the weather and other things ".repeat(30);
+        let mut history = vec![stored(1, Role::User, "the task")];
+        for n in 0..6 {
+            history.push(stored(2 + 2 * n, Role::Assistant, &filler));
+            history.push(stored(3 + 2 * n, Role::User, &format!("question {n}")));
+        }
+        let inputs = StepInputs {
+            history,
+            ..StepInputs::default()
+        };
+        let model = RecordingModel::default();
+        let (request, outputs) =
+            before_model("summarisation", &inputs, &summary_at(300), &model).await;
+        let written = outputs.take_summary().expect("a summary to store");
+        assert_eq!(written.text, "SUMMARY");
+        assert_eq!(model.asked.lock().expect("lock").len(), 1);
+        assert!(format!("{:?}", request.messages).contains("SUMMARY"));
+        assert!(
+            !format!("{:?}", model.asked.lock().expect("lock")[0].messages).contains("the task"),
+            "the pinned request is not summarised"
+        );
+
+        let again = StepInputs {
+            summary: Some(written),
+            ..inputs
+        };
+        let model = RecordingModel::default();
+        let (request, outputs) =
+            before_model("summarisation", &again, &summary_at(300), &model).await;
+        assert!(outputs.take_summary().is_none());
+        assert!(
+            model.asked.lock().expect("lock").is_empty(),
+            "no model call"
+        );
+        assert!(format!("{:?}", request.messages).contains("SUMMARY"));
+        assert!(format!("{:?}", request.messages).contains("the task"));
+    }
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|name| (*name).to_owned()).collect()
+    }
+
+    #[test]
+    fn the_default_order_is_accepted() {
+        assert!(Chain::from_names(&names(DEFAULT_ORDER)).is_ok());
+    }
+
+    #[test]
+    fn a_misordered_chain_is_refused_with_the_reason() {
+        let Err(err) = Chain::from_names(&names(&["summarisation", "superseded_calls"])) else {
+            panic!("summarising before cleaning was accepted");
+        };
+        assert!(err.to_string().contains("cleaned history"), "{err}");
+        let Err(err) = Chain::from_names(&names(&["context_pipeline", "summarisation"])) else {
+            panic!("trimming before summarising was accepted");
+        };
+        assert!(err.to_string().contains("only into a summary"), "{err}");
+        // Either alone is fine.
+        assert!(Chain::from_names(&names(&["summarisation"])).is_ok());
     }
 }

@@ -21,7 +21,7 @@ impl Middleware for ModelRouting {
         request: &'a mut ModelRequest,
     ) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            let llm = &ctx.state.config.llm;
+            let llm = ctx.llm;
             if request.messages.iter().any(|m| m.has_image()) {
                 if let Some(vision) = &llm.vision_model {
                     request.model = vision.clone();

@@ -1,28 +1,156 @@
-//! Past a token threshold, older messages are replaced by one summary the model writes;
-//! the newest messages stay, and a tool call is never separated from its result. The
-//! summary is stored, so each stretch of history is summarised once.
+//! Past a token threshold, older exchanges are replaced by one summary the model
+//! writes. It runs after superseded calls and answered images are removed, so the
+//! summary is written from the cleaned history, and before the context pipeline's
+//! budget, so content leaves the context only into a summary. What must stay — the
+//! pinned requests with their answers, the newest version of every keyed artefact — is
+//! never summarised. The run loop loads the latest summary and stores a new one, so
+//! each stretch is summarised once; the middleware only asks the model.
 
 use futures::future::BoxFuture;
-use protocol::chat::Role;
+use protocol::chat::{ContentBlock, Role};
+use serde_json::Value;
 
 use super::{Ctx, Middleware};
+use crate::agent::history;
 use crate::agent::model::{ChatMessage, ModelRequest, Purpose};
+use crate::agent::step_inputs::StoredSummary;
 use crate::agent::tokens;
-use crate::db::{self, summaries};
+use crate::config::SummaryConfig;
 use crate::error::{Error, Result};
 
 pub struct Summarisation;
 
 pub const SUMMARY_PREFIX: &str = "Summary of the earlier conversation:";
 
-/// Where to cut so the kept tail keeps at least `keep` messages and does not start with
-/// tool results whose call would be summarised away.
-pub fn cut_point(messages: &[ChatMessage], keep: usize) -> usize {
-    let mut cut = messages.len().saturating_sub(keep);
-    while cut > 0 && messages[cut].role == Role::Tool {
-        cut -= 1;
+/// What the summary is asked to keep: the task's requirements above all.
+pub const SUMMARY_PROMPT: &str = "Summarise the conversation so far for the assistant that continues it. Keep, as bullet points: every constraint and requirement the user stated (in their words where short), the decisions made, the questions still open, what the tools returned that still matters, and the names of current artefacts (files, scripts, ids). Keep names, numbers and ids exactly. An earlier summary, if any, comes first: carry its points over.";
+
+/// Where the kept tail starts: at an exchange, holding the current one and then whole
+/// earlier exchanges while it has fewer than `keep_messages` messages and stays within
+/// half the threshold (so that after summarising the request is well under it).
+pub fn cut_point(messages: &[ChatMessage], settings: &SummaryConfig) -> usize {
+    let exchanges = history::exchanges(messages);
+    let Some(current) = exchanges.last() else {
+        return 0;
+    };
+    let mut cut = current.start;
+    let mut tail_tokens: usize = messages[cut..].iter().map(tokens::count_message).sum();
+    for exchange in exchanges.iter().rev().skip(1) {
+        let size: usize = messages[exchange.clone()]
+            .iter()
+            .map(tokens::count_message)
+            .sum();
+        if messages.len() - cut >= settings.keep_messages
+            || tail_tokens + size > settings.threshold_tokens / 2
+        {
+            break;
+        }
+        cut = exchange.start;
+        tail_tokens += size;
     }
     cut
+}
+
+/// The request with a stored summary in place: what it covers goes, but for what must
+/// stay, which comes first, then the summary, then the newer messages.
+pub fn apply_summary(
+    messages: &mut Vec<ChatMessage>,
+    through_seq: i32,
+    summary: &str,
+    key_of: &dyn Fn(&str) -> Option<String>,
+) {
+    let stay = history::must_stay(messages, key_of);
+    let mut kept = Vec::new();
+    let mut newer = Vec::new();
+    for (message, stays) in std::mem::take(messages).into_iter().zip(stay) {
+        // An earlier summary: the new one carries it over.
+        if message.role == Role::System && message.seq.is_none() {
+            continue;
+        }
+        if message.seq.is_none_or(|seq| seq > through_seq) {
+            newer.push(message);
+        } else if stays {
+            kept.push(message);
+        }
+    }
+    kept.push(ChatMessage::text(
+        Role::System,
+        format!("{SUMMARY_PREFIX}\n{}", history::defused(summary)),
+    ));
+    kept.extend(newer);
+    *messages = kept;
+}
+
+/// The summary request for `older`, cut to `budget` tokens: images become stubs and,
+/// when the whole does not fit, every long text, argument and result is shortened to an
+/// equal share.
+pub fn summary_request(model: &str, older: Vec<ChatMessage>, budget: usize) -> ModelRequest {
+    let mut messages: Vec<ChatMessage> = older
+        .into_iter()
+        .map(|mut message| {
+            for block in &mut message.content {
+                if matches!(block, ContentBlock::Image { .. }) {
+                    *block = ContentBlock::ImageStub {
+                        text: "[an image]".to_owned(),
+                    };
+                }
+            }
+            message
+        })
+        .collect();
+    let size =
+        |messages: &[ChatMessage]| -> usize { messages.iter().map(tokens::count_message).sum() };
+    let blocks: usize = messages.iter().map(|m| m.content.len()).sum();
+    let mut share = budget * 4 / blocks.max(1);
+    while size(&messages) > budget && share >= 100 {
+        for block in messages.iter_mut().flat_map(|m| m.content.iter_mut()) {
+            shorten(block, share);
+        }
+        share /= 2;
+    }
+    ModelRequest {
+        model: model.to_owned(),
+        system: vec![SUMMARY_PROMPT.to_owned()],
+        messages,
+        tools: Vec::new(),
+        purpose: Purpose::Summary,
+    }
+}
+
+fn shorten_text(text: &str, chars: usize) -> Option<String> {
+    (text.chars().count() > chars).then(|| {
+        let head: String = text.chars().take(chars).collect();
+        format!("{head}… [shortened for the summary]")
+    })
+}
+
+fn shorten(block: &mut ContentBlock, chars: usize) {
+    match block {
+        ContentBlock::Text { text } => {
+            if let Some(short) = shorten_text(text, chars) {
+                *text = short;
+            }
+        }
+        ContentBlock::ToolCall { arguments, .. } => {
+            for value in arguments.values_mut() {
+                let text = match &*value {
+                    Value::String(text) => text.clone(),
+                    other => other.to_string(),
+                };
+                if let Some(short) = shorten_text(&text, chars) {
+                    *value = Value::String(short);
+                }
+            }
+        }
+        ContentBlock::ToolResult { outcome, .. } => {
+            if let Some(result) = &outcome.result
+                && let Some(short) = shorten_text(&result.to_string(), chars)
+            {
+                outcome.result = Some(Value::String(short));
+            }
+        }
+        _ => {}
+    }
 }
 
 impl Middleware for Summarisation {
@@ -36,38 +164,35 @@ impl Middleware for Summarisation {
         request: &'a mut ModelRequest,
     ) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            let settings = &ctx.state.config.summary;
-            let mut tx = db::begin_as_user(&ctx.state.db, &ctx.run.user_id).await?;
-            let latest = summaries::latest(&mut tx, ctx.run.conversation_id).await?;
-            tx.commit().await?;
-            if let Some((through_seq, summary)) = latest {
-                request
-                    .messages
-                    .retain(|m| m.seq.is_none_or(|seq| seq > through_seq));
-                request.messages.insert(
-                    0,
-                    ChatMessage::text(Role::System, format!("{SUMMARY_PREFIX}\n{summary}")),
+            let settings = ctx.summary;
+            let key_of = super::key_of(ctx);
+            if let Some(stored) = &ctx.inputs.summary {
+                apply_summary(
+                    &mut request.messages,
+                    stored.through_seq,
+                    &stored.text,
+                    &key_of,
                 );
             }
             if tokens::count_request(request) <= settings.threshold_tokens {
                 return Ok(());
             }
-            let cut = cut_point(&request.messages, settings.keep_messages);
-            if cut == 0 {
+            let cut = cut_point(&request.messages, settings);
+            let stay = history::must_stay(&request.messages, &key_of);
+            let older: Vec<ChatMessage> = request.messages[..cut]
+                .iter()
+                .zip(&stay)
+                .filter(|(_, stays)| !**stays)
+                .map(|(message, _)| message.clone())
+                .collect();
+            if !older.iter().any(|m| m.role != Role::System) {
                 return Ok(());
             }
             let Some(through_seq) = request.messages[..cut].iter().filter_map(|m| m.seq).max()
             else {
                 return Ok(());
             };
-            let older: Vec<ChatMessage> = request.messages[..cut].to_vec();
-            let summary_request = ModelRequest {
-                model: request.model.clone(),
-                system: vec!["Summarise the conversation so far in a few sentences: what the user wants, what the tools returned, and what is still open. Keep names, numbers and ids.".to_owned()],
-                messages: older,
-                tools: Vec::new(),
-                purpose: Purpose::Summary,
-            };
+            let summary_request = summary_request(&request.model, older, settings.threshold_tokens);
             let ignore = |_delta: String| {};
             let reply = ctx
                 .provider
@@ -76,21 +201,12 @@ impl Middleware for Summarisation {
                 .map_err(|err| {
                     Error::Internal(anyhow::anyhow!("summarising the conversation: {err}"))
                 })?;
-            let mut tx = db::begin_as_user(&ctx.state.db, &ctx.run.user_id).await?;
-            summaries::insert(
-                &mut tx,
-                ctx.run.conversation_id,
-                &ctx.run.user_id,
+            apply_summary(&mut request.messages, through_seq, &reply.text, &key_of);
+            // Stored by the run loop with the step's answer.
+            ctx.outputs.store_summary(StoredSummary {
                 through_seq,
-                &reply.text,
-            )
-            .await?;
-            tx.commit().await?;
-            request.messages.drain(..cut);
-            request.messages.insert(
-                0,
-                ChatMessage::text(Role::System, format!("{SUMMARY_PREFIX}\n{}", reply.text)),
-            );
+                text: reply.text,
+            });
             Ok(())
         })
     }
@@ -99,37 +215,116 @@ impl Middleware for Summarisation {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use protocol::api::ToolOutcome;
-    use protocol::chat::ContentBlock;
+    use crate::agent::history::tests::{answer, call, result, user, write_file_key};
+    use serde_json::json;
 
-    fn message(role: Role) -> ChatMessage {
-        let content = match role {
-            Role::Tool => vec![ContentBlock::ToolResult {
-                tool_call_id: "c".into(),
-                name: "t".into(),
-                outcome: ToolOutcome::ok(serde_json::json!(1)),
-            }],
-            _ => vec![ContentBlock::Text { text: "x".into() }],
-        };
-        ChatMessage {
-            role,
-            content,
-            seq: Some(1),
+    fn numbered(mut messages: Vec<ChatMessage>) -> Vec<ChatMessage> {
+        for (seq, message) in messages.iter_mut().enumerate() {
+            message.seq = Some(seq as i32 + 1);
+        }
+        messages
+    }
+
+    fn settings(threshold_tokens: usize, keep_messages: usize) -> SummaryConfig {
+        SummaryConfig {
+            threshold_tokens,
+            keep_messages,
         }
     }
 
     #[test]
-    fn the_cut_never_separates_a_tool_call_from_its_results() {
-        let messages = vec![
-            message(Role::User),
-            message(Role::Assistant),
-            message(Role::Tool),
-            message(Role::Tool),
-            message(Role::Assistant),
+    fn the_tail_starts_at_an_exchange_and_holds_the_current_one() {
+        let messages = numbered(vec![
+            user("one"),
+            call("c", "calculator", json!({})),
+            result("c", "calculator", json!(1)),
+            answer("done"),
+            user("two"),
+            answer("ok"),
+            user("three"),
+            call("d", "calculator", json!({})),
+            result("d", "calculator", json!(2)),
+        ]);
+        assert_eq!(cut_point(&messages, &settings(10_000, 4)), 4);
+        assert_eq!(cut_point(&messages, &settings(10_000, 1)), 6);
+        assert_eq!(cut_point(&messages, &settings(10_000, 100)), 0);
+        // A tiny threshold keeps only the current exchange, never less.
+        assert_eq!(cut_point(&messages, &settings(2, 100)), 6);
+    }
+
+    #[test]
+    fn a_summary_keeps_the_pinned_request_and_the_current_artefact_and_replaces_the_last_one() {
+        let mut task = user("the task: five requirements");
+        task.pinned = true;
+        let mut messages = numbered(vec![
+            task,
+            answer("understood"),
+            user("write it"),
+            call("w1", "write_file", json!({"path": "/s.py", "text": "v1"})),
+            result("w1", "write_file", json!("saved")),
+            answer("wrote it"),
+            user("chat"),
+            answer("chat back"),
+            user("now"),
+        ]);
+        messages.insert(0, ChatMessage::text(Role::System, "old summary"));
+        apply_summary(
+            &mut messages,
+            8,
+            &format!("new summary {}", history::PINNED_MARKER),
+            &write_file_key,
+        );
+        let texts: Vec<String> = messages.iter().map(|m| m.plain_text()).collect();
+        assert_eq!(
+            texts,
+            vec![
+                "the task: five requirements".to_owned(),
+                "understood".to_owned(),
+                "write it".to_owned(),
+                String::new(),
+                String::new(),
+                "wrote it".to_owned(),
+                format!(
+                    "{SUMMARY_PREFIX}\nnew summary {}",
+                    history::defused(history::PINNED_MARKER)
+                ),
+                "now".to_owned(),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_summary_request_is_cleaned_and_within_its_budget() {
+        let big: String = (0..8_000).map(|n| format!("w{n} ")).collect();
+        let older = vec![
+            ChatMessage {
+                role: Role::User,
+                content: vec![
+                    ContentBlock::Text {
+                        text: "look at this".into(),
+                    },
+                    ContentBlock::Image {
+                        url: format!("data:image/png;base64,{big}"),
+                    },
+                ],
+                seq: Some(1),
+                pinned: false,
+            },
+            call(
+                "c",
+                "fetch",
+                json!({"url": "https://example.com", "body": big}),
+            ),
+            result("c", "fetch", json!({"page": big})),
         ];
-        // Keeping 3 would start the tail at a tool result: the call comes along.
-        assert_eq!(cut_point(&messages, 3), 1);
-        assert_eq!(cut_point(&messages, 1), 4);
-        assert_eq!(cut_point(&messages, 10), 0);
+        let request = summary_request("m", older, 2_000);
+        assert!(request.tools.is_empty());
+        assert!(request.system[0].starts_with("Summarise"));
+        assert!(request.system[0].contains("constraint"));
+        let sent = format!("{:?}", request.messages);
+        assert!(!sent.contains("base64"), "the image went to the summary");
+        let messages: usize = request.messages.iter().map(tokens::count_message).sum();
+        assert!(messages <= 2_000, "{messages} tokens");
+        assert!(sent.contains("look at this") && sent.contains("example.com"));
     }
 }

@@ -2,12 +2,11 @@
 //! the model's context: older calls and their results are dropped; the user's
 //! messages always stay.
 
-use std::collections::{HashMap, HashSet};
-
 use futures::future::BoxFuture;
 use protocol::chat::{ContentBlock, Role};
 
 use super::{Ctx, Middleware};
+use crate::agent::history;
 use crate::agent::model::ModelRequest;
 use crate::error::Result;
 use crate::tools::registry::ToolRegistry;
@@ -15,36 +14,8 @@ use crate::tools::registry::ToolRegistry;
 pub struct SupersededCalls;
 
 pub fn drop_superseded(request: &mut ModelRequest, tools: &ToolRegistry) {
-    // Newest first: the first call seen for a key wins.
-    let mut newest: HashMap<(String, String), String> = HashMap::new();
-    let mut superseded: HashSet<String> = HashSet::new();
-    for message in request.messages.iter().rev() {
-        for block in &message.content {
-            let ContentBlock::ToolCall {
-                id,
-                name,
-                arguments,
-            } = block
-            else {
-                continue;
-            };
-            let Some(key) = tools.get(name).and_then(|t| t.key_argument.clone()) else {
-                continue;
-            };
-            let Some(value) = arguments.get(&key) else {
-                continue;
-            };
-            let slot = (name.clone(), value.to_string());
-            match newest.entry(slot) {
-                std::collections::hash_map::Entry::Occupied(_) => {
-                    superseded.insert(id.clone());
-                }
-                std::collections::hash_map::Entry::Vacant(slot) => {
-                    slot.insert(id.clone());
-                }
-            }
-        }
-    }
+    let key_of = |name: &str| tools.get(name).and_then(|t| t.key_argument.clone());
+    let (_, superseded) = history::keyed_calls(&request.messages, &key_of);
     if superseded.is_empty() {
         return;
     }
@@ -74,7 +45,7 @@ impl Middleware for SupersededCalls {
         request: &'a mut ModelRequest,
     ) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            drop_superseded(request, &ctx.state.tools);
+            drop_superseded(request, ctx.tools);
             Ok(())
         })
     }

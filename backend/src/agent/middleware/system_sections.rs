@@ -5,8 +5,6 @@ use futures::future::BoxFuture;
 
 use super::{Ctx, Middleware};
 use crate::agent::model::ModelRequest;
-use crate::agent::skills;
-use crate::db::{self, memory};
 use crate::error::Result;
 
 pub struct SystemSections;
@@ -24,9 +22,7 @@ impl Middleware for SystemSections {
         request: &'a mut ModelRequest,
     ) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            let mut tx = db::begin_as_user(&ctx.state.db, &ctx.run.user_id).await?;
-            let notes = memory::list(&mut tx).await?;
-            tx.commit().await?;
+            let notes = &ctx.inputs.memory_notes;
             if !notes.is_empty() {
                 let listed: Vec<String> = notes.iter().map(|n| format!("- {n}")).collect();
                 request.append_system_section(&format!(
@@ -34,18 +30,16 @@ impl Middleware for SystemSections {
                     listed.join("\n")
                 ));
             }
-            if let Some(dir) = &ctx.state.config.skills_dir {
-                let skills = skills::list(dir);
-                if !skills.is_empty() {
-                    let listed: Vec<String> = skills
-                        .iter()
-                        .map(|s| format!("- {}: {}", s.name, s.description))
-                        .collect();
-                    request.append_system_section(&format!(
-                        "Skills you can read with the read_skill tool when one fits the task:\n{}",
-                        listed.join("\n")
-                    ));
-                }
+            let skills = &ctx.inputs.skills;
+            if !skills.is_empty() {
+                let listed: Vec<String> = skills
+                    .iter()
+                    .map(|s| format!("- {}: {}", s.name, s.description))
+                    .collect();
+                request.append_system_section(&format!(
+                    "Skills you can read with the read_skill tool when one fits the task:\n{}",
+                    listed.join("\n")
+                ));
             }
             if !request.tools.is_empty() {
                 request.append_system_section(TOOL_INSTRUCTIONS);

@@ -1,20 +1,25 @@
-//! The user's original words and the ids reach every model call of a run, also on
-//! later steps, and every tool call (the executor's tool context).
+//! The ids reach every model call of a run, and the pinned requests are marked as
+//! such. Every tool call receives the current run's request (the executor's tool
+//! context). The model is not sent that request a second time: it is the last user
+//! message, which trimming never drops.
 
 use futures::future::BoxFuture;
 use protocol::api::ToolOutcome;
 
 use super::{Ctx, Middleware, ToolNext};
+use crate::agent::history;
 use crate::agent::model::ModelRequest;
 use crate::error::Result;
 use crate::tools::executor::ToolCall;
 
 pub struct UserContext;
 
+const PINNED_NOTE: &str = "Messages marked as pinned set the task of this conversation: keep to every requirement in them unless the user changes it.";
+
 pub fn section(ctx: &Ctx<'_>) -> String {
     format!(
-        "The user's original request: {}\nConversation id: {}\nUser id: {}",
-        ctx.run.original_user_request, ctx.run.conversation_id, ctx.run.user_id
+        "Conversation id: {}\nUser id: {}",
+        ctx.run.conversation_id, ctx.run.user_id
     )
 }
 
@@ -30,6 +35,11 @@ impl Middleware for UserContext {
     ) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
             request.append_system_section(&section(ctx));
+            history::defuse_forged_markers(&mut request.messages);
+            if request.messages.iter().any(|m| m.pinned) {
+                history::mark_pinned(&mut request.messages);
+                request.append_system_section(PINNED_NOTE);
+            }
             Ok(())
         })
     }

@@ -16,6 +16,7 @@ use crate::agent::model::{
     ChatMessage, DeltaSink, ModelError, ModelProvider, ModelReply, ModelRequest, Purpose,
     RequestedCall, ToolSpec,
 };
+use crate::demo::vocabulary;
 
 pub const OFFLINE_MODEL: &str = "toolgate-offline";
 const PREFIX: &str = "(offline model) ";
@@ -143,49 +144,20 @@ fn clauses(text: &str) -> Vec<String> {
     }
 }
 
-const STOPWORDS: &[&str] = &[
-    "the", "and", "for", "get", "my", "me", "please", "what", "which", "should", "can", "you",
-    "with", "from", "this", "that", "our", "your", "give", "show", "tell", "about", "into", "are",
-    "was", "how", "much", "many", "all", "any", "use", "run", "want", "need", "some", "its", "one",
-    "two", "out", "a", "an", "of", "to", "in", "on", "is", "it", "i", "do", "be",
-];
-
 fn words(text: &str) -> BTreeSet<String> {
     let lowered = text.to_lowercase();
-    let expanded = lowered
-        .replace("p&l", " profit loss ")
-        .replace("pnl", " profit loss ")
-        .replace("sql", " sql query database ")
-        .replace(" db ", " database ");
+    let expanded = vocabulary::EXPANSIONS
+        .iter()
+        .fold(lowered, |text, (short, long)| text.replace(short, long));
     expanded
         .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| w.len() >= 3 && !STOPWORDS.contains(w))
+        .filter(|w| w.len() >= 3 && !vocabulary::STOPWORDS.contains(w))
         .map(stem)
         .collect()
 }
 
 fn stem(word: &str) -> String {
-    let synonyms: &[(&[&str], &str)] = &[
-        (
-            &[
-                "calculate",
-                "compute",
-                "calculation",
-                "plus",
-                "minus",
-                "times",
-                "divided",
-                "sum",
-                "arithmetic",
-            ],
-            "calculate",
-        ),
-        (&["databases", "table", "tables", "rows"], "database"),
-        (&["queries"], "query"),
-        (&["earnings", "income"], "income"),
-        (&["webhook", "post", "message", "channel"], "webhook"),
-    ];
-    for (group, canonical) in synonyms {
+    for (group, canonical) in vocabulary::SYNONYMS {
         if group.contains(&word) {
             return (*canonical).to_owned();
         }
@@ -249,7 +221,10 @@ fn fill_arguments(
         } else if lowered == "expression" {
             expression_in(text).map(Value::String)
         } else if lowered == "query" || lowered == "sql" {
-            Some(Value::String(query_for(text, &tool.description)))
+            Some(Value::String(vocabulary::query_for(
+                text,
+                &tool.description,
+            )))
         } else if kind == "number" || kind == "integer" {
             numbers.next().map(|n| json!(n))
         } else if kind == "string" {
@@ -388,31 +363,6 @@ fn expression_in(text: &str) -> Option<String> {
         .filter(|run| !run.is_empty())
 }
 
-/// A simple, safe SELECT from the words of the request and the tables the tool's
-/// description names.
-fn query_for(text: &str, description: &str) -> String {
-    let lowered = text.to_lowercase();
-    let tables: Vec<&str> = ["customers", "orders"]
-        .into_iter()
-        .filter(|t| description.contains(t))
-        .collect();
-    let table = tables
-        .iter()
-        .find(|t| lowered.contains(t.trim_end_matches('s')))
-        .or(tables.first())
-        .copied()
-        .unwrap_or("customers");
-    if lowered.contains("how many") || lowered.contains("count") {
-        format!("select count(*) as count from {table}")
-    } else if table == "orders"
-        && (lowered.contains("total") || lowered.contains("revenue") || lowered.contains("sum"))
-    {
-        "select sum(total) as total, count(*) as orders from orders".to_owned()
-    } else {
-        format!("select * from {table} order by 1 limit 10")
-    }
-}
-
 fn answer_from_results(since_user: &[ChatMessage]) -> String {
     let mut lines = Vec::new();
     for message in since_user.iter().filter(|m| m.role == Role::Tool) {
@@ -499,6 +449,13 @@ fn describe_outcome(tool: &str, outcome: &ToolOutcome) -> String {
     if let (Some(expression), Some(value)) = (result.get("expression"), result.get("value")) {
         return format!("{} = {}", plain(expression), plain(value));
     }
+    // An MCP tool's answer: its text, said as it is.
+    if let Some(text) = result.get("text").and_then(Value::as_str)
+        && !text.trim().is_empty()
+    {
+        let shown: String = text.chars().take(1000).collect();
+        return format!("{tool}: {shown}");
+    }
     let shown: String = result.to_string().chars().take(500).collect();
     format!("{tool} returned: {shown}")
 }
@@ -515,6 +472,15 @@ fn summarise(messages: &[ChatMessage]) -> String {
     let mut lines = vec![format!("{PREFIX}Summary of the earlier conversation:")];
     for message in messages {
         match message.role {
+            // An earlier summary: its points carry over.
+            Role::System => {
+                for line in message.plain_text().lines().skip(1) {
+                    let line = line.trim_start_matches(PREFIX).trim();
+                    if line.starts_with("- ") {
+                        lines.push(line.to_owned());
+                    }
+                }
+            }
             Role::User => {
                 let text: String = message.plain_text().chars().take(160).collect();
                 lines.push(format!("- The user asked: {text}"));
@@ -645,6 +611,15 @@ mod tests {
     }
 
     #[test]
+    fn an_mcp_tools_text_is_said_plainly() {
+        let outcome = ToolOutcome::ok(json!({"text": "Meeting 1 drafted in Harbour."}));
+        assert_eq!(
+            describe_outcome("calendar__plan_meeting", &outcome),
+            "calendar__plan_meeting: Meeting 1 drafted in Harbour."
+        );
+    }
+
+    #[test]
     fn answers_come_from_tool_results() {
         let outcome = ToolOutcome::ok(
             json!({"Header": {"StartPeriod": "2025-01-01", "EndPeriod": "2025-03-31"},
@@ -663,6 +638,7 @@ mod tests {
                         outcome,
                     }],
                     seq: None,
+                    pinned: false,
                 },
             ],
             tools: tools(),

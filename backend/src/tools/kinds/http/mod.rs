@@ -1,7 +1,7 @@
 //! `http` tools: a request built from templates, the response as the result, sent
 //! only where the tool's egress policy allows.
 
-mod egress;
+pub mod egress;
 
 pub use egress::{AddressClass, EgressPolicy, classify};
 

@@ -1,5 +1,7 @@
 //! The tool user input card: what a tool needs from the user, asked field by field and
-//! checked as they type with the same rules (and words) as the server.
+//! checked as they type with the same rules (and words) as the server. This file holds
+//! the card (status, actions, outcome); `form` the values and rows, `controls` one
+//! input per field type, `link` the URL-mode step.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -7,144 +9,29 @@ use std::sync::Arc;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use protocol::api::{InputRequest, RequestStatus};
-use protocol::fields::{FieldErrors, is_empty, validate_inputs, with_defaults};
-use protocol::{FieldSpec, FieldType, SaveFor, is_visible};
-use serde_json::{Map, Value};
+use protocol::fields::{FieldErrors, validate_inputs};
 use uuid::Uuid;
 
 use crate::api::{self, ApiError};
-use crate::app::AppState;
+use crate::state::AppState;
 use crate::stream::ChatStore;
 use crate::util;
 
-/// The words under a field that will be remembered.
-fn remember_note(scope: SaveFor) -> Option<&'static str> {
-    match scope {
-        SaveFor::Call => None,
-        SaveFor::Session => Some("Remembered for this conversation"),
-        SaveFor::User => Some("Remembered for all your conversations"),
-    }
-}
+mod controls;
+mod form;
+mod link;
 
-fn input_id(request: Uuid, field: &str) -> String {
-    format!("f-{}-{field}", request.simple())
-}
-
-/// What a card starts with: defaults, and `false` for a checkbox nobody has ticked.
-fn initial_values(fields: &[FieldSpec]) -> Map<String, Value> {
-    let mut values = with_defaults(fields, &Map::new());
-    for field in fields {
-        if field.kind == FieldType::Boolean && !values.contains_key(&field.name) {
-            values.insert(field.name.clone(), Value::Bool(false));
-        }
-    }
-    values
-}
-
-/// Everything a field row needs, shared by the rows of one card.
-#[derive(Clone, Copy)]
-struct CardForm {
-    request_id: Uuid,
-    fields: StoredValue<Arc<Vec<FieldSpec>>>,
-    values: RwSignal<Map<String, Value>>,
-    touched: RwSignal<BTreeSet<String>>,
-    server_errors: RwSignal<FieldErrors>,
-    card_error: RwSignal<Option<String>>,
-    check: Memo<Result<Map<String, Value>, FieldErrors>>,
-    save_for: SaveFor,
-    locked: Signal<bool>,
-}
-
-impl CardForm {
-    fn set(&self, name: &str, value: Value) {
-        self.values.update(|values| {
-            values.insert(name.to_owned(), value);
-        });
-        if !self.touched.with_untracked(|t| t.contains(name)) {
-            self.touched.update(|t| {
-                t.insert(name.to_owned());
-            });
-        }
-        if self.card_error.with_untracked(Option::is_some) {
-            self.card_error.set(None);
-        }
-        if self.server_errors.with_untracked(|e| e.contains_key(name)) {
-            self.server_errors.update(|e| {
-                e.remove(name);
-            });
-        }
-    }
-
-    /// The message to show on a field: the server's, or ours once the user has been there.
-    fn error(&self, name: &str) -> Option<String> {
-        if let Some(message) = self.server_errors.with(|e| e.get(name).cloned()) {
-            return Some(message);
-        }
-        if !self.touched.with(|t| t.contains(name)) {
-            return None;
-        }
-        self.check.with(|check| match check {
-            Err(errors) => errors.get(name).cloned(),
-            Ok(_) => None,
-        })
-    }
-
-    fn visible(&self, field: &FieldSpec) -> bool {
-        let fields = self.fields.get_value();
-        self.values
-            .with(|values| is_visible(&fields, field, &with_defaults(&fields, values)))
-    }
-
-    /// The first shown field that is still empty, else the first with an error.
-    fn first_to_fill(&self, errors: Option<&FieldErrors>) -> Option<String> {
-        let fields = self.fields.get_value();
-        let values = self.values.get_untracked();
-        let effective = with_defaults(&fields, &values);
-        let shown = || fields.iter().filter(|f| is_visible(&fields, f, &effective));
-        if let Some(errors) = errors
-            && let Some(field) = shown().find(|f| errors.contains_key(&f.name))
-        {
-            return Some(field.name.clone());
-        }
-        shown()
-            .find(|f| values.get(&f.name).is_none_or(is_empty))
-            .map(|f| f.name.clone())
-    }
-
-    fn focus_field(&self, name: &str) {
-        let id = input_id(self.request_id, name);
-        if !util::focus_id(&id) {
-            // A multiselect: its first checkbox.
-            util::focus_id(&format!("{id}-0"));
-        }
-    }
-}
+use form::{CardForm, FieldRow, initial_values, remember_note};
+use link::LinkStep;
 
 #[component]
 pub fn InputCard(request_id: Uuid) -> impl IntoView {
     let store = expect_context::<ChatStore>();
     let app = expect_context::<AppState>();
-    let request = Memo::new(move |_| {
-        store
-            .requests
-            .with(|requests| requests.iter().find(|r| r.id == request_id).cloned())
-    });
+    let (request, status) = store.watch_request(request_id, app.now_ms);
     let Some(first) = request.get_untracked() else {
         return ().into_any();
     };
-    // Pending past its expiry counts as expired, even before the server says so.
-    let status = Memo::new(move |_| {
-        let Some(request) = request.get() else {
-            return RequestStatus::Expired;
-        };
-        if request.status == RequestStatus::Pending
-            && util::millis(&request.expires_at) <= app.now_ms.get()
-        {
-            RequestStatus::Expired
-        } else {
-            request.status
-        }
-    });
     let fields = Arc::new(first.fields.clone());
     let values = RwSignal::new(initial_values(&fields));
     let check_fields = fields.clone();
@@ -281,6 +168,13 @@ pub fn InputCard(request_id: Uuid) -> impl IntoView {
         });
     }
 
+    let is_link = first.is_link();
+    let asking_server = first.elicitation.as_ref().map(|e| e.server.clone());
+    let link = first
+        .elicitation
+        .as_ref()
+        .and_then(|e| e.url.clone())
+        .unwrap_or_default();
     let reason = first.reason.clone();
     let tool_name = first.tool_name.clone();
     let tool_attr = tool_name.clone();
@@ -288,6 +182,29 @@ pub fn InputCard(request_id: Uuid) -> impl IntoView {
     let choices_id = format!("{heading_id}-choices");
     let labelled_by = title_id.clone();
     let body = move || match status.get() {
+        RequestStatus::Pending if is_link => {
+            let done = submit.clone();
+            let cancel = cancel.clone();
+            let decline = decline.clone();
+            view! {
+                <LinkStep
+                    url=link.clone()
+                    sending
+                    card_error
+                    on_done=Callback::new(move |()| done())
+                    on_decline=Callback::new(move |()| decline())
+                    on_cancel=Callback::new(move |()| cancel())
+                />
+            }
+            .into_any()
+        }
+        RequestStatus::Completed if is_link => view! {
+            <p class="card-outcome card-done" data-testid="card-completed">
+                <span class="done-mark" aria-hidden="true">"✓ "</span>
+                "Done. The server was told you finished on its page."
+            </p>
+        }
+        .into_any(),
         RequestStatus::Pending => {
             let submit = submit.clone();
             let on_key = {
@@ -466,6 +383,16 @@ pub fn InputCard(request_id: Uuid) -> impl IntoView {
                     <code>{tool_name}</code>
                 </h2>
                 <p class="card-reason" data-testid="card-reason">{reason}</p>
+                {asking_server
+                    .map(|server| {
+                        view! {
+                            <p class="card-server" data-testid="card-server">
+                                "Asked by the MCP server "
+                                <code>{server}</code>
+                                " while its tool runs"
+                            </p>
+                        }
+                    })}
             </header>
             {body}
         </section>
@@ -579,332 +506,4 @@ fn Completed(request: Memo<Option<InputRequest>>) -> impl IntoView {
         </div>
     }
     .into_any()
-}
-
-#[component]
-fn FieldRow(field: FieldSpec, form: CardForm) -> impl IntoView {
-    let id = input_id(form.request_id, &field.name);
-    let help_id = format!("{id}-help");
-    let error_id = format!("{id}-error");
-    let name = field.name.clone();
-    let shown_field = field.clone();
-    let visible = Memo::new(move |_| form.visible(&shown_field));
-    let error_name = name.clone();
-    let error = Memo::new(move |_| form.error(&error_name));
-    let scope = field.save_for.unwrap_or(form.save_for);
-    let described_by = {
-        let mut ids = vec![error_id.clone()];
-        if field.description.is_some() {
-            ids.insert(0, help_id.clone());
-        }
-        ids.join(" ")
-    };
-    let label = field.label().to_owned();
-    let required = field.required;
-    let is_group = field.kind == FieldType::Multiselect;
-    let is_check = field.kind == FieldType::Boolean;
-    let control = control(&field, form, &id, described_by, error);
-    let label_view = if is_group {
-        view! {
-            <legend class="field-label">
-                {label}
-                {required.then(|| view! { <RequiredMark/> })}
-            </legend>
-        }
-        .into_any()
-    } else if is_check {
-        ().into_any()
-    } else {
-        view! {
-            <label class="field-label" for=id.clone()>
-                {label}
-                {required.then(|| view! { <RequiredMark/> })}
-            </label>
-        }
-        .into_any()
-    };
-    let row_class = if is_group {
-        "field field-group"
-    } else {
-        "field"
-    };
-    let inner = view! {
-        {label_view}
-        {control}
-        {field
-            .description
-            .clone()
-            .map(|text| view! { <p class="help" id=help_id.clone()>{text}</p> })}
-        {remember_note(scope)
-            .map(|note| view! { <p class="remember" data-testid="remember-note">{note}</p> })}
-        <p class="field-error" id=error_id.clone() aria-live="polite" data-testid="field-error">
-            {move || error.get()}
-        </p>
-    };
-    // Hidden rather than removed, so a field that comes back keeps what was typed.
-    let hidden = move || !visible.get();
-    if is_group {
-        view! {
-            <fieldset class=row_class data-testid="field" data-field=name hidden=hidden>
-                {inner}
-            </fieldset>
-        }
-        .into_any()
-    } else {
-        view! {
-            <div class=row_class data-testid="field" data-field=name hidden=hidden>
-                {inner}
-            </div>
-        }
-        .into_any()
-    }
-}
-
-#[component]
-fn RequiredMark() -> impl IntoView {
-    view! {
-        <span class="required" aria-hidden="true">" *"</span>
-        <span class="visually-hidden">" (required)"</span>
-    }
-}
-
-/// The input element for a field's type. Inputs start from the card's values and write
-/// back on every keystroke; they are never overwritten while the user types.
-fn control(
-    field: &FieldSpec,
-    form: CardForm,
-    id: &str,
-    described_by: String,
-    error: Memo<Option<String>>,
-) -> AnyView {
-    let name = field.name.clone();
-    let initial = form
-        .values
-        .with_untracked(|v| v.get(&name).cloned())
-        .unwrap_or(Value::Null);
-    let initial_text = match &initial {
-        Value::Null => String::new(),
-        Value::String(text) => text.clone(),
-        other => other.to_string(),
-    };
-    let invalid = move || error.with(Option::is_some).to_string();
-    let required = field.required;
-    let placeholder = field.placeholder.clone().unwrap_or_default();
-    let locked = form.locked;
-    let text_input = |kind: &'static str, autocomplete: &'static str| {
-        let name = name.clone();
-        view! {
-            <input
-                id=id.to_owned()
-                name=name.clone()
-                type=kind
-                class="field-input"
-                data-testid="field-input"
-                prop:value=initial_text.clone()
-                placeholder=placeholder.clone()
-                autocomplete=autocomplete
-                aria-required=required.to_string()
-                aria-invalid=invalid
-                aria-describedby=described_by.clone()
-                disabled=move || locked.get()
-                on:input=move |ev| form.set(&name, Value::String(event_target_value(&ev)))
-            />
-        }
-        .into_any()
-    };
-    match field.kind {
-        FieldType::Text => text_input("text", "off"),
-        FieldType::Email => text_input("email", "email"),
-        FieldType::Url => text_input("url", "url"),
-        FieldType::Date => text_input("date", "off"),
-        FieldType::Secret => text_input("password", "new-password"),
-        FieldType::Number => {
-            let min = field.min.map(|m| m.to_string());
-            let max = field.max.map(|m| m.to_string());
-            view! {
-                <input
-                    id=id.to_owned()
-                    name=name.clone()
-                    type="number"
-                    step="any"
-                    inputmode="decimal"
-                    class="field-input"
-                    data-testid="field-input"
-                    min=min
-                    max=max
-                    prop:value=initial_text
-                    placeholder=placeholder
-                    aria-required=required.to_string()
-                    aria-invalid=invalid
-                    aria-describedby=described_by
-                    disabled=move || locked.get()
-                    on:input=move |ev| form.set(&name, Value::String(event_target_value(&ev)))
-                />
-            }
-            .into_any()
-        }
-        FieldType::Textarea => view! {
-            <textarea
-                id=id.to_owned()
-                name=name.clone()
-                class="field-input"
-                data-testid="field-input"
-                rows="3"
-                prop:value=initial_text
-                placeholder=placeholder
-                aria-required=required.to_string()
-                aria-invalid=invalid
-                aria-describedby=described_by
-                disabled=move || locked.get()
-                on:input=move |ev| form.set(&name, Value::String(event_target_value(&ev)))
-            ></textarea>
-        }
-        .into_any(),
-        FieldType::Select => {
-            let options = field.options.clone();
-            let chosen = initial_text.clone();
-            let prompt = if field.placeholder.is_some() {
-                placeholder
-            } else {
-                "Choose…".to_owned()
-            };
-            view! {
-                <select
-                    id=id.to_owned()
-                    name=name.clone()
-                    class="field-input"
-                    data-testid="field-input"
-                    aria-required=required.to_string()
-                    aria-invalid=invalid
-                    aria-describedby=described_by
-                    disabled=move || locked.get()
-                    on:change=move |ev| form.set(&name, Value::String(event_target_value(&ev)))
-                >
-                    <option value="" selected=chosen.is_empty()>{prompt}</option>
-                    {options
-                        .into_iter()
-                        .map(|option| {
-                            let selected = option.value == chosen;
-                            view! {
-                                <option value=option.value selected=selected>{option.label}</option>
-                            }
-                        })
-                        .collect_view()}
-                </select>
-            }
-            .into_any()
-        }
-        FieldType::Boolean => {
-            let checked = initial == Value::Bool(true) || initial_text == "true";
-            let label = field.label().to_owned();
-            view! {
-                <label class="check" for=id.to_owned()>
-                    <input
-                        id=id.to_owned()
-                        name=name.clone()
-                        type="checkbox"
-                        data-testid="field-input"
-                        prop:checked=checked
-                        aria-invalid=invalid
-                        aria-describedby=described_by
-                        disabled=move || locked.get()
-                        on:change=move |ev| form.set(&name, Value::Bool(event_target_checked(&ev)))
-                    />
-                    <span class="field-label">
-                        {label}
-                        {required.then(|| view! { <RequiredMark/> })}
-                    </span>
-                </label>
-            }
-            .into_any()
-        }
-        FieldType::Multiselect => {
-            let chosen: Vec<String> = match &initial {
-                Value::Array(items) => items.iter().map(util::plain).collect(),
-                _ => Vec::new(),
-            };
-            let order: Vec<String> = field.options.iter().map(|o| o.value.clone()).collect();
-            field
-                .options
-                .iter()
-                .enumerate()
-                .map(|(index, option)| {
-                    let box_id = format!("{id}-{index}");
-                    let for_id = box_id.clone();
-                    let value = option.value.clone();
-                    let name = name.clone();
-                    let order = order.clone();
-                    let checked = chosen.contains(&option.value);
-                    view! {
-                        <label class="check" for=for_id>
-                            <input
-                                id=box_id
-                                type="checkbox"
-                                data-testid="field-option"
-                                value=value.clone()
-                                prop:checked=checked
-                                aria-describedby=described_by.clone()
-                                disabled=move || locked.get()
-                                on:change=move |ev| {
-                                    let on = event_target_checked(&ev);
-                                    let mut picked: Vec<String> = form
-                                        .values
-                                        .with_untracked(|v| match v.get(&name) {
-                                            Some(Value::Array(items)) => {
-                                                items.iter().map(util::plain).collect()
-                                            }
-                                            _ => Vec::new(),
-                                        });
-                                    picked.retain(|p| *p != value);
-                                    if on {
-                                        picked.push(value.clone());
-                                    }
-                                    picked.sort_by_key(|p| order.iter().position(|o| o == p));
-                                    form.set(
-                                        &name,
-                                        Value::Array(picked.into_iter().map(Value::String).collect()),
-                                    );
-                                }
-                            />
-                            <span>{option.label.clone()}</span>
-                        </label>
-                    }
-                })
-                .collect_view()
-                .into_any()
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn a_card_starts_from_defaults_and_unticked_boxes() {
-        let fields: Vec<FieldSpec> = serde_json::from_value(json!([
-            {"name": "n", "type": "number", "default": 3},
-            {"name": "b", "type": "boolean", "required": false},
-            {"name": "t"}
-        ]))
-        .expect("fields");
-        let values = initial_values(&fields);
-        assert_eq!(values.get("n"), Some(&json!(3)));
-        assert_eq!(values.get("b"), Some(&json!(false)));
-        assert_eq!(values.get("t"), None);
-    }
-
-    #[test]
-    fn remembered_notes_follow_save_for() {
-        assert_eq!(remember_note(SaveFor::Call), None);
-        assert_eq!(
-            remember_note(SaveFor::Session),
-            Some("Remembered for this conversation")
-        );
-        assert_eq!(
-            remember_note(SaveFor::User),
-            Some("Remembered for all your conversations")
-        );
-    }
 }

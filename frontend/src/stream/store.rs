@@ -1,30 +1,13 @@
-//! A conversation's live state and the event stream that feeds it.
-//!
-//! The stream is an `EventSource` opened with a short-lived stream token. When it drops
-//! (network loss, server restart, token expiry) it is closed and opened again with a
-//! fresh token and `after=<last event id seen>`, so the server replays whatever was
-//! missed. Every event is applied idempotently: messages and requests by id, statuses by
-//! last write, so a replay or an overlap with the REST snapshot changes nothing.
+//! What the page knows of one conversation (messages, live tool calls, requests, the
+//! run), and how each stream event changes it.
 
-use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::rc::Rc;
 
-use futures::channel::oneshot;
 use leptos::prelude::*;
-use leptos::task::spawn_local;
 use protocol::api::{InputRequest, RequestKind, RequestStatus, ToolOutcome};
 use protocol::chat::{ContentBlock, EventKind, Message, Role, Run, RunStatus, StreamEvent};
-use send_wrapper::SendWrapper;
 use serde_json::{Map, Value};
 use uuid::Uuid;
-use wasm_bindgen::JsCast;
-use wasm_bindgen::closure::Closure;
-use web_sys::{EventSource, MessageEvent};
-
-use crate::api::{self, ApiError};
-use crate::app::AppState;
-use crate::util;
 
 /// Where a tool call stands.
 #[derive(Clone, Debug, PartialEq)]
@@ -102,6 +85,18 @@ impl From<&Run> for RunView {
     }
 }
 
+/// The tool call ids that appear in stored messages.
+pub fn stored_call_ids(messages: &[Message]) -> Vec<String> {
+    messages
+        .iter()
+        .flat_map(|m| m.content.iter())
+        .filter_map(|block| match block {
+            ContentBlock::ToolCall { id, .. } => Some(id.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Everything the chat view shows for one conversation.
 #[derive(Clone, Copy)]
 pub struct ChatStore {
@@ -138,6 +133,41 @@ impl ChatStore {
         }
     }
 
+    /// A card's request as it is now, and the status it shows: pending past its expiry
+    /// counts as expired (`now_ms` ticks), even before the server says so.
+    pub fn watch_request(
+        &self,
+        request_id: Uuid,
+        now_ms: RwSignal<f64>,
+    ) -> (Memo<Option<InputRequest>>, Memo<RequestStatus>) {
+        let requests = self.requests;
+        let request = Memo::new(move |_| {
+            requests.with(|requests| requests.iter().find(|r| r.id == request_id).cloned())
+        });
+        let status = Memo::new(move |_| {
+            let Some(request) = request.get() else {
+                return RequestStatus::Expired;
+            };
+            if request.status == RequestStatus::Pending
+                && crate::util::millis(&request.expires_at) <= now_ms.get()
+            {
+                RequestStatus::Expired
+            } else {
+                request.status
+            }
+        });
+        (request, status)
+    }
+
+    /// Puts a changed message (pinned or unpinned) in place of the one shown.
+    pub fn replace_message(&self, changed: Message) {
+        self.messages.update(|messages| {
+            if let Some(shown) = messages.iter_mut().find(|m| m.id == changed.id) {
+                *shown = changed;
+            }
+        });
+    }
+
     /// Adds messages not seen yet, keeping the conversation's order.
     pub fn add_messages(&self, incoming: Vec<Message>) {
         if incoming.is_empty() {
@@ -155,16 +185,9 @@ impl ChatStore {
             }
             messages.sort_by_key(|m| m.seq);
         });
-        let known: Vec<String> = self.messages.with_untracked(|messages| {
-            messages
-                .iter()
-                .flat_map(|m| m.content.iter())
-                .filter_map(|block| match block {
-                    ContentBlock::ToolCall { id, .. } => Some(id.clone()),
-                    _ => None,
-                })
-                .collect()
-        });
+        let known = self
+            .messages
+            .with_untracked(|messages| stored_call_ids(messages));
         if self
             .live_calls
             .with_untracked(|calls| calls.iter().any(|c| known.contains(&c.id)))
@@ -298,7 +321,7 @@ impl ChatStore {
                         RequestKind::Approval => ToolState::NeedsApproval,
                     };
                     self.tools.update(|tools| {
-                        tools.insert(request.tool_call_id.clone(), state);
+                        tools.insert(request.call_id().to_owned(), state);
                     });
                 }
                 self.upsert_request(request);
@@ -310,210 +333,11 @@ impl ChatStore {
                 self.upsert_request(request);
             }
             EventKind::RunStatus { run } => self.set_run(Some(RunView::from(&run))),
+            // The card's own change arrives as `input_resolved`; this only says the
+            // server has finished its side.
+            EventKind::ElicitationCompleted { .. } => {}
         }
     }
-}
-
-/// The SSE event names the server sends; `EventSource` only delivers named events to
-/// listeners registered for their name.
-const EVENT_NAMES: [&str; 9] = [
-    "run_started",
-    "text_delta",
-    "message_added",
-    "tool_call_started",
-    "tool_call_finished",
-    "input_requested",
-    "input_resolved",
-    "run_status",
-    "message",
-];
-
-type EventListener = Closure<dyn FnMut(MessageEvent)>;
-type StateListener = Closure<dyn FnMut(web_sys::Event)>;
-
-struct Connection {
-    alive: Cell<bool>,
-    /// Failed attempts in a row; an opened stream resets it.
-    failures: Cell<u32>,
-    last_event: Cell<i64>,
-    source: RefCell<Option<EventSource>>,
-    closed: RefCell<Option<oneshot::Sender<()>>>,
-    listeners: RefCell<Vec<EventListener>>,
-    on_open: RefCell<Option<StateListener>>,
-    on_error: RefCell<Option<StateListener>>,
-}
-
-impl Connection {
-    fn close_source(&self) {
-        if let Some(source) = self.source.borrow_mut().take() {
-            source.set_onopen(None);
-            source.set_onerror(None);
-            source.close();
-        }
-        if let Some(closed) = self.closed.borrow_mut().take() {
-            let _ = closed.send(());
-        }
-    }
-}
-
-/// Keeps `store` fed from the conversation's event stream until the calling component
-/// is cleaned up.
-pub fn follow(store: ChatStore, app: AppState) {
-    let connection = Rc::new(Connection {
-        alive: Cell::new(true),
-        failures: Cell::new(0),
-        last_event: Cell::new(0),
-        source: RefCell::new(None),
-        closed: RefCell::new(None),
-        listeners: RefCell::new(Vec::new()),
-        on_open: RefCell::new(None),
-        on_error: RefCell::new(None),
-    });
-    let guard = SendWrapper::new(connection.clone());
-    on_cleanup(move || {
-        guard.alive.set(false);
-        guard.close_source();
-    });
-    spawn_local(run(connection, store, app));
-}
-
-async fn run(connection: Rc<Connection>, store: ChatStore, app: AppState) {
-    let failed = |connection: &Connection| {
-        let failures = connection.failures.get() + 1;
-        connection.failures.set(failures);
-        backoff(failures)
-    };
-    while connection.alive.get() {
-        let Some(token) = app.token() else {
-            break;
-        };
-        store.link.set(if connection.failures.get() == 0 {
-            Link::Connecting
-        } else {
-            Link::Reconnecting
-        });
-        let stream_token = match api::stream_token(&token, store.id).await {
-            Ok(stream_token) => stream_token,
-            Err(err) => {
-                if !connection.alive.get() {
-                    break;
-                }
-                match err {
-                    ApiError::Status { status: 401, .. } => {
-                        app.session_expired();
-                        break;
-                    }
-                    ApiError::Status {
-                        status: 404 | 405, ..
-                    } => {
-                        store.link.set(Link::Stopped);
-                        break;
-                    }
-                    _ => {
-                        util::sleep(failed(&connection)).await;
-                        continue;
-                    }
-                }
-            }
-        };
-        if !connection.alive.get() {
-            break;
-        }
-        let url = api::events_url(store.id, &stream_token.token, connection.last_event.get());
-        let Ok(source) = EventSource::new(&url) else {
-            util::sleep(failed(&connection)).await;
-            continue;
-        };
-        let (closed_tx, closed_rx) = oneshot::channel();
-        *connection.closed.borrow_mut() = Some(closed_tx);
-        attach(&connection, &source, store, app);
-        *connection.source.borrow_mut() = Some(source);
-        let _ = closed_rx.await;
-        connection.listeners.borrow_mut().clear();
-        if !connection.alive.get() {
-            break;
-        }
-        store.link.set(Link::Reconnecting);
-        util::sleep(failed(&connection)).await;
-        // A fresh stream may have missed requests made outside any run.
-        if connection.alive.get() {
-            refresh_pending(store, app);
-        }
-    }
-}
-
-fn backoff(failures: u32) -> u32 {
-    (250 * 2u32.saturating_pow(failures.min(6))).min(8_000)
-}
-
-fn attach(connection: &Rc<Connection>, source: &EventSource, store: ChatStore, app: AppState) {
-    let mut listeners = connection.listeners.borrow_mut();
-    for name in EVENT_NAMES {
-        let weak = Rc::downgrade(connection);
-        let listener = EventListener::new(move |event: MessageEvent| {
-            let Some(connection) = weak.upgrade() else {
-                return;
-            };
-            if !connection.alive.get() {
-                return;
-            }
-            let Some(data) = event.data().as_string() else {
-                return;
-            };
-            let Ok(event) = serde_json::from_str::<StreamEvent>(&data) else {
-                return;
-            };
-            if event.id <= connection.last_event.get() {
-                return;
-            }
-            connection.last_event.set(event.id);
-            store.apply(event);
-        });
-        let _ = source.add_event_listener_with_callback(name, listener.as_ref().unchecked_ref());
-        listeners.push(listener);
-    }
-    drop(listeners);
-
-    let weak = Rc::downgrade(connection);
-    let on_open = StateListener::new(move |_| {
-        if let Some(connection) = weak.upgrade() {
-            connection.failures.set(0);
-        }
-        store.link.set(Link::Live);
-        app.reached();
-    });
-    source.set_onopen(Some(on_open.as_ref().unchecked_ref()));
-    *connection.on_open.borrow_mut() = Some(on_open);
-
-    let weak = Rc::downgrade(connection);
-    let on_error = StateListener::new(move |_| {
-        // The browser would retry with the same (maybe expired) token; we retry with a
-        // fresh one and the last event id instead.
-        if let Some(connection) = weak.upgrade() {
-            connection.close_source();
-        }
-    });
-    source.set_onerror(Some(on_error.as_ref().unchecked_ref()));
-    *connection.on_error.borrow_mut() = Some(on_error);
-}
-
-/// Asks for the conversation's pending requests (they also come back after a reload).
-pub fn refresh_pending(store: ChatStore, app: AppState) {
-    let Some(token) = app.token() else {
-        return;
-    };
-    spawn_local(async move {
-        match api::get_pending(&token, store.id).await {
-            Ok(requests) => {
-                for request in requests {
-                    store.upsert_request(request);
-                }
-            }
-            Err(err) => {
-                app.report(&err);
-            }
-        }
-    });
 }
 
 #[cfg(test)]
@@ -666,12 +490,5 @@ mod tests {
             json!({"type": "message_added", "message": call}),
         ));
         assert_eq!(store.live_calls.with_untracked(Vec::len), 0);
-    }
-
-    #[test]
-    fn reconnecting_backs_off_but_not_forever() {
-        assert_eq!(backoff(1), 500);
-        assert!(backoff(3) > backoff(2));
-        assert_eq!(backoff(50), 8_000);
     }
 }

@@ -1,0 +1,335 @@
+//! A run's states: started for a message, resumed when its last open request is
+//! answered, failed (with words its user may read), handed over between steps when the
+//! server stops, and wound down after the grace period.
+
+use std::time::Duration;
+
+use protocol::api::ToolOutcome;
+use protocol::chat::{ContentBlock, EventKind, Message, Role, Run, RunStatus};
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+use super::step::{StepLimit, drive, record_tool_result};
+use crate::agent::model::ModelError;
+use crate::db::input_requests;
+use crate::db::messages::{self, NewMessage};
+use crate::db::{self, conversations, events, runs};
+use crate::error::{Error, Result, ResultExt};
+use crate::requests::endings;
+use crate::state::AppState;
+use crate::tools::CallRef;
+
+pub struct StartedRun {
+    pub run: Run,
+    pub message: Message,
+}
+
+pub(super) fn lease(state: &AppState) -> chrono::Duration {
+    chrono::Duration::from_std(state.config.run_lease).unwrap_or(chrono::Duration::seconds(30))
+}
+
+pub(super) async fn emit(
+    conn: &mut PgConnection,
+    conversation_id: Uuid,
+    user_id: &str,
+    run_id: Option<Uuid>,
+    kind: EventKind,
+) -> Result<()> {
+    events::append(conn, conversation_id, user_id, run_id, &kind).await?;
+    Ok(())
+}
+
+/// Stores the user's message, starts a run for it and drives the run in the
+/// background. Refused with 409 while another run of the conversation is active.
+pub async fn start_run(
+    state: &AppState,
+    user_id: &str,
+    conversation_id: Uuid,
+    content: Vec<ContentBlock>,
+) -> Result<StartedRun> {
+    let mut tx = db::begin_as_user(&state.db, user_id).await?;
+    if !conversations::exists(&mut tx, conversation_id).await? {
+        return Err(Error::NotFound("conversation"));
+    }
+    if runs::active_for_conversation(&mut tx, conversation_id)
+        .await?
+        .is_some()
+    {
+        return Err(run_active());
+    }
+    let most = state.config.limits.active_runs;
+    if runs::count_active(&mut tx).await? >= i64::from(most) {
+        return Err(Error::TooManyRequests {
+            message: format!(
+                "at most {most} runs may be in progress or waiting at once; finish or answer one first"
+            ),
+            retry_after_seconds: 10,
+        });
+    }
+    let run_id = Uuid::new_v4();
+    let message = messages::append(
+        &mut tx,
+        NewMessage {
+            conversation_id,
+            user_id,
+            role: Role::User,
+            content: &content,
+            model: None,
+            run_id: Some(run_id),
+        },
+    )
+    .await?;
+    let model = state.agent.default_model();
+    let run = runs::insert(
+        &mut tx,
+        run_id,
+        conversation_id,
+        user_id,
+        message.id,
+        &model,
+        lease(state),
+    )
+    .await
+    .on_constraint("agent_runs_one_active", |_| run_active())?;
+    emit(
+        &mut tx,
+        conversation_id,
+        user_id,
+        Some(run_id),
+        EventKind::MessageAdded {
+            message: message.clone(),
+        },
+    )
+    .await?;
+    emit(
+        &mut tx,
+        conversation_id,
+        user_id,
+        Some(run_id),
+        EventKind::RunStarted { model },
+    )
+    .await?;
+    tx.commit().await?;
+    spawn_drive(state.clone(), user_id.to_owned(), run_id);
+    Ok(StartedRun {
+        run: run.to_api(),
+        message,
+    })
+}
+
+fn run_active() -> Error {
+    Error::conflict(
+        "run_active",
+        "a run is already in progress in this conversation; wait for it, or answer its pending input",
+    )
+}
+
+pub(super) fn spawn_drive(state: AppState, user_id: String, run_id: Uuid) {
+    let driving = state.active_runs.enter(run_id, &user_id);
+    tokio::spawn(async move {
+        let _driving = driving;
+        let keeper = tokio::spawn(keep_lease(state.clone(), user_id.clone(), run_id));
+        let result = drive(&state, &user_id, run_id).await;
+        keeper.abort();
+        if let Err(err) = result {
+            tracing::warn!(%run_id, error = ?err, "run failed");
+            let message = public_failure(&err);
+            if let Err(err) = fail_run(&state, &user_id, run_id, &message).await {
+                tracing::error!(%run_id, error = %err, "could not mark the run failed");
+            }
+        }
+    });
+}
+
+/// The words a failed run shows its user: one of a fixed few. What the provider, the
+/// vault or the database said stays in the server's log.
+fn public_failure(err: &Error) -> String {
+    match err {
+        Error::Internal(inner) => {
+            if let Some(model) = inner.downcast_ref::<ModelError>() {
+                model.public_message()
+            } else if let Some(limit) = inner.downcast_ref::<StepLimit>() {
+                limit.to_string()
+            } else {
+                "the run stopped on an internal error".to_owned()
+            }
+        }
+        Error::Database(_) | Error::Unavailable(_) => {
+            "the run stopped on a database error".to_owned()
+        }
+        _ => "the run stopped on an internal error".to_owned(),
+    }
+}
+
+/// Renews the run's lease while this server drives it.
+async fn keep_lease(state: AppState, user_id: String, run_id: Uuid) {
+    let every = (state.config.run_lease / 3).max(Duration::from_millis(200));
+    loop {
+        tokio::time::sleep(every).await;
+        let renewed = async {
+            let mut tx = db::begin_as_user(&state.db, &user_id).await?;
+            runs::renew_lease(&mut tx, run_id, lease(&state), None).await?;
+            tx.commit().await
+        }
+        .await;
+        if let Err(err) = renewed {
+            tracing::warn!(%run_id, error = %err, "could not renew the run's lease");
+        }
+    }
+}
+
+/// Moves a run to `to` if it is in one of `from`, and tells the stream.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn move_run(
+    conn: &mut PgConnection,
+    user_id: &str,
+    run_id: Uuid,
+    from: &[RunStatus],
+    to: RunStatus,
+    step: Option<i32>,
+    error: Option<&str>,
+    lease: Option<chrono::Duration>,
+) -> Result<Option<runs::RunRow>> {
+    let moved = runs::transition(conn, run_id, from, to, step, error, lease).await?;
+    if let Some(run) = &moved {
+        let kind = EventKind::RunStatus { run: run.to_api() };
+        emit(conn, run.conversation_id, user_id, Some(run_id), kind).await?;
+    }
+    Ok(moved)
+}
+
+pub(super) async fn fail_run(
+    state: &AppState,
+    user_id: &str,
+    run_id: Uuid,
+    message: &str,
+) -> Result<()> {
+    let mut tx = db::begin_as_user(&state.db, user_id).await?;
+    let Some(run) = runs::find(&mut tx, run_id).await? else {
+        return Ok(());
+    };
+    conversations::lock_for_writing(&mut tx, run.conversation_id).await?;
+    let failed = move_run(
+        &mut tx,
+        user_id,
+        run_id,
+        &[RunStatus::Running, RunStatus::WaitingForInput],
+        RunStatus::Failed,
+        None,
+        Some(message),
+        None,
+    )
+    .await?;
+    if failed.is_some() {
+        endings::abandon_run(&mut tx, run_id).await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// The agent's runs take the outcomes of their settled requests.
+impl crate::requests::RunInbox for AppState {
+    fn deliver<'a>(
+        &'a self,
+        user_id: &'a str,
+        call: &'a CallRef,
+        outcome: ToolOutcome,
+    ) -> futures::future::BoxFuture<'a, Result<()>> {
+        Box::pin(deliver_outcome(self, user_id, call, outcome))
+    }
+}
+
+/// Hands a run the outcome of one of its requests. An outcome that waits again (the
+/// values are in, now the call needs approval) is announced and the run keeps waiting;
+/// any other is recorded as the call's result, and the run resumes when that was the
+/// last request it waited for. The run row is locked first, so two requests of one run
+/// settled at once cannot both think the other is still open.
+pub async fn deliver_outcome(
+    state: &AppState,
+    user_id: &str,
+    call: &CallRef,
+    outcome: ToolOutcome,
+) -> Result<()> {
+    let Some(run_id) = call.run_id else {
+        return Ok(());
+    };
+    let mut tx = db::begin_as_user(&state.db, user_id).await?;
+    conversations::lock_for_writing(&mut tx, call.conversation_id).await?;
+    let Some(run) = runs::find_for_update(&mut tx, run_id).await? else {
+        tx.commit().await?;
+        return Ok(());
+    };
+    if let Some(request) = outcome.waiting_on().filter(|_| outcome.is_waiting()) {
+        // An MCP server's question was announced when it was stored.
+        if request.elicitation.is_none() {
+            let kind = EventKind::InputRequested {
+                request: request.clone(),
+            };
+            emit(&mut tx, call.conversation_id, user_id, Some(run_id), kind).await?;
+        }
+        tx.commit().await?;
+        return Ok(());
+    }
+    record_tool_result(
+        &mut tx,
+        user_id,
+        call.conversation_id,
+        run_id,
+        &call.tool_call_id,
+        &call.tool_name,
+        outcome,
+    )
+    .await?;
+    let still_open = input_requests::count_pending_for_run(&mut tx, run_id).await?;
+    let mut resume = false;
+    if still_open == 0 && run.status() == RunStatus::WaitingForInput {
+        resume = move_run(
+            &mut tx,
+            user_id,
+            run_id,
+            &[RunStatus::WaitingForInput],
+            RunStatus::Running,
+            None,
+            None,
+            Some(lease(state)),
+        )
+        .await?
+        .is_some();
+    }
+    tx.commit().await?;
+    if resume {
+        spawn_drive(state.clone(), user_id.to_owned(), run_id);
+    }
+    Ok(())
+}
+
+/// Between two steps of a stopping server: the run's state is all stored, so any
+/// replica (this one after a restart, too) can go on with it at once.
+pub(super) async fn hand_over(state: &AppState, user_id: &str, run_id: Uuid) -> Result<()> {
+    let mut tx = db::begin_as_user(&state.db, user_id).await?;
+    if runs::hand_over(&mut tx, run_id).await? {
+        tracing::info!(%run_id, "handed the run over for another server to go on with");
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// What a run's user is told when the server stopped in the middle of one of its steps.
+const STOPPED_MID_STEP: &str =
+    "the server stopped during this step of the run; send your message again";
+
+/// After the HTTP server has stopped: lets the runs driven here finish their current
+/// step (they hand themselves over after it) for up to the grace period, then fails the
+/// ones still in a step, telling their users.
+pub async fn wind_down(state: &AppState) {
+    let deadline = tokio::time::Instant::now() + state.config.shutdown_grace;
+    if state.active_runs.until_idle(deadline).await {
+        return;
+    }
+    for (run_id, user_id) in state.active_runs.snapshot() {
+        tracing::warn!(%run_id, "the run was still in a step when the grace period ended");
+        if let Err(err) = fail_run(state, &user_id, run_id, STOPPED_MID_STEP).await {
+            tracing::error!(%run_id, error = %err, "could not mark the run failed");
+        }
+    }
+}

@@ -1,0 +1,429 @@
+//! One step of a run: load the history, build the model request through the
+//! middleware, stream the model's reply, run its tool calls in parallel through the
+//! executor, record the results; repeat up to the step limit.
+
+use futures::future::join_all;
+use protocol::api::ToolOutcome;
+use protocol::chat::{ContentBlock, EventKind, Message, Role, RunStatus};
+use sqlx::PgConnection;
+use tokio::sync::mpsc;
+use uuid::Uuid;
+
+use super::lifecycle::{emit, hand_over, lease, move_run};
+use crate::agent::commands::{COMMAND_MODEL, is_command};
+use crate::agent::middleware::Ctx;
+use crate::agent::model::{ChatMessage, ModelRequest, Purpose, RunContext, ToolSpec};
+use crate::agent::step_inputs::{StepInputs, StepOutputs};
+use crate::db::input_requests;
+use crate::db::messages::{self, NewMessage};
+use crate::db::{self, conversations, runs, summaries};
+use crate::error::{Error, Result};
+use crate::state::AppState;
+use crate::tools::executor::ToolCall;
+
+const SYSTEM_PROMPT: &str = "You are toolgate's assistant. Answer the user's request, calling tools when they help. Be brief and concrete, and base answers on tool results.";
+
+/// A run that gave up after its step limit.
+#[derive(Debug, thiserror::Error)]
+#[error("stopped after {0} model steps without a final answer")]
+pub(super) struct StepLimit(i32);
+
+/// The stored history as the model sees it, without chat commands and their replies.
+/// The first request, which set the conversation's task, is pinned like the ones the
+/// user pinned.
+fn context_messages(stored: &[Message]) -> Vec<ChatMessage> {
+    let mut messages: Vec<ChatMessage> = stored
+        .iter()
+        .filter(|m| !(m.role == Role::User && is_command(&m.text())))
+        .filter(|m| m.model.as_deref() != Some(COMMAND_MODEL))
+        .map(|m| ChatMessage {
+            role: m.role,
+            content: m.content.clone(),
+            seq: Some(m.seq),
+            pinned: m.pinned,
+        })
+        .collect();
+    if let Some(first) = messages.iter_mut().find(|m| m.role == Role::User) {
+        first.pinned = true;
+    }
+    messages
+}
+
+fn tool_specs(state: &AppState) -> Vec<ToolSpec> {
+    state
+        .tools
+        .all()
+        .iter()
+        .filter(|tool| tool.unavailable_reason().is_none())
+        .map(|tool| ToolSpec {
+            name: tool.name.clone(),
+            description: tool.description.clone(),
+            parameters: tool.parameters.clone(),
+        })
+        .collect()
+}
+
+/// The middleware's view of one step: the run, its loaded inputs, and what the
+/// server hands the chain explicitly.
+fn step_ctx<'a>(
+    state: &'a AppState,
+    run: &'a RunContext,
+    inputs: &'a StepInputs,
+    outputs: &'a StepOutputs,
+) -> Ctx<'a> {
+    Ctx {
+        run,
+        inputs,
+        outputs,
+        tools: &state.tools,
+        summary: &state.config.summary,
+        llm: &state.config.llm,
+        provider: state.agent.provider.as_ref(),
+    }
+}
+
+/// One step's model request, everything but the model call: the loaded history, the
+/// available tools, and the middleware's `before_model` hooks. What the middleware wants
+/// written (a new summary) is left in `outputs`.
+pub async fn prepare_request(
+    state: &AppState,
+    run: &RunContext,
+    inputs: &StepInputs,
+    outputs: &StepOutputs,
+) -> Result<ModelRequest> {
+    let ctx = step_ctx(state, run, inputs, outputs);
+    let mut request = ModelRequest {
+        model: state.agent.default_model(),
+        system: vec![SYSTEM_PROMPT.to_owned()],
+        messages: context_messages(&inputs.history),
+        tools: tool_specs(state),
+        purpose: Purpose::Chat,
+    };
+    state.agent.chain.before_model(&ctx, &mut request).await?;
+    Ok(request)
+}
+
+/// Drives a run step by step. Each step reads in one transaction (the run and
+/// everything the middleware needs) and writes its answer in one more — with the model
+/// that answered and a new summary, if one was written; tool calls and streamed text
+/// add their own.
+pub(super) async fn drive(state: &AppState, user_id: &str, run_id: Uuid) -> Result<()> {
+    let executor = state.executor();
+    loop {
+        if state.is_shutting_down() {
+            return hand_over(state, user_id, run_id).await;
+        }
+        let mut tx = db::begin_as_user(&state.db, user_id).await?;
+        let Some(run) = runs::find(&mut tx, run_id).await? else {
+            return Ok(());
+        };
+        if run.status() != RunStatus::Running {
+            return Ok(());
+        }
+        if run.step >= state.config.max_steps {
+            return Err(Error::Internal(StepLimit(state.config.max_steps).into()));
+        }
+        let inputs = StepInputs::load(
+            &mut tx,
+            run.conversation_id,
+            run.user_message_id,
+            state.config.skills_dir.as_deref(),
+        )
+        .await?;
+        tx.commit().await?;
+        let run_context = RunContext {
+            user_id: user_id.to_owned(),
+            conversation_id: run.conversation_id,
+            run_id,
+            step: run.step,
+            original_user_request: inputs.request_text(run.user_message_id),
+        };
+        let outputs = StepOutputs::default();
+        let request = prepare_request(state, &run_context, &inputs, &outputs).await?;
+        let ctx = step_ctx(state, &run_context, &inputs, &outputs);
+        let model = request.model.clone();
+
+        let (delta_sender, delta_receiver) = mpsc::unbounded_channel::<String>();
+        let writer = tokio::spawn(write_deltas(
+            state.clone(),
+            user_id.to_owned(),
+            run.conversation_id,
+            run_id,
+            delta_receiver,
+        ));
+        let sink = move |delta: String| {
+            let _ = delta_sender.send(delta);
+        };
+        let reply = state.agent.chain.call_model(&ctx, request, &sink).await;
+        drop(sink);
+        let _ = writer.await;
+        let mut reply = reply.map_err(|err| Error::Internal(err.into()))?;
+        state.agent.chain.after_model(&ctx, &mut reply).await?;
+
+        let mut content = Vec::new();
+        if !reply.text.is_empty() {
+            content.push(ContentBlock::Text {
+                text: reply.text.clone(),
+            });
+        }
+        // What the model put in a secret field is never kept, shown or sent back to it:
+        // the executor ignores it anyway, and the stored call is what later steps see.
+        for call in &mut reply.tool_calls {
+            if let Some(tool) = state.tools.get(&call.name) {
+                call.arguments = tool.masked_arguments(&call.arguments);
+            }
+        }
+        for call in &reply.tool_calls {
+            content.push(ContentBlock::ToolCall {
+                id: call.id.clone(),
+                name: call.name.clone(),
+                arguments: call.arguments.clone(),
+            });
+        }
+        let mut tx = db::begin_as_user(&state.db, user_id).await?;
+        let answer = messages::append(
+            &mut tx,
+            NewMessage {
+                conversation_id: run.conversation_id,
+                user_id,
+                role: Role::Assistant,
+                content: &content,
+                model: Some(&reply.model),
+                run_id: Some(run_id),
+            },
+        )
+        .await?;
+        emit(
+            &mut tx,
+            run.conversation_id,
+            user_id,
+            Some(run_id),
+            EventKind::MessageAdded { message: answer },
+        )
+        .await?;
+        runs::renew_lease(&mut tx, run_id, lease(state), Some(&model)).await?;
+        if let Some(summary) = outputs.take_summary() {
+            summaries::insert(
+                &mut tx,
+                run.conversation_id,
+                user_id,
+                summary.through_seq,
+                &summary.text,
+            )
+            .await?;
+        }
+        if reply.tool_calls.is_empty() {
+            move_run(
+                &mut tx,
+                user_id,
+                run_id,
+                &[RunStatus::Running],
+                RunStatus::Completed,
+                Some(run.step + 1),
+                None,
+                None,
+            )
+            .await?;
+            tx.commit().await?;
+            return Ok(());
+        }
+        tx.commit().await?;
+
+        let calls = reply.tool_calls.iter().map(|call| {
+            let tool_call = ToolCall {
+                conversation_id: run.conversation_id,
+                run_id: Some(run_id),
+                tool_name: call.name.clone(),
+                tool_call_id: call.id.clone(),
+                arguments: call.arguments.clone(),
+                original_user_request: Some(run_context.original_user_request.clone()),
+            };
+            let (ctx, executor) = (&ctx, &executor);
+            async move {
+                let started = EventKind::ToolCallStarted {
+                    tool_call_id: tool_call.tool_call_id.clone(),
+                    name: tool_call.tool_name.clone(),
+                    arguments: tool_call.arguments.clone(),
+                };
+                let mut tx = db::begin_as_user(&state.db, user_id).await?;
+                emit(
+                    &mut tx,
+                    tool_call.conversation_id,
+                    user_id,
+                    Some(run_id),
+                    started,
+                )
+                .await?;
+                tx.commit().await?;
+                let outcome = match state
+                    .agent
+                    .chain
+                    .call_tool(ctx, executor, tool_call.clone())
+                    .await
+                {
+                    Ok(outcome) => outcome,
+                    Err(Error::Conflict { message, .. }) => ToolOutcome::failed(message),
+                    Err(err) => return Err(err),
+                };
+                Ok::<_, Error>((tool_call, outcome))
+            }
+        });
+        let finished = join_all(calls).await;
+
+        let mut tx = db::begin_as_user(&state.db, user_id).await?;
+        conversations::lock_for_writing(&mut tx, run.conversation_id).await?;
+        let mut waiting = false;
+        for result in finished {
+            let (call, outcome) = result?;
+            if outcome.is_waiting() {
+                waiting = true;
+                // An MCP server's question was announced when it was stored.
+                if let Some(request) = outcome
+                    .waiting_on()
+                    .filter(|request| request.elicitation.is_none())
+                    .cloned()
+                {
+                    emit(
+                        &mut tx,
+                        run.conversation_id,
+                        user_id,
+                        Some(run_id),
+                        EventKind::InputRequested { request },
+                    )
+                    .await?;
+                }
+            } else {
+                record_tool_result(
+                    &mut tx,
+                    user_id,
+                    run.conversation_id,
+                    run_id,
+                    &call.tool_call_id,
+                    &call.tool_name,
+                    outcome,
+                )
+                .await?;
+            }
+        }
+        // A request can be settled (expired, answered through the API) before this step
+        // records that it waits; with the run row locked, count what is still open.
+        runs::find_for_update(&mut tx, run_id).await?;
+        if waiting && input_requests::count_pending_for_run(&mut tx, run_id).await? == 0 {
+            waiting = false;
+        }
+        let (next_status, next_lease) = if waiting {
+            (RunStatus::WaitingForInput, None)
+        } else {
+            (RunStatus::Running, Some(lease(state)))
+        };
+        move_run(
+            &mut tx,
+            user_id,
+            run_id,
+            &[RunStatus::Running],
+            next_status,
+            Some(run.step + 1),
+            None,
+            next_lease,
+        )
+        .await?;
+        tx.commit().await?;
+        if waiting {
+            return Ok(());
+        }
+    }
+}
+
+/// How long streamed text gathers before it is written as one event, and how much
+/// text is written at once at most: one transaction (and one wake-up of every open
+/// stream) per flush, not per token.
+const DELTA_FLUSH_EVERY: std::time::Duration = std::time::Duration::from_millis(60);
+
+const DELTA_FLUSH_BYTES: usize = 4096;
+
+/// Streams the model's text into `text_delta` events, flushed on a short timer or when
+/// enough has gathered; what is left is flushed when the model finishes.
+async fn write_deltas(
+    state: AppState,
+    user_id: String,
+    conversation_id: Uuid,
+    run_id: Uuid,
+    mut receiver: mpsc::UnboundedReceiver<String>,
+) {
+    while let Some(first) = receiver.recv().await {
+        let mut delta = first;
+        let flush_at = tokio::time::Instant::now() + DELTA_FLUSH_EVERY;
+        while delta.len() < DELTA_FLUSH_BYTES {
+            match tokio::time::timeout_at(flush_at, receiver.recv()).await {
+                Ok(Some(more)) => delta.push_str(&more),
+                Ok(None) | Err(_) => break,
+            }
+        }
+        let written = async {
+            let mut tx = db::begin_as_user(&state.db, &user_id).await?;
+            emit(
+                &mut tx,
+                conversation_id,
+                &user_id,
+                Some(run_id),
+                EventKind::TextDelta { delta },
+            )
+            .await?;
+            tx.commit().await?;
+            Ok::<_, Error>(())
+        }
+        .await;
+        if let Err(err) = written {
+            tracing::warn!(%run_id, error = %err, "could not store a text delta");
+        }
+    }
+}
+
+pub(super) async fn record_tool_result(
+    conn: &mut PgConnection,
+    user_id: &str,
+    conversation_id: Uuid,
+    run_id: Uuid,
+    tool_call_id: &str,
+    tool_name: &str,
+    outcome: ToolOutcome,
+) -> Result<()> {
+    let content = [ContentBlock::ToolResult {
+        tool_call_id: tool_call_id.to_owned(),
+        name: tool_name.to_owned(),
+        outcome: outcome.clone(),
+    }];
+    let message = messages::append(
+        conn,
+        NewMessage {
+            conversation_id,
+            user_id,
+            role: Role::Tool,
+            content: &content,
+            model: None,
+            run_id: Some(run_id),
+        },
+    )
+    .await?;
+    emit(
+        conn,
+        conversation_id,
+        user_id,
+        Some(run_id),
+        EventKind::ToolCallFinished {
+            tool_call_id: tool_call_id.to_owned(),
+            name: tool_name.to_owned(),
+            outcome,
+        },
+    )
+    .await?;
+    emit(
+        conn,
+        conversation_id,
+        user_id,
+        Some(run_id),
+        EventKind::MessageAdded { message },
+    )
+    .await?;
+    Ok(())
+}

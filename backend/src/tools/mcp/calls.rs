@@ -1,0 +1,838 @@
+//! A call to an MCP tool, and the questions its server asks while it runs.
+//!
+//! A call runs in its user's own session, one call at a time, so an elicitation belongs
+//! to exactly that call and that user. The question becomes a stored input request (the
+//! web chat's card, validated by `protocol` on both sides), announced in the same
+//! transaction; the executor hands `requires_user_input` back while the call goes on.
+//! When the request ends (answered, declined, cancelled, expired) the answer goes back
+//! to the server, and whatever the call does next reaches whoever waits: the caller of
+//! `submit_response`, and the run, which records the call's result when it finishes.
+//! If the session ends while a card is open, the card ends saying so, and the call ends
+//! with a failure the model can explain. Nothing is answered twice: a request moves once.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use protocol::api::{Elicitation, ElicitationMode, InputRequest, RequestStatus, ToolOutcome};
+use protocol::chat::EventKind;
+use protocol::fields::{FieldSpec, SaveFor};
+use rmcp::ServiceError;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ElicitRequestParams, ElicitResult,
+    ElicitationAction, InputRequiredResult,
+};
+use serde_json::{Map, Value, json};
+use tokio::sync::{Notify, broadcast, watch};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::config::ServerConfig;
+use super::session::{Session, SessionShared};
+use super::{CallContext, Delivery, McpHub, McpTarget, elicitation, stateless};
+use crate::db::input_requests::{self, InputRequestRow};
+use crate::db::{self, conversations, events};
+use crate::error::Result;
+use crate::requests::create::{Ask, RequestContext, insert_request};
+use crate::requests::endings;
+
+/// Longest text of a result the model is given.
+const MAX_RESULT_CHARS: usize = 100_000;
+/// Longest excerpt of a server's error message.
+const MAX_ERROR_CHARS: usize = 2_000;
+/// Longest question shown on a card.
+const MAX_MESSAGE_CHARS: usize = 2_000;
+/// Most questions one call may ask; past it the server's questions are declined.
+const MAX_QUESTIONS_PER_CALL: usize = 20;
+/// Largest structured result the model is given, serialised.
+const MAX_STRUCTURED_BYTES: usize = 100_000;
+/// How long the outcome of a finished call that had asked stays around for a late
+/// `submit_response` to read.
+const KEEP_FINISHED: Duration = Duration::from_secs(600);
+
+/// Where a call stands.
+#[derive(Clone, Debug)]
+pub enum CallState {
+    Running,
+    /// Waiting for the user's answer to this request.
+    Asked(Box<InputRequest>),
+    Finished(Box<ToolOutcome>),
+}
+
+/// A call under way, as its session and the elicitation handler see it.
+pub struct CallSlot {
+    context: CallContext,
+    server: String,
+    elicitation_timeout: Duration,
+    state: watch::Sender<CallState>,
+    /// A question was shown, so the executor has already answered: the call's end goes
+    /// to the run.
+    asked: AtomicBool,
+    /// Waiting for the user now: the call's own clock stands still.
+    waiting: AtomicBool,
+    /// Questions asked so far; a server asking without end is refused.
+    questions: AtomicUsize,
+}
+
+/// A call the hub remembers, for those who wait for what it does next.
+pub struct CallEntry {
+    context: CallContext,
+    state: watch::Receiver<CallState>,
+    finished_at: Option<Instant>,
+}
+
+/// What became of a settled request of an MCP server.
+pub enum AfterAnswer {
+    /// The call lives here; this is what it did next (finished, or asked again).
+    Outcome(Box<ToolOutcome>),
+    /// Another toolgate process holds the call; it carries on from here.
+    Elsewhere,
+    /// Nobody holds the call any more (its process stopped): the run must be told.
+    Orphaned,
+}
+
+fn key(context: &CallContext) -> (String, String) {
+    (context.user_id.clone(), context.call.tool_call_id.clone())
+}
+
+/// The outcome the executor hands back while the call waits for `request`.
+pub(super) fn waiting_for(request: InputRequest) -> ToolOutcome {
+    ToolOutcome {
+        success: false,
+        error: Some(request.reason.clone()),
+        requires_user_input: true,
+        user_input_request: Some(request),
+        ..ToolOutcome::default()
+    }
+}
+
+pub async fn start(
+    hub: &Arc<McpHub>,
+    target: &McpTarget,
+    context: CallContext,
+    arguments: Map<String, Value>,
+    secret_fields: Vec<String>,
+) -> ToolOutcome {
+    let Some(server) = hub.servers.get(&target.server) else {
+        return ToolOutcome::failed(format!("there is no MCP server named `{}`", target.server));
+    };
+    if hub.is_stopping() {
+        return ToolOutcome::failed("toolgate is restarting; call the tool again in a moment");
+    }
+    let taken = match server.take_session(hub, &context.user_id).await {
+        Ok(taken) => taken,
+        Err(unreachable) => {
+            tracing::warn!(server = %target.server, detail = %unreachable.detail, "MCP call could not start");
+            return ToolOutcome::failed(unreachable.public);
+        }
+    };
+    let (state, mut watching) = watch::channel(CallState::Running);
+    let slot = Arc::new(CallSlot {
+        context: context.clone(),
+        server: target.server.clone(),
+        elicitation_timeout: server.config.elicitation_timeout,
+        state,
+        asked: AtomicBool::new(false),
+        waiting: AtomicBool::new(false),
+        questions: AtomicUsize::new(0),
+    });
+    hub.calls.lock().unwrap_or_else(|p| p.into_inner()).insert(
+        key(&context),
+        CallEntry {
+            context: context.clone(),
+            state: watching.clone(),
+            finished_at: None,
+        },
+    );
+    let (task_hub, config, remote) = (
+        hub.clone(),
+        server.config.clone(),
+        target.remote_name.clone(),
+    );
+    let secrets: Vec<String> = secret_fields
+        .iter()
+        .filter_map(|name| arguments.get(name).and_then(Value::as_str))
+        .map(str::to_owned)
+        .collect();
+    tokio::spawn(async move {
+        let ended = {
+            let session = &taken.session;
+            session.shared.set_current(Some(slot.clone()));
+            let ended = run(session, &config, &slot, remote.clone(), arguments.clone()).await;
+            session.shared.set_current(None);
+            session.touch();
+            drop(taken);
+            ended
+        };
+        match ended {
+            Ended::Outcome(outcome) => finish(&task_hub, &slot, masked(*outcome, &secrets)).await,
+            Ended::Asks(required) => {
+                let asking = stateless::Asking {
+                    server: &config.name,
+                    remote_name: &remote,
+                    arguments: &arguments,
+                    secret_fields: &secret_fields,
+                    round_number: 1,
+                };
+                let outcome = stateless::park(&task_hub, &slot.context, asking, *required).await;
+                if outcome.requires_user_input {
+                    // Nothing waits on this session: the questions carry the call on.
+                    task_hub
+                        .calls
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .remove(&key(&slot.context));
+                    let _ = slot.state.send(CallState::Finished(Box::new(outcome)));
+                } else {
+                    finish(&task_hub, &slot, outcome).await;
+                }
+            }
+        }
+    });
+    let first = watching
+        .wait_for(|state| !matches!(state, CallState::Running))
+        .await
+        .map(|state| state.clone());
+    match first {
+        Ok(CallState::Asked(request)) => waiting_for(*request),
+        Ok(CallState::Finished(outcome)) => *outcome,
+        _ => ToolOutcome::failed("the call to the MCP server ended unexpectedly"),
+    }
+}
+
+/// How a call ended: with an outcome, or with the server's questions (2026-07-28),
+/// to be asked and the call made again.
+enum Ended {
+    Outcome(Box<ToolOutcome>),
+    Asks(Box<InputRequiredResult>),
+}
+
+/// Makes the call, timing only the time not spent waiting for the user.
+async fn run(
+    session: &Session,
+    config: &ServerConfig,
+    slot: &CallSlot,
+    remote: String,
+    arguments: Map<String, Value>,
+) -> Ended {
+    const TICK: Duration = Duration::from_millis(250);
+    let call = session
+        .peer
+        .call_tool_once(CallToolRequestParams::new(remote).with_arguments(arguments));
+    tokio::pin!(call);
+    let mut busy = Duration::ZERO;
+    loop {
+        tokio::select! {
+            result = &mut call => return match result {
+                Ok(CallToolResponse::Complete(result)) => {
+                    Ended::Outcome(Box::new(outcome_of(&config.name, Ok(result))))
+                }
+                Ok(CallToolResponse::InputRequired(required)) => Ended::Asks(Box::new(required)),
+                Ok(_) => Ended::Outcome(Box::new(ToolOutcome::failed(format!(
+                    "the MCP server `{}` answered in a way toolgate does not take (a task)",
+                    config.name
+                )))),
+                Err(err) => Ended::Outcome(Box::new(outcome_of(&config.name, Err(err)))),
+            },
+            () = tokio::time::sleep(TICK) => {
+                if !slot.waiting.load(Ordering::SeqCst) {
+                    busy += TICK;
+                }
+                if busy >= config.call_timeout {
+                    return Ended::Outcome(Box::new(ToolOutcome::failed(format!(
+                        "the MCP server `{}` did not finish the call within {} s",
+                        config.name,
+                        config.call_timeout.as_secs()
+                    ))));
+                }
+            }
+        }
+    }
+}
+
+fn excerpt(text: &str, most: usize) -> String {
+    let mut cut: String = text.chars().take(most).collect();
+    if cut.len() < text.len() {
+        cut.push('…');
+    }
+    cut
+}
+
+/// A server's answer as a tool outcome: the text and structured content it returned, or
+/// why the call failed, in words the model can pass on.
+pub(super) fn outcome_of(
+    server: &str,
+    result: Result<CallToolResult, ServiceError>,
+) -> ToolOutcome {
+    match result {
+        Ok(result) => {
+            let mut texts = Vec::new();
+            let mut other = Vec::new();
+            for block in &result.content {
+                match block.as_text() {
+                    Some(text) => texts.push(text.text.clone()),
+                    None => other.push(
+                        serde_json::to_value(block)
+                            .ok()
+                            .and_then(|v| v.get("type").and_then(Value::as_str).map(str::to_owned))
+                            .unwrap_or_else(|| "content".to_owned()),
+                    ),
+                }
+            }
+            let text = excerpt(&texts.join("\n"), MAX_RESULT_CHARS);
+            if result.is_error == Some(true) {
+                return ToolOutcome::failed(format!(
+                    "the tool of the MCP server `{server}` failed: {}",
+                    excerpt(&text, MAX_ERROR_CHARS)
+                ));
+            }
+            let mut value = json!({ "text": text });
+            if let Some(structured) = result.structured_content
+                && !structured.is_null()
+            {
+                let size = serde_json::to_vec(&structured).map_or(usize::MAX, |b| b.len());
+                if size <= MAX_STRUCTURED_BYTES {
+                    value["structured"] = structured;
+                } else {
+                    value["structured_omitted"] =
+                        json!(format!("{size} bytes, more than {MAX_STRUCTURED_BYTES}"));
+                }
+            }
+            if !other.is_empty() {
+                value["omitted"] = json!(other);
+            }
+            ToolOutcome::ok(value)
+        }
+        Err(ServiceError::McpError(error)) => ToolOutcome::failed(format!(
+            "the MCP server `{server}` refused the call: {}",
+            excerpt(&error.message, MAX_ERROR_CHARS)
+        )),
+        Err(ServiceError::TransportClosed | ServiceError::TransportSend(_)) => ToolOutcome::failed(
+            format!("the MCP server `{server}` ended the session before the tool finished"),
+        ),
+        Err(ServiceError::Timeout { timeout }) => ToolOutcome::failed(format!(
+            "the MCP server `{server}` did not answer within {} s",
+            timeout.as_secs()
+        )),
+        Err(other) => {
+            tracing::warn!(%server, error = %other, "MCP call failed");
+            ToolOutcome::failed(format!("the call to the MCP server `{server}` failed"))
+        }
+    }
+}
+
+/// A secret the user gave the tool never reaches the model, even when the server
+/// repeats it in its answer.
+pub(super) fn masked(mut outcome: ToolOutcome, secrets: &[String]) -> ToolOutcome {
+    fn mask(value: &mut Value, secrets: &[String]) {
+        match value {
+            Value::String(text) => {
+                for secret in secrets {
+                    if text.contains(secret.as_str()) {
+                        *text = text.replace(secret.as_str(), protocol::fields::MASKED);
+                    }
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(|v| mask(v, secrets)),
+            Value::Object(map) => map.values_mut().for_each(|v| mask(v, secrets)),
+            _ => {}
+        }
+    }
+    let secrets: Vec<String> = secrets.iter().filter(|s| s.len() >= 4).cloned().collect();
+    if secrets.is_empty() {
+        return outcome;
+    }
+    if let Some(result) = &mut outcome.result {
+        mask(result, &secrets);
+    }
+    if let Some(error) = &mut outcome.error {
+        let mut text = Value::String(std::mem::take(error));
+        mask(&mut text, &secrets);
+        *error = text.as_str().unwrap_or_default().to_owned();
+    }
+    outcome
+}
+
+/// The call is over: its open questions end with it, and its outcome goes to whoever
+/// waits (the executor, a `submit_response`, the run).
+async fn finish(hub: &Arc<McpHub>, slot: &CallSlot, outcome: ToolOutcome) {
+    let ended = format!(
+        "the tool of the MCP server `{}` ended before this was answered",
+        slot.server
+    );
+    if let Err(err) = end_open_questions(hub, &slot.context, &ended).await {
+        tracing::warn!(error = %err, "could not end an MCP call's open questions");
+    }
+    let asked = slot.asked.load(Ordering::SeqCst);
+    let _ = slot
+        .state
+        .send(CallState::Finished(Box::new(outcome.clone())));
+    let mut calls = hub.calls.lock().unwrap_or_else(|p| p.into_inner());
+    if !asked {
+        calls.remove(&key(&slot.context));
+        return;
+    }
+    if let Some(entry) = calls.get_mut(&key(&slot.context)) {
+        entry.finished_at = Some(Instant::now());
+    }
+    drop(calls);
+    if slot.context.call.run_id.is_some() {
+        let _ = hub.deliveries.send(Delivery {
+            user_id: slot.context.user_id.clone(),
+            call: slot.context.call.clone(),
+            outcome,
+        });
+    }
+}
+
+/// Ends, with `message`, the call's questions still open.
+async fn end_open_questions(hub: &McpHub, context: &CallContext, message: &str) -> Result<()> {
+    let mut tx = db::begin_as_user(&hub.deps.pool, &context.user_id).await?;
+    conversations::lock_for_writing(&mut tx, context.call.conversation_id).await?;
+    for id in
+        input_requests::pending_elicitations_of_call(&mut tx, &context.call.tool_call_id).await?
+    {
+        endings::abandon_question(&mut tx, id, message).await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// The server asks something while a call runs: a card for the call's user, and the
+/// answer back to the server once they give it.
+pub async fn on_elicitation(
+    shared: &Arc<SessionShared>,
+    request: ElicitRequestParams,
+    withdrawn: CancellationToken,
+) -> ElicitResult {
+    let server = shared.server.as_str();
+    let decline = ElicitResult::new(ElicitationAction::Decline);
+    let cancel = ElicitResult::new(ElicitationAction::Cancel);
+    let Some(hub) = shared.hub.upgrade() else {
+        return cancel;
+    };
+    let Some(slot) = shared.current() else {
+        tracing::warn!(%server, "declined an elicitation that came outside any call");
+        return decline;
+    };
+    if slot.questions.fetch_add(1, Ordering::SeqCst) >= MAX_QUESTIONS_PER_CALL {
+        tracing::warn!(%server, "declined a question past the most one call may ask");
+        return decline;
+    }
+    let question = match Question::of(&request, server) {
+        Ok(question) => question,
+        Err(reason) => {
+            tracing::warn!(%server, %reason, "declined an elicitation toolgate cannot show");
+            return decline;
+        }
+    };
+    let row = match store_question(&hub, &slot, &question).await {
+        Ok(row) => row,
+        Err(err) => {
+            tracing::error!(%server, error = %err, "could not store an MCP server's question");
+            return cancel;
+        }
+    };
+    slot.asked.store(true, Ordering::SeqCst);
+    slot.waiting.store(true, Ordering::SeqCst);
+    let _ = slot.state.send(CallState::Asked(Box::new(row.to_api())));
+    let answer = wait_for_answer(&hub, shared, &row, withdrawn).await;
+    slot.waiting.store(false, Ordering::SeqCst);
+    let _ = slot.state.send(CallState::Running);
+    answer
+}
+
+/// An elicitation as toolgate shows it.
+pub(super) struct Question {
+    pub message: String,
+    pub mode: ElicitationMode,
+    pub fields: Vec<FieldSpec>,
+    pub url: Option<String>,
+    pub elicitation_id: Option<String>,
+}
+
+impl Question {
+    pub(super) fn of(
+        request: &ElicitRequestParams,
+        server: &str,
+    ) -> std::result::Result<Question, String> {
+        let (message, mode, fields, url, elicitation_id) = match request {
+            ElicitRequestParams::FormElicitationParams {
+                message,
+                requested_schema,
+                ..
+            } => (
+                message,
+                ElicitationMode::Form,
+                elicitation::fields_of(requested_schema, server)?,
+                None,
+                None,
+            ),
+            ElicitRequestParams::UrlElicitationParams {
+                message,
+                url,
+                elicitation_id,
+                ..
+            } => (
+                message,
+                ElicitationMode::Url,
+                Vec::new(),
+                Some(elicitation::checked_url(url)?),
+                Some(elicitation_id.clone()).filter(|id| !id.is_empty()),
+            ),
+            _ => return Err("an elicitation mode toolgate does not know".to_owned()),
+        };
+        let message = message.trim();
+        let message = if message.is_empty() {
+            format!("The MCP server `{server}` asks:")
+        } else {
+            excerpt(message, MAX_MESSAGE_CHARS)
+        };
+        Ok(Question {
+            message,
+            mode,
+            fields,
+            url,
+            elicitation_id,
+        })
+    }
+}
+
+/// Stores the question as a pending request of the call's user and announces it, in one
+/// transaction.
+async fn store_question(
+    hub: &McpHub,
+    slot: &CallSlot,
+    question: &Question,
+) -> Result<InputRequestRow> {
+    let call = &slot.context.call;
+    let mut tx = db::begin_as_user(&hub.deps.pool, &slot.context.user_id).await?;
+    conversations::lock_for_writing(&mut tx, call.conversation_id).await?;
+    let context = RequestContext {
+        user_id: &slot.context.user_id,
+        run_id: call.run_id,
+        ttl: hub.deps.input_ttl.min(slot.elicitation_timeout),
+        origin: "mcp",
+        original_user_request: None,
+    };
+    let elicitation = Elicitation {
+        server: slot.server.clone(),
+        mode: question.mode,
+        tool_call_id: call.tool_call_id.clone(),
+        url: question.url.clone(),
+        elicitation_id: question.elicitation_id.clone(),
+    };
+    let row = insert_request(
+        &mut tx,
+        &context,
+        call.conversation_id,
+        &call.tool_name,
+        &format!("elicitation-{}", Uuid::new_v4()),
+        &Map::new(),
+        Ask::Elicitation {
+            reason: &question.message,
+            fields: &question.fields,
+            save_for: SaveFor::Call,
+            elicitation: &elicitation,
+            held_by: hub.deps.instance,
+        },
+    )
+    .await?;
+    let announced = EventKind::InputRequested {
+        request: row.to_api(),
+    };
+    events::append(
+        &mut tx,
+        call.conversation_id,
+        &slot.context.user_id,
+        call.run_id,
+        &announced,
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(row)
+}
+
+async fn news_for(news: &mut broadcast::Receiver<Uuid>, conversation_id: Uuid) {
+    loop {
+        match news.recv().await {
+            Ok(id) if id == conversation_id => return,
+            Ok(_) => {}
+            Err(broadcast::error::RecvError::Lagged(_)) => return,
+            Err(broadcast::error::RecvError::Closed) => std::future::pending::<()>().await,
+        }
+    }
+}
+
+/// Waits until the request is settled — here, by another process, or by expiry — and
+/// answers the server accordingly. When the server withdraws the question or the
+/// session ends first, the request ends saying so.
+async fn wait_for_answer(
+    hub: &Arc<McpHub>,
+    shared: &SessionShared,
+    row: &InputRequestRow,
+    withdrawn: CancellationToken,
+) -> ElicitResult {
+    let server = shared.server.as_str();
+    let wake = hub.waiter(row.id);
+    let mut news = hub.deps.events.subscribe();
+    let mut closed = shared.closed.subscribe();
+    let ended = loop {
+        let woken = wake.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        match read_request(hub, row).await {
+            Ok(Some(current)) if current.status() != RequestStatus::Pending => {
+                hub.forget_waiter(row.id);
+                return answer_of(&current);
+            }
+            Ok(_) => {}
+            Err(err) => {
+                tracing::warn!(%server, error = %err, "could not read an MCP question's state")
+            }
+        }
+        tokio::select! {
+            () = woken => {}
+            () = news_for(&mut news, row.conversation_id) => {}
+            () = withdrawn.cancelled() => break format!("the MCP server `{server}` withdrew the question"),
+            _ = closed.wait_for(|closed| *closed) => {
+                break format!("the MCP server `{server}` ended the session before this was answered");
+            }
+            () = tokio::time::sleep(Duration::from_secs(5)) => {}
+        }
+    };
+    hub.forget_waiter(row.id);
+    let context = CallContext {
+        user_id: row.user_id.clone(),
+        call: row.call_ref(),
+    };
+    if let Err(err) = end_open_questions(hub, &context, &ended).await {
+        tracing::warn!(%server, error = %err, "could not end an MCP question");
+    }
+    ElicitResult::new(ElicitationAction::Cancel)
+}
+
+async fn read_request(hub: &McpHub, row: &InputRequestRow) -> Result<Option<InputRequestRow>> {
+    let mut tx = db::begin_as_user(&hub.deps.pool, &row.user_id).await?;
+    let current = input_requests::find(&mut tx, row.id).await?;
+    tx.commit().await?;
+    Ok(current)
+}
+
+/// What the server is told: the accepted values, or that the user declined or did not
+/// answer.
+pub(super) fn answer_of(row: &InputRequestRow) -> ElicitResult {
+    match row.status() {
+        RequestStatus::Completed => {
+            let accepted = ElicitResult::new(ElicitationAction::Accept);
+            let url_mode = row
+                .elicitation
+                .as_ref()
+                .is_some_and(|e| e.0.mode == ElicitationMode::Url);
+            if url_mode {
+                return accepted;
+            }
+            let answered = row
+                .user_inputs
+                .as_ref()
+                .map(|inputs| inputs.0.clone())
+                .unwrap_or_default();
+            accepted.with_content(elicitation::content_of(row.fields(), &answered))
+        }
+        RequestStatus::Declined => ElicitResult::new(ElicitationAction::Decline),
+        _ => ElicitResult::new(ElicitationAction::Cancel),
+    }
+}
+
+/// The server says a URL-mode interaction is complete: a card still open completes (the
+/// server is told it was accepted), and the web chat is told either way.
+pub async fn on_elicitation_complete(shared: &SessionShared, elicitation_id: &str) {
+    let Some(hub) = shared.hub.upgrade() else {
+        return;
+    };
+    if let Err(err) = complete_url_question(&hub, &shared.server, elicitation_id).await {
+        tracing::warn!(server = %shared.server, error = %err, "could not record an elicitation's completion");
+    }
+}
+
+async fn complete_url_question(
+    hub: &Arc<McpHub>,
+    server: &str,
+    elicitation_id: &str,
+) -> Result<()> {
+    let mut tx = db::begin_background(&hub.deps.pool).await?;
+    let found =
+        input_requests::find_elicitation(&mut tx, hub.deps.instance, server, elicitation_id)
+            .await?;
+    tx.commit().await?;
+    let Some(row) = found else {
+        return Ok(());
+    };
+    let mut tx = db::begin_as_user(&hub.deps.pool, &row.user_id).await?;
+    conversations::lock_for_writing(&mut tx, row.conversation_id).await?;
+    endings::complete_url_question(&mut tx, row.id).await?;
+    let done = EventKind::ElicitationCompleted {
+        request_id: row.id,
+        tool_call_id: row.tool_call_id.clone(),
+    };
+    events::append(
+        &mut tx,
+        row.conversation_id,
+        &row.user_id,
+        row.run_id,
+        &done,
+    )
+    .await?;
+    tx.commit().await?;
+    if let Some(wake) = hub.waiter_if_any(row.id) {
+        wake.notify_one();
+    }
+    Ok(())
+}
+
+pub async fn after_answer(hub: &Arc<McpHub>, row: &InputRequestRow) -> Result<AfterAnswer> {
+    if let Some(wake) = hub.waiter_if_any(row.id) {
+        wake.notify_one();
+    }
+    let call = row.call_ref();
+    let entry = hub
+        .calls
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&(row.user_id.clone(), call.tool_call_id.clone()))
+        .map(|entry| entry.state.clone());
+    let Some(mut state) = entry else {
+        return if row.held_by == Some(hub.deps.instance) || holder_alive(hub, row).await? {
+            Ok(AfterAnswer::Elsewhere)
+        } else {
+            Ok(AfterAnswer::Orphaned)
+        };
+    };
+    let next = tokio::time::timeout(
+        hub.longest_call(),
+        state.wait_for(|state| match state {
+            CallState::Finished(_) => true,
+            CallState::Asked(request) => request.id != row.id,
+            CallState::Running => false,
+        }),
+    )
+    .await;
+    Ok(AfterAnswer::Outcome(Box::new(match next {
+        Ok(Ok(state)) => match &*state {
+            CallState::Finished(outcome) => (**outcome).clone(),
+            CallState::Asked(request) => waiting_for((**request).clone()),
+            CallState::Running => ToolOutcome::failed("the call is still running"),
+        },
+        _ => ToolOutcome::failed(
+            "the tool is still running; its result will appear in the conversation",
+        ),
+    })))
+}
+
+async fn holder_alive(hub: &McpHub, row: &InputRequestRow) -> Result<bool> {
+    let Some(holder) = row.held_by else {
+        return Ok(false);
+    };
+    let mut tx = db::begin_background(&hub.deps.pool).await?;
+    let alive = db::instances::is_alive(&mut tx, holder).await?;
+    tx.commit().await?;
+    Ok(alive)
+}
+
+/// Ends every open question of every call under way here (the server is stopping).
+pub async fn end_all(hub: &Arc<McpHub>, why: &str) {
+    let asking: Vec<CallContext> = hub
+        .calls
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .values()
+        .filter(|entry| matches!(&*entry.state.borrow(), CallState::Asked(_)))
+        .map(|entry| entry.context.clone())
+        .collect();
+    let message = format!("{why} while this was open, so the tool did not finish");
+    for context in asking {
+        if let Err(err) = end_open_questions(hub, &context, &message).await {
+            tracing::warn!(error = %err, "could not end an MCP question at shutdown");
+        }
+    }
+}
+
+/// Drops finished calls nobody asked about for a while.
+pub fn forget_finished(hub: &McpHub) {
+    hub.calls
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .retain(|_, entry| {
+            entry
+                .finished_at
+                .is_none_or(|at| at.elapsed() < KEEP_FINISHED)
+        });
+}
+
+impl McpHub {
+    fn waiter(&self, request: Uuid) -> Arc<Notify> {
+        self.waiters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(request)
+            .or_default()
+            .clone()
+    }
+
+    fn waiter_if_any(&self, request: Uuid) -> Option<Arc<Notify>> {
+        self.waiters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&request)
+            .cloned()
+    }
+
+    fn forget_waiter(&self, request: Uuid) {
+        self.waiters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&request);
+    }
+
+    /// The longest any server's call may run, for those who wait for one.
+    fn longest_call(&self) -> Duration {
+        self.servers
+            .values()
+            .map(|server| server.config.call_timeout)
+            .max()
+            .unwrap_or(Duration::from_secs(120))
+            + Duration::from_secs(5)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_the_server_repeats_are_masked_before_the_model_sees_them() {
+        let outcome = ToolOutcome::ok(json!({"text": "echo: tok-12345", "nested": ["tok-12345!"]}));
+        let shown = masked(outcome, &["tok-12345".to_owned()]);
+        let text = serde_json::to_string(&shown).unwrap_or_default();
+        assert!(!text.contains("tok-12345"), "{text}");
+        assert!(text.contains(protocol::fields::MASKED));
+    }
+
+    #[test]
+    fn results_keep_text_and_structure_and_errors_say_which_server() {
+        let result = CallToolResult::success(vec![rmcp::model::ContentBlock::text("hello")]);
+        let outcome = outcome_of("files", Ok(result));
+        assert!(outcome.success);
+        assert_eq!(
+            outcome.result.as_ref().map(|r| r["text"].clone()),
+            Some(json!("hello"))
+        );
+        let failed = outcome_of("files", Err(ServiceError::TransportClosed));
+        assert!(
+            failed
+                .error
+                .unwrap_or_default()
+                .contains("`files` ended the session")
+        );
+    }
+}

@@ -1,0 +1,373 @@
+//! Each server's place in the registry: a supervisor keeps a session of its own to list
+//! the server's tools (refreshed on `tools/list_changed`), reconnects with backoff when
+//! the server is down or goes away, and shows why meanwhile. Users' calls run in
+//! sessions of their own, opened here on demand.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use protocol::api::{McpServerInfo, McpServerStatus};
+use serde_json::Value;
+use tokio::sync::Notify;
+
+use super::config::ServerConfig;
+use super::session::{Session, SessionShared, Unreachable};
+use super::{McpHub, McpTarget, NAMESPACE_SEPARATOR};
+use crate::tools::registry::{Runner, Tool, ToolOrigin, ToolParts, read_approval};
+
+/// Most tools one server may list; the rest are left out (and logged).
+const MAX_TOOLS: usize = 500;
+/// Largest input schema of one tool, serialised.
+const MAX_SCHEMA_BYTES: usize = 64 * 1024;
+/// Longest description the model is shown.
+const MAX_DESCRIPTION_CHARS: usize = 2000;
+const LONGEST_BACKOFF: Duration = Duration::from_secs(60);
+
+/// Most sessions one user has with one server at once: a call waiting for the user's
+/// answer keeps its session, so the user's next call takes another.
+const SESSIONS_PER_USER: usize = 4;
+
+/// One configured server and the sessions its users have with it.
+pub struct Server {
+    pub config: ServerConfig,
+    sessions: tokio::sync::Mutex<HashMap<String, Vec<Arc<Session>>>>,
+    list_changed: Arc<Notify>,
+}
+
+/// A session taken for one call: nobody else's call runs in it until this is dropped.
+pub struct Taken {
+    pub session: Arc<Session>,
+    pub _turn: tokio::sync::OwnedMutexGuard<()>,
+}
+
+impl Server {
+    pub fn new(config: ServerConfig) -> Self {
+        Server {
+            config,
+            sessions: tokio::sync::Mutex::default(),
+            list_changed: Arc::new(Notify::new()),
+        }
+    }
+
+    fn busy(&self, detail: String) -> Unreachable {
+        Unreachable {
+            public: format!(
+                "the MCP server `{}` is busy; try again shortly",
+                self.config.name
+            ),
+            detail,
+        }
+    }
+
+    /// A session of the user's own that no call is using, opened when there is none.
+    pub async fn take_session(
+        &self,
+        hub: &Arc<McpHub>,
+        user_id: &str,
+    ) -> Result<Taken, Unreachable> {
+        let mut sessions = self.sessions.lock().await;
+        for list in sessions.values_mut() {
+            list.retain(|session| !session.is_closed());
+        }
+        sessions.retain(|_, list| !list.is_empty());
+        if let Some(list) = sessions.get(user_id) {
+            for session in list {
+                if let Some(turn) = session.try_take() {
+                    session.touch();
+                    return Ok(Taken {
+                        session: session.clone(),
+                        _turn: turn,
+                    });
+                }
+            }
+            if list.len() >= SESSIONS_PER_USER {
+                return Err(self.busy(format!(
+                    "the user's {SESSIONS_PER_USER} sessions are all in calls"
+                )));
+            }
+        }
+        let total: usize = sessions.values().map(Vec::len).sum();
+        if total >= self.config.max_sessions {
+            let idlest = sessions
+                .iter()
+                .flat_map(|(user, list)| list.iter().map(move |s| (user.clone(), s.clone())))
+                .filter(|(_, session)| !session.in_call())
+                .max_by_key(|(_, session)| session.idle_for());
+            let Some((owner, evicted)) = idlest else {
+                return Err(self.busy(format!(
+                    "all {} sessions are in calls",
+                    self.config.max_sessions
+                )));
+            };
+            evicted.close();
+            if let Some(list) = sessions.get_mut(&owner) {
+                list.retain(|session| !Arc::ptr_eq(session, &evicted));
+            }
+        }
+        let shared = SessionShared::new(
+            &self.config.name,
+            Arc::downgrade(hub),
+            self.list_changed.clone(),
+        );
+        let session = Session::open(&self.config, shared).await?;
+        let turn = session
+            .try_take()
+            .ok_or_else(|| self.busy("a new session was taken at once".to_owned()))?;
+        sessions
+            .entry(user_id.to_owned())
+            .or_default()
+            .push(session.clone());
+        Ok(Taken {
+            session,
+            _turn: turn,
+        })
+    }
+
+    pub async fn close_sessions(&self) {
+        for (_, list) in self.sessions.lock().await.drain() {
+            for session in list {
+                session.close();
+            }
+        }
+    }
+
+    /// Closes the sessions nobody used for `idle` (and none running a call).
+    pub async fn close_idle(&self, idle: Duration) {
+        let mut sessions = self.sessions.lock().await;
+        for list in sessions.values_mut() {
+            list.retain(|session| {
+                let keep = !session.is_closed() && (session.idle_for() < idle || session.in_call());
+                if !keep {
+                    session.close();
+                }
+                keep
+            });
+        }
+        sessions.retain(|_, list| !list.is_empty());
+    }
+}
+
+fn info(
+    server: &ServerConfig,
+    status: McpServerStatus,
+    reason: Option<String>,
+    protocol_version: Option<String>,
+    tools: usize,
+) -> McpServerInfo {
+    McpServerInfo {
+        name: server.name.clone(),
+        transport: server.transport.name().to_owned(),
+        status,
+        reason,
+        protocol_version,
+        tools,
+    }
+}
+
+/// Keeps the server's tools in the registry for as long as toolgate runs.
+pub async fn supervise(hub: Arc<McpHub>, server: Arc<Server>) {
+    let name = server.config.name.clone();
+    let mut stopping = hub.stopping.subscribe();
+    let mut backoff = Duration::from_secs(1);
+    loop {
+        if hub.is_stopping() {
+            return;
+        }
+        let shared = SessionShared::new(&name, Arc::downgrade(&hub), server.list_changed.clone());
+        let session = match Session::open(&server.config, shared.clone()).await {
+            Ok(session) => session,
+            Err(unreachable) => {
+                tracing::warn!(server = %name, detail = %unreachable.detail, "MCP server unavailable; retrying in {backoff:?}");
+                hub.deps.registry.mark_mcp_server_down(
+                    &name,
+                    info(
+                        &server.config,
+                        McpServerStatus::Unavailable,
+                        Some(unreachable.public.clone()),
+                        None,
+                        0,
+                    ),
+                    &unreachable.public,
+                );
+                tokio::select! {
+                    () = tokio::time::sleep(backoff) => {}
+                    _ = stopping.changed() => return,
+                }
+                backoff = (backoff * 2).min(LONGEST_BACKOFF);
+                continue;
+            }
+        };
+        tracing::info!(server = %name, protocol = ?session.protocol_version, "MCP server connected");
+        let mut closed = shared.closed.subscribe();
+        let down = loop {
+            if let Err(reason) = refresh(&hub, &server, &session).await {
+                break reason;
+            }
+            backoff = Duration::from_secs(1);
+            tokio::select! {
+                () = server.list_changed.notified() => {}
+                _ = closed.wait_for(|closed| *closed) => {
+                    break format!("the MCP server `{name}` stopped; toolgate is reconnecting");
+                }
+                _ = stopping.changed() => {
+                    session.close();
+                    return;
+                }
+            }
+        };
+        session.close();
+        tracing::warn!(server = %name, reason = %down, "MCP server went away");
+        hub.deps.registry.mark_mcp_server_down(
+            &name,
+            info(
+                &server.config,
+                McpServerStatus::Unavailable,
+                Some(down.clone()),
+                None,
+                0,
+            ),
+            &down,
+        );
+        tokio::select! {
+            () = tokio::time::sleep(backoff) => {}
+            _ = stopping.changed() => return,
+        }
+    }
+}
+
+/// Lists the server's tools into the registry; why not, in public words.
+async fn refresh(hub: &Arc<McpHub>, server: &Server, session: &Session) -> Result<(), String> {
+    let name = &server.config.name;
+    let listed = tokio::time::timeout(server.config.call_timeout, session.peer.list_all_tools())
+        .await
+        .map_err(|_| format!("the MCP server `{name}` did not list its tools in time"))?
+        .map_err(|err| {
+            tracing::warn!(server = %name, error = %err, "listing MCP tools failed");
+            format!("the MCP server `{name}` could not list its tools")
+        })?;
+    if listed.len() > MAX_TOOLS {
+        tracing::warn!(server = %name, listed = listed.len(), "only the first {MAX_TOOLS} tools are kept");
+    }
+    let mut tools = Vec::new();
+    let mut seen = BTreeSet::new();
+    for remote in listed.iter().take(MAX_TOOLS) {
+        if !seen.insert(remote.name.to_string()) {
+            tracing::warn!(server = %name, tool = %remote.name, "tool listed twice; keeping the first");
+            continue;
+        }
+        match tool_of(hub, &server.config, remote) {
+            Ok(tool) => tools.push(Arc::new(tool)),
+            Err(err) => {
+                tracing::warn!(server = %name, tool = %remote.name, error = %format!("{err:#}"), "MCP tool left out")
+            }
+        }
+    }
+    for (matcher, _) in &hub.config.overlays {
+        if let super::config::Matcher::Name(wanted) = matcher
+            && let Some(rest) = wanted.strip_prefix(&format!("{name}{NAMESPACE_SEPARATOR}"))
+            && !seen.contains(rest)
+        {
+            tracing::warn!(server = %name, overlay = %wanted, "an overlay names a tool this server does not list");
+        }
+    }
+    hub.deps.registry.set_mcp_server(
+        info(
+            &server.config,
+            McpServerStatus::Connected,
+            None,
+            session.protocol_version.clone(),
+            tools.len(),
+        ),
+        tools,
+    );
+    Ok(())
+}
+
+fn is_callable_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+/// A server's tool as a registry tool: namespaced, with the overlays applied. The
+/// overlay's user-input fields leave the model's view of the arguments (the model
+/// never fills them) and join the arguments again when the call is made.
+fn tool_of(
+    hub: &McpHub,
+    server: &ServerConfig,
+    remote: &rmcp::model::Tool,
+) -> anyhow::Result<Tool> {
+    let full = format!("{}{NAMESPACE_SEPARATOR}{}", server.name, remote.name);
+    if !is_callable_name(&full) {
+        anyhow::bail!("`{full}` is not a name a model can call ([A-Za-z0-9_-], at most 64)");
+    }
+    let overlay = hub.config.overlay_for(server, &remote.name);
+    let mut parameters = Value::Object((*remote.input_schema).clone());
+    if serde_json::to_vec(&parameters).map_or(usize::MAX, |bytes| bytes.len()) > MAX_SCHEMA_BYTES {
+        anyhow::bail!("its input schema is larger than {MAX_SCHEMA_BYTES} bytes");
+    }
+    let fields: Vec<String> = overlay
+        .requires_user_input
+        .iter()
+        .flat_map(|spec| spec.fields.iter().map(|f| f.name.clone()))
+        .collect();
+    if let Some(schema) = parameters.as_object_mut() {
+        schema
+            .entry("type")
+            .or_insert_with(|| Value::String("object".to_owned()));
+        if let Some(properties) = schema.get_mut("properties").and_then(Value::as_object_mut) {
+            properties.retain(|name, _| !fields.contains(name));
+        }
+        if let Some(required) = schema.get_mut("required").and_then(Value::as_array_mut) {
+            required.retain(|name| name.as_str().is_none_or(|n| !fields.iter().any(|f| f == n)));
+        }
+    }
+    let mut known: BTreeSet<String> = fields.iter().cloned().collect();
+    if let Some(properties) = parameters.get("properties").and_then(Value::as_object) {
+        known.extend(properties.keys().cloned());
+    }
+    if let Some(key) = &overlay.key_argument
+        && !known.contains(key)
+    {
+        anyhow::bail!("the overlay's key_argument `{key}` is not an argument");
+    }
+    let annotations = remote.annotations.as_ref();
+    let read_only = annotations.and_then(|a| a.read_only_hint) == Some(true);
+    let destructive = annotations.and_then(|a| a.destructive_hint) == Some(true);
+    let approval = read_approval(
+        overlay.requires_approval.clone(),
+        destructive || !read_only,
+        &known,
+    )?;
+    let description = overlay
+        .description
+        .clone()
+        .or_else(|| remote.description.as_deref().map(str::to_owned))
+        .or_else(|| remote.title.clone())
+        .filter(|text| !text.trim().is_empty())
+        .unwrap_or_else(|| {
+            format!(
+                "The `{}` tool of the MCP server `{}`",
+                remote.name, server.name
+            )
+        });
+    let description: String = description.chars().take(MAX_DESCRIPTION_CHARS).collect();
+    Tool::assemble(ToolParts {
+        name: full,
+        description,
+        parameters,
+        input_spec: overlay.requires_user_input.clone(),
+        enabled: overlay.enabled.unwrap_or(true),
+        key_argument: overlay.key_argument.clone(),
+        approval,
+        origin: ToolOrigin::Mcp {
+            server: server.name.clone(),
+        },
+        runner: Runner::Mcp(McpTarget {
+            server: server.name.clone(),
+            remote_name: remote.name.to_string(),
+        }),
+    })
+}

@@ -1,0 +1,424 @@
+//! An MCP server's elicitation as toolgate's input request: the `requestedSchema`
+//! converted field by field into the same field specifications the web chat's card and
+//! the server validate with, and the user's accepted values converted back into the
+//! `content` the server expects. A schema toolgate cannot show is refused with a reason
+//! (the caller declines it), never shown half-converted.
+
+use std::borrow::Cow;
+
+use protocol::fields::{self, FieldSpec, FieldType, SelectOption};
+use rmcp::model::{
+    ElicitationSchema, EnumSchema, MultiSelectEnumSchema, PrimitiveSchemaDefinition,
+    SingleSelectEnumSchema, StringFormat,
+};
+use serde_json::{Map, Value};
+
+/// Longest URL a URL-mode card shows.
+const MAX_URL_CHARS: usize = 2048;
+
+/// Words that suggest a form field wants a secret, which MCP forms must not ask for.
+const SENSITIVE_WORDS: &[&str] = &[
+    "password",
+    "passwd",
+    "passphrase",
+    "secret",
+    "api key",
+    "api_key",
+    "apikey",
+    "access key",
+    "private key",
+    "token",
+    "credential",
+    "pin code",
+    "one-time code",
+    "credit card",
+    "card number",
+    "cvv",
+    "social security",
+];
+
+/// The card's fields for a form-mode elicitation, in the server's order.
+pub fn fields_of(schema: &ElicitationSchema, server: &str) -> Result<Vec<FieldSpec>, String> {
+    let required: Vec<&str> = schema
+        .required
+        .iter()
+        .flatten()
+        .map(String::as_str)
+        .collect();
+    for name in &required {
+        if !schema.properties.contains_key(*name) {
+            return Err(format!("`{name}` is required but not a property"));
+        }
+    }
+    let mut order: Vec<&str> = schema
+        .property_order
+        .iter()
+        .flatten()
+        .map(String::as_str)
+        .filter(|name| schema.properties.contains_key(*name))
+        .collect();
+    for name in schema.properties.keys() {
+        if !order.contains(&name.as_str()) {
+            order.push(name);
+        }
+    }
+    let mut specs = Vec::with_capacity(order.len());
+    for name in order {
+        let definition = &schema.properties[name];
+        let mut field = field_of(name, definition)?;
+        field.required = required.contains(&name);
+        if looks_sensitive(&field) {
+            field.warning = Some(format!(
+                "This looks like a request for a password or a key. MCP servers must not ask for those in a form; only answer if you trust `{server}`."
+            ));
+        }
+        specs.push(field);
+    }
+    if specs.is_empty() {
+        return Err("the form has no fields".to_owned());
+    }
+    fields::check_field_specs(&specs).map_err(|errors| {
+        errors
+            .iter()
+            .map(|(field, problem)| format!("{field}: {problem}"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    })?;
+    Ok(specs)
+}
+
+fn text(value: &Option<Cow<'static, str>>) -> Option<String> {
+    value
+        .as_deref()
+        .map(str::trim)
+        .filter(|text| !text.is_empty())
+        .map(str::to_owned)
+}
+
+fn options(values: &[String]) -> Vec<SelectOption> {
+    values
+        .iter()
+        .map(|value| SelectOption {
+            value: value.clone(),
+            label: value.clone(),
+        })
+        .collect()
+}
+
+fn titled(choices: &[rmcp::model::ConstTitle]) -> Vec<SelectOption> {
+    choices
+        .iter()
+        .map(|choice| SelectOption {
+            value: choice.const_.clone(),
+            label: choice.title.clone(),
+        })
+        .collect()
+}
+
+/// A multi-select, whether its choices come titled or as bare values.
+fn multiselect(
+    field: &mut FieldSpec,
+    choices: Vec<SelectOption>,
+    (min_items, max_items): (Option<u64>, Option<u64>),
+    default: &Option<Vec<String>>,
+) {
+    field.kind = FieldType::Multiselect;
+    field.options = choices;
+    field.min = min_items.map(|n| n as f64);
+    field.max = max_items.map(|n| n as f64);
+    field.default = default
+        .clone()
+        .map(|items| Value::Array(items.into_iter().map(Value::String).collect()));
+}
+
+fn field_of(name: &str, definition: &PrimitiveSchemaDefinition) -> Result<FieldSpec, String> {
+    let mut field = FieldSpec::text(name);
+    let (title, description) = match definition {
+        PrimitiveSchemaDefinition::String(string) => {
+            field.kind = match string.format {
+                None => FieldType::Text,
+                Some(StringFormat::Email) => FieldType::Email,
+                Some(StringFormat::Uri) => FieldType::Url,
+                Some(StringFormat::Date) => FieldType::Date,
+                Some(StringFormat::DateTime) => FieldType::Datetime,
+                Some(other) => return Err(format!("`{name}`: unsupported format {other:?}")),
+            };
+            if field.kind == FieldType::Text {
+                field.min = string.min_length.map(f64::from);
+                field.max = string.max_length.map(f64::from);
+            }
+            field.default = string.default.clone().map(Value::String);
+            (&string.title, &string.description)
+        }
+        PrimitiveSchemaDefinition::Number(number) => {
+            field.kind = FieldType::Number;
+            field.min = number.minimum;
+            field.max = number.maximum;
+            field.default = number
+                .default
+                .and_then(|n| serde_json::Number::from_f64(n).map(Value::Number));
+            (&number.title, &number.description)
+        }
+        PrimitiveSchemaDefinition::Integer(integer) => {
+            field.kind = FieldType::Integer;
+            field.min = integer.minimum.map(|n| n as f64);
+            field.max = integer.maximum.map(|n| n as f64);
+            field.default = integer.default.map(Value::from);
+            (&integer.title, &integer.description)
+        }
+        PrimitiveSchemaDefinition::Boolean(boolean) => {
+            field.kind = FieldType::Boolean;
+            field.default = boolean.default.map(Value::Bool);
+            (&boolean.title, &boolean.description)
+        }
+        PrimitiveSchemaDefinition::Enum(EnumSchema::Single(SingleSelectEnumSchema::Untitled(
+            single,
+        ))) => {
+            field.kind = FieldType::Select;
+            field.options = options(&single.enum_);
+            field.default = single.default.clone().map(Value::String);
+            (&single.title, &single.description)
+        }
+        PrimitiveSchemaDefinition::Enum(EnumSchema::Single(SingleSelectEnumSchema::Titled(
+            single,
+        ))) => {
+            field.kind = FieldType::Select;
+            field.options = titled(&single.one_of);
+            field.default = single.default.clone().map(Value::String);
+            (&single.title, &single.description)
+        }
+        PrimitiveSchemaDefinition::Enum(EnumSchema::Legacy(legacy)) => {
+            field.kind = FieldType::Select;
+            field.options = match &legacy.enum_names {
+                Some(names) if names.len() == legacy.enum_.len() => legacy
+                    .enum_
+                    .iter()
+                    .zip(names)
+                    .map(|(value, label)| SelectOption {
+                        value: value.clone(),
+                        label: label.clone(),
+                    })
+                    .collect(),
+                Some(_) => {
+                    return Err(format!(
+                        "`{name}`: enumNames does not match enum one for one"
+                    ));
+                }
+                None => options(&legacy.enum_),
+            };
+            field.default = legacy.default.clone().map(Value::String);
+            (&legacy.title, &legacy.description)
+        }
+        PrimitiveSchemaDefinition::Enum(EnumSchema::Multi(MultiSelectEnumSchema::Untitled(
+            multi,
+        ))) => {
+            multiselect(
+                &mut field,
+                options(&multi.items.enum_),
+                (multi.min_items, multi.max_items),
+                &multi.default,
+            );
+            (&multi.title, &multi.description)
+        }
+        PrimitiveSchemaDefinition::Enum(EnumSchema::Multi(MultiSelectEnumSchema::Titled(
+            multi,
+        ))) => {
+            multiselect(
+                &mut field,
+                titled(&multi.items.any_of),
+                (multi.min_items, multi.max_items),
+                &multi.default,
+            );
+            (&multi.title, &multi.description)
+        }
+        _ => return Err(format!("`{name}`: a kind of property toolgate cannot show")),
+    };
+    field.label = text(title);
+    field.description = text(description);
+    Ok(field)
+}
+
+fn looks_sensitive(field: &FieldSpec) -> bool {
+    let said = format!(
+        "{} {} {}",
+        field.name.replace(['_', '-'], " "),
+        field.label.as_deref().unwrap_or_default(),
+        field.description.as_deref().unwrap_or_default()
+    )
+    .to_lowercase();
+    SENSITIVE_WORDS.iter().any(|word| said.contains(word))
+        || said.split_whitespace().any(|word| word == "pin")
+}
+
+/// The URL of a URL-mode elicitation, if it is one a card may offer: http(s), with a
+/// host, no user name or password in it (`https://bank.example@evil.example/` reads as
+/// the bank), and not absurdly long.
+pub fn checked_url(url: &str) -> Result<String, String> {
+    if url.chars().count() > MAX_URL_CHARS {
+        return Err(format!("the URL is longer than {MAX_URL_CHARS} characters"));
+    }
+    if url.chars().any(char::is_control) {
+        return Err("the URL holds control characters".to_owned());
+    }
+    let parsed = reqwest::Url::parse(url).map_err(|err| format!("not a URL: {err}"))?;
+    if !matches!(parsed.scheme(), "https" | "http") {
+        return Err(format!("a `{}:` URL cannot be opened", parsed.scheme()));
+    }
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return Err("the URL has no host".to_owned());
+    }
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        return Err("the URL carries a user name or password".to_owned());
+    }
+    Ok(parsed.to_string())
+}
+
+/// The `content` of an accepted form: each field the user answered, as the schema
+/// types it (numbers as numbers, booleans as booleans, multi-selects as arrays).
+pub fn content_of(fields: &[FieldSpec], answered: &Map<String, Value>) -> Value {
+    let content: Map<String, Value> = fields
+        .iter()
+        .filter_map(|field| {
+            answered
+                .get(&field.name)
+                .filter(|value| !fields::is_empty(value))
+                .map(|value| (field.name.clone(), value.clone()))
+        })
+        .collect();
+    Value::Object(content)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn schema(value: Value) -> ElicitationSchema {
+        serde_json::from_value(value).expect("an elicitation schema")
+    }
+
+    fn every_kind() -> ElicitationSchema {
+        schema(json!({
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "title": "Your name", "minLength": 2, "maxLength": 40},
+                "email": {"type": "string", "format": "email"},
+                "homepage": {"type": "string", "format": "uri"},
+                "birthday": {"type": "string", "format": "date"},
+                "meeting": {"type": "string", "format": "date-time"},
+                "age": {"type": "integer", "minimum": 0, "maximum": 150, "default": 30},
+                "budget": {"type": "number", "minimum": 0.5, "maximum": 1000.5},
+                "subscribe": {"type": "boolean", "default": true},
+                "colour": {"type": "string", "enum": ["red", "green", "blue"], "default": "green"},
+                "size": {"type": "string", "oneOf": [{"const": "s", "title": "Small"}, {"const": "l", "title": "Large"}]},
+                "legacy_pick": {"type": "string", "enum": ["a", "b"], "enumNames": ["Option A", "Option B"]},
+                "toppings": {"type": "array", "items": {"type": "string", "enum": ["cheese", "ham"]}, "minItems": 1, "maxItems": 2, "default": ["cheese"]},
+                "extras": {"type": "array", "items": {"anyOf": [{"const": "x1", "title": "Extra one"}]}, "maxItems": 1}
+            },
+            "required": ["name", "colour"]
+        }))
+    }
+
+    #[test]
+    fn every_kind_of_the_spec_becomes_a_field() {
+        let fields = fields_of(&every_kind(), "test").expect("convertible");
+        let kind = |name: &str| {
+            fields
+                .iter()
+                .find(|f| f.name == name)
+                .unwrap_or_else(|| panic!("{name} missing"))
+                .clone()
+        };
+        assert_eq!(kind("name").kind, FieldType::Text);
+        assert_eq!(
+            (kind("name").min, kind("name").max),
+            (Some(2.0), Some(40.0))
+        );
+        assert_eq!(kind("name").label.as_deref(), Some("Your name"));
+        assert!(kind("name").required && kind("colour").required);
+        assert!(!kind("email").required);
+        assert_eq!(kind("email").kind, FieldType::Email);
+        assert_eq!(kind("homepage").kind, FieldType::Url);
+        assert_eq!(kind("birthday").kind, FieldType::Date);
+        assert_eq!(kind("meeting").kind, FieldType::Datetime);
+        assert_eq!(kind("age").kind, FieldType::Integer);
+        assert_eq!(kind("age").default, Some(json!(30)));
+        assert_eq!(kind("budget").kind, FieldType::Number);
+        assert_eq!(kind("budget").min, Some(0.5));
+        assert_eq!(kind("subscribe").default, Some(json!(true)));
+        assert_eq!(kind("colour").kind, FieldType::Select);
+        assert_eq!(kind("colour").default, Some(json!("green")));
+        assert_eq!(kind("size").options[1].label, "Large");
+        assert_eq!(kind("legacy_pick").options[0].label, "Option A");
+        assert_eq!(kind("toppings").kind, FieldType::Multiselect);
+        assert_eq!(
+            (kind("toppings").min, kind("toppings").max),
+            (Some(1.0), Some(2.0))
+        );
+        assert_eq!(kind("toppings").default, Some(json!(["cheese"])));
+        assert_eq!(kind("extras").options[0].label, "Extra one");
+    }
+
+    #[test]
+    fn the_converted_fields_validate_what_the_card_sends_and_answer_typed_content() {
+        let fields = fields_of(&every_kind(), "test").expect("convertible");
+        let inputs = json!({"name": "Ada", "colour": "blue", "age": "41", "subscribe": "false",
+            "toppings": ["ham"], "meeting": "2025-03-31T17:30+02:00"});
+        let accepted =
+            fields::validate_inputs(&fields, inputs.as_object().expect("object")).expect("valid");
+        let content = content_of(&fields, &accepted);
+        assert_eq!(content["age"], json!(41));
+        assert_eq!(content["subscribe"], json!(false));
+        assert_eq!(content["toppings"], json!(["ham"]));
+        assert_eq!(content["meeting"], json!("2025-03-31T17:30:00+02:00"));
+        let bad = json!({"name": "A", "colour": "pink", "toppings": ["ham", "cheese", "ham"]});
+        let errors = fields::validate_inputs(&fields, bad.as_object().expect("object"))
+            .expect_err("invalid");
+        assert!(errors.contains_key("name") && errors.contains_key("colour"));
+    }
+
+    #[test]
+    fn a_field_asking_for_a_secret_carries_a_warning() {
+        let fields = fields_of(
+            &schema(json!({"type": "object", "properties": {
+                "password": {"type": "string", "description": "Your account password"},
+                "city": {"type": "string"}}})),
+            "files",
+        )
+        .expect("convertible");
+        let warning = fields[1].warning.as_deref().unwrap_or_default();
+        assert_eq!(fields[1].name, "password");
+        assert!(warning.contains("`files`"), "{warning}");
+        assert_eq!(fields[0].warning, None);
+    }
+
+    #[test]
+    fn shapes_toolgate_cannot_show_are_refused_with_a_reason() {
+        let bad_name = schema(json!({"type": "object", "properties": {
+            "white space": {"type": "string"}}}));
+        assert!(fields_of(&bad_name, "s").is_err());
+        let empty = schema(json!({"type": "object", "properties": {}}));
+        assert!(fields_of(&empty, "s").is_err());
+        let ghost = schema(
+            json!({"type": "object", "properties": {"a": {"type": "string"}},
+            "required": ["b"]}),
+        );
+        assert!(fields_of(&ghost, "s").unwrap_err().contains("`b`"));
+    }
+
+    #[test]
+    fn only_plain_web_urls_are_offered() {
+        assert!(checked_url("https://auth.example.com/sign-in?x=1").is_ok());
+        for bad in [
+            "javascript:alert(1)",
+            "data:text/html,hi",
+            "file:///etc/passwd",
+            "https://bank.example@evil.example/",
+            "https://user:pw@evil.example/",
+            "https://",
+            "https://example.com/\u{1b}[31m",
+        ] {
+            assert!(checked_url(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,403 @@
+//! One connection to an MCP server: how it is made (a child process, or streamable HTTP
+//! through the same egress policy as http tools), and toolgate's client side of it,
+//! which receives the server's elicitations and notifications.
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Instant;
+
+use rmcp::model::{
+    ClientCapabilities, ClientConfig, CustomNotification, CustomRequest, CustomResult,
+    ElicitRequestParams, ElicitResult, ElicitationCapability, ErrorCode, FormElicitationCapability,
+    Implementation, ProtocolVersion, UrlElicitationCapability,
+};
+use rmcp::service::{
+    NotificationContext, RequestContext, RoleClient, RunningService,
+    RunningServiceCancellationToken,
+};
+use rmcp::transport::common::client_side_sse::ExponentialBackoff;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt, ErrorData, Peer};
+use tokio::io::AsyncBufReadExt;
+use tokio::sync::{Notify, watch};
+
+use super::McpHub;
+use super::calls::{self, CallSlot};
+use super::config::{Revision, ServerConfig, Transport};
+use crate::tools::kinds::http::egress::EgressPolicy;
+use crate::tools::template::{Part, Template};
+
+/// Environment variables a server process keeps from toolgate's: enough to run, and
+/// none of toolgate's own secrets (database URL, keys).
+const INHERITED_ENV: &[&str] = &["PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR"];
+
+/// Why a server could not be reached: words for any caller, and the detail for the log.
+#[derive(Debug)]
+pub struct Unreachable {
+    pub public: String,
+    pub detail: String,
+}
+
+impl Unreachable {
+    fn new(server: &str, public: &str, detail: impl Into<String>) -> Self {
+        Unreachable {
+            public: format!("the MCP server `{server}` {public}"),
+            detail: detail.into(),
+        }
+    }
+}
+
+/// What a session's client side shares with the calls that use it.
+pub struct SessionShared {
+    pub server: String,
+    pub hub: Weak<McpHub>,
+    /// The call running in this session now: elicitations belong to it.
+    pub current: Mutex<Option<Arc<CallSlot>>>,
+    pub closed: watch::Sender<bool>,
+    /// Pinged when the server says its tool list changed.
+    pub list_changed: Arc<Notify>,
+}
+
+impl SessionShared {
+    pub fn new(server: &str, hub: Weak<McpHub>, list_changed: Arc<Notify>) -> Arc<Self> {
+        Arc::new(SessionShared {
+            server: server.to_owned(),
+            hub,
+            current: Mutex::new(None),
+            closed: watch::channel(false).0,
+            list_changed,
+        })
+    }
+
+    pub fn current(&self) -> Option<Arc<CallSlot>> {
+        self.current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub fn set_current(&self, slot: Option<Arc<CallSlot>>) {
+        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = slot;
+    }
+}
+
+/// toolgate's client side of one session.
+#[derive(Clone)]
+pub struct Handler(pub Arc<SessionShared>);
+
+impl ClientHandler for Handler {
+    fn get_info(&self) -> ClientConfig {
+        let mut capabilities = ClientCapabilities::default();
+        capabilities.elicitation = Some(
+            ElicitationCapability::new()
+                .with_form(FormElicitationCapability::new())
+                .with_url(UrlElicitationCapability::new()),
+        );
+        ClientConfig::new(
+            capabilities,
+            Implementation::new("toolgate", env!("CARGO_PKG_VERSION")),
+        )
+        .with_protocol_version(ProtocolVersion::V_2025_11_25)
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        Ok(calls::on_elicitation(&self.0, request, context.ct).await)
+    }
+
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<CustomResult, ErrorData> {
+        // An elicitation whose form is outside the protocol's (a nested object, an
+        // unknown format) does not parse as one and lands here.
+        if request.method == "elicitation/create" {
+            tracing::warn!(
+                server = %self.0.server,
+                "declined an elicitation whose form toolgate cannot read"
+            );
+            return Ok(CustomResult::new(
+                serde_json::json!({ "action": "decline" }),
+            ));
+        }
+        Err(ErrorData::new(
+            ErrorCode::METHOD_NOT_FOUND,
+            request.method,
+            None,
+        ))
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.0.list_changed.notify_one();
+    }
+
+    async fn on_custom_notification(
+        &self,
+        notification: CustomNotification,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        if notification.method != "notifications/elicitation/complete" {
+            return;
+        }
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Completed {
+            elicitation_id: String,
+        }
+        match notification.params_as::<Completed>() {
+            Ok(Some(done)) => calls::on_elicitation_complete(&self.0, &done.elicitation_id).await,
+            _ => tracing::debug!(server = %self.0.server, "ignored a malformed completion notice"),
+        }
+    }
+}
+
+/// A live session with a server.
+pub struct Session {
+    pub peer: Peer<RoleClient>,
+    pub shared: Arc<SessionShared>,
+    /// One call at a time, so each elicitation belongs to exactly one call.
+    pub turn: Arc<tokio::sync::Mutex<()>>,
+    pub protocol_version: Option<String>,
+    last_used: Mutex<Instant>,
+    cancel: Mutex<Option<RunningServiceCancellationToken>>,
+}
+
+impl Session {
+    /// Connects and keeps watch on the connection: `shared.closed` turns true when it
+    /// ends, however it ends.
+    pub async fn open(
+        config: &ServerConfig,
+        shared: Arc<SessionShared>,
+    ) -> Result<Arc<Session>, Unreachable> {
+        let running = connect(config, Handler(shared.clone())).await?;
+        let protocol_version = running
+            .peer_info()
+            .map(|info| info.protocol_version.as_str().to_owned());
+        let session = Arc::new(Session {
+            peer: running.peer().clone(),
+            shared: shared.clone(),
+            turn: Arc::new(tokio::sync::Mutex::new(())),
+            protocol_version,
+            last_used: Mutex::new(Instant::now()),
+            cancel: Mutex::new(Some(running.cancellation_token())),
+        });
+        tokio::spawn(async move {
+            let reason = running.waiting().await;
+            tracing::debug!(server = %shared.server, ?reason, "MCP session ended");
+            let _ = shared.closed.send(true);
+        });
+        Ok(session)
+    }
+
+    pub fn is_closed(&self) -> bool {
+        *self.shared.closed.borrow() || self.peer.is_transport_closed()
+    }
+
+    pub fn touch(&self) {
+        *self.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+    }
+
+    /// Takes the session for one call, if no call has it now.
+    pub fn try_take(&self) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        self.turn.clone().try_lock_owned().ok()
+    }
+
+    pub fn in_call(&self) -> bool {
+        self.turn.try_lock().is_err()
+    }
+
+    pub fn idle_for(&self) -> std::time::Duration {
+        self.last_used
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .elapsed()
+    }
+
+    /// Ends the session; a child process is stopped.
+    pub fn close(&self) {
+        if let Some(cancel) = self.cancel.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            cancel.cancel();
+        }
+    }
+}
+
+/// `{env.NAME}` in a configured value, resolved now; a variable that is not set makes
+/// the server "not configured" (its name goes to the log only).
+fn resolve(server: &str, text: &str) -> Result<String, Unreachable> {
+    let template = Template::parse(text)
+        .map_err(|err| Unreachable::new(server, "is not configured on this server", err))?;
+    let mut out = String::new();
+    for part in template.parts() {
+        match part {
+            Part::Literal(literal) => out.push_str(literal),
+            Part::Env(name) => match std::env::var(name) {
+                Ok(value) => out.push_str(&value),
+                Err(_) => {
+                    return Err(Unreachable::new(
+                        server,
+                        "is not configured on this server",
+                        format!("the environment variable {name} is not set"),
+                    ));
+                }
+            },
+            _ => {
+                return Err(Unreachable::new(
+                    server,
+                    "is not configured on this server",
+                    "only {env.NAME} placeholders are allowed in an MCP server's settings",
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `{toolgate}` names this very program (it serves the demo MCP server).
+fn program(server: &str, command: &str) -> Result<String, Unreachable> {
+    if command == "{toolgate}" {
+        return std::env::current_exe()
+            .map(|path| path.to_string_lossy().into_owned())
+            .map_err(|err| {
+                Unreachable::new(
+                    server,
+                    "could not be started",
+                    format!("current exe: {err}"),
+                )
+            });
+    }
+    resolve(server, command)
+}
+
+fn lifecycle(revision: Revision) -> ClientLifecycleMode {
+    match revision {
+        Revision::Sessions => ClientLifecycleMode::Initialize,
+        Revision::Stateless => ClientLifecycleMode::Auto {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            legacy_version: Some(ProtocolVersion::V_2025_11_25),
+        },
+    }
+}
+
+async fn connect(
+    config: &ServerConfig,
+    handler: Handler,
+) -> Result<RunningService<RoleClient, Handler>, Unreachable> {
+    let server = config.name.as_str();
+    let mode = lifecycle(config.revision);
+    let connecting = async {
+        match &config.transport {
+            Transport::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => {
+                let mut process = tokio::process::Command::new(program(server, command)?);
+                for arg in args {
+                    process.arg(resolve(server, arg)?);
+                }
+                process.env_clear();
+                for name in INHERITED_ENV {
+                    if let Ok(value) = std::env::var(name) {
+                        process.env(name, value);
+                    }
+                }
+                for (name, value) in env {
+                    process.env(name, resolve(server, value)?);
+                }
+                if let Some(dir) = cwd {
+                    process.current_dir(dir);
+                }
+                process.kill_on_drop(true);
+                let (transport, stderr) = TokioChildProcess::builder(process)
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .map_err(|err| {
+                        Unreachable::new(server, "could not be started", err.to_string())
+                    })?;
+                if let Some(stderr) = stderr {
+                    let name = server.to_owned();
+                    tokio::spawn(async move {
+                        let mut lines = tokio::io::BufReader::new(stderr).lines();
+                        while let Ok(Some(line)) = lines.next_line().await {
+                            let line: String = line.chars().take(500).collect();
+                            tracing::debug!(server = %name, stderr = ?line, "MCP server said");
+                        }
+                    });
+                }
+                handler
+                    .serve_with_lifecycle(transport, mode)
+                    .await
+                    .map_err(|err| {
+                        Unreachable::new(server, "did not start an MCP session", err.to_string())
+                    })
+            }
+            Transport::Http {
+                url,
+                headers,
+                allow_private_networks,
+            } => {
+                let policy = EgressPolicy::new(&[], *allow_private_networks).map_err(|err| {
+                    Unreachable::new(server, "is not configured on this server", err)
+                })?;
+                let parsed = reqwest::Url::parse(url).map_err(|err| {
+                    Unreachable::new(server, "is not configured on this server", err.to_string())
+                })?;
+                policy.check_url(&parsed).map_err(|refused| {
+                    Unreachable::new(
+                        server,
+                        "is at an address toolgate may not reach",
+                        refused.to_string(),
+                    )
+                })?;
+                let client = policy.client().map_err(|err| {
+                    Unreachable::new(server, "is not configured on this server", err)
+                })?;
+                let mut custom = HashMap::new();
+                for (name, value) in headers {
+                    let value = resolve(server, value)?;
+                    let name = reqwest::header::HeaderName::from_bytes(name.as_bytes()).map_err(
+                        |err| Unreachable::new(server, "is not configured", err.to_string()),
+                    )?;
+                    let value = reqwest::header::HeaderValue::from_str(&value).map_err(|_| {
+                        Unreachable::new(
+                            server,
+                            "is not configured on this server",
+                            format!("the value of header {name} is not a valid header value"),
+                        )
+                    })?;
+                    custom.insert(name, value);
+                }
+                let mut transport_config =
+                    StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                        .custom_headers(custom);
+                let mut retry = ExponentialBackoff::default();
+                retry.max_times = Some(2);
+                transport_config.retry_config = Arc::new(retry);
+                let transport =
+                    StreamableHttpClientTransport::with_client(client, transport_config);
+                handler
+                    .serve_with_lifecycle(transport, mode)
+                    .await
+                    .map_err(|err| {
+                        Unreachable::new(server, "could not be reached", err.to_string())
+                    })
+            }
+        }
+    };
+    tokio::time::timeout(config.connect_timeout, connecting)
+        .await
+        .map_err(|_| {
+            Unreachable::new(
+                server,
+                "did not answer in time",
+                format!("no session within {:?}", config.connect_timeout),
+            )
+        })?
+}

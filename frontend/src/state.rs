@@ -1,0 +1,216 @@
+//! State every component of the web chat can reach through the context: who is signed
+//! in, what the server said about itself, the connection banner, the conversation list
+//! and the current conversation. Components import it; it imports none of them.
+
+use std::collections::BTreeMap;
+
+use leptos::prelude::*;
+use leptos::task::spawn_local;
+use protocol::api::Conversation;
+use protocol::chat::ServerInfo;
+use uuid::Uuid;
+
+use crate::api::{self, ApiError};
+use crate::auth::{self, Session};
+use crate::util;
+
+/// What the server said about itself.
+#[derive(Clone, Debug)]
+pub enum InfoState {
+    Loading,
+    Ready(ServerInfo),
+    /// The server answered but has no `/api/info`.
+    Unknown,
+    Failed,
+}
+
+impl PartialEq for InfoState {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (InfoState::Ready(a), InfoState::Ready(b)) => {
+                (&a.version, a.dev_auth, &a.model_provider, &a.model)
+                    == (&b.version, b.dev_auth, &b.model_provider, &b.model)
+            }
+            (a, b) => std::mem::discriminant(a) == std::mem::discriminant(b),
+        }
+    }
+}
+
+/// A problem with the connection as a whole, shown above everything.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Notice {
+    pub message: String,
+}
+
+const EXPIRED: &str = "Your session has expired or was refused by the server. You are signed out; sign in again to continue.";
+
+/// State every component can reach through the context.
+#[derive(Clone, Copy)]
+pub struct AppState {
+    pub session: RwSignal<Option<Session>>,
+    pub info: RwSignal<InfoState>,
+    pub notice: RwSignal<Option<Notice>>,
+    /// Why the user was signed out (a token that ran out), for the sign-in page.
+    pub signed_out_reason: RwSignal<Option<String>>,
+    /// Bumped by "Retry": everything that loads from the server loads again.
+    pub reload: RwSignal<u32>,
+    pub online: RwSignal<bool>,
+    /// The browser's clock, ticking every few seconds, for expiry.
+    pub now_ms: RwSignal<f64>,
+    pub conversations: RwSignal<Vec<Conversation>>,
+    pub current: RwSignal<Option<Uuid>>,
+    /// Which MCP server each of the user's tools comes from; loaded once per sign-in,
+    /// on the first tool row that asks.
+    pub tool_servers: RwSignal<Option<BTreeMap<String, String>>>,
+}
+
+impl AppState {
+    pub fn new() -> Self {
+        let online = web_sys::window()
+            .map(|w| w.navigator().on_line())
+            .unwrap_or(true);
+        let (session, reason) = match auth::load_session() {
+            auth::Stored::Session(session) => (Some(session), None),
+            auth::Stored::Expired => (None, Some(EXPIRED.to_owned())),
+            auth::Stored::Nothing => (None, None),
+        };
+        AppState {
+            session: RwSignal::new(session),
+            info: RwSignal::new(InfoState::Loading),
+            notice: RwSignal::new(None),
+            signed_out_reason: RwSignal::new(reason),
+            reload: RwSignal::new(0),
+            online: RwSignal::new(online),
+            now_ms: RwSignal::new(util::now_ms()),
+            conversations: RwSignal::new(Vec::new()),
+            current: RwSignal::new(util::conversation_from_hash()),
+            tool_servers: RwSignal::new(None),
+        }
+    }
+
+    /// The MCP server `tool` comes from, once known (`None` for toolgate's own tools).
+    pub fn tool_server(&self, tool: &str) -> Option<String> {
+        self.tool_servers
+            .with(|servers| servers.as_ref().and_then(|s| s.get(tool).cloned()))
+    }
+
+    /// Loads which server each tool comes from, unless that is known or on its way.
+    pub fn want_tool_servers(&self) {
+        if self.tool_servers.with_untracked(Option::is_some) {
+            return;
+        }
+        let Some(token) = self.token() else {
+            return;
+        };
+        // Marked as known at once, so a page of tool rows asks only once.
+        self.tool_servers.set(Some(BTreeMap::new()));
+        let servers = self.tool_servers;
+        spawn_local(async move {
+            if let Ok(list) = api::list_tools(&token).await
+                && !servers.is_disposed()
+            {
+                let map = list
+                    .tools
+                    .into_iter()
+                    .filter_map(|tool| tool.server.map(|server| (tool.name, server)))
+                    .collect();
+                servers.set(Some(map));
+            }
+        });
+    }
+
+    /// The bearer token, without subscribing to changes.
+    pub fn token(&self) -> Option<String> {
+        self.session
+            .with_untracked(|s| s.as_ref().map(|s| s.token.clone()))
+    }
+
+    pub fn sign_in(&self, session: Session) {
+        auth::save_session(&session);
+        self.signed_out_reason.set(None);
+        self.notice.set(None);
+        self.conversations.set(Vec::new());
+        self.tool_servers.set(None);
+        self.session.set(Some(session));
+    }
+
+    pub fn sign_out(&self) {
+        auth::clear_session();
+        self.conversations.set(Vec::new());
+        self.current.set(None);
+        self.session.set(None);
+    }
+
+    /// The server refused the token: back to the sign-in page, saying why.
+    pub fn session_expired(&self) {
+        if self.session.with_untracked(Option::is_none) {
+            return;
+        }
+        self.signed_out_reason.set(Some(EXPIRED.to_owned()));
+        auth::clear_session();
+        self.conversations.set(Vec::new());
+        self.session.set(None);
+    }
+
+    /// Handles the failures every caller treats alike: a refused token signs out, no
+    /// answer at all raises the banner. Returns whether it handled `err`.
+    pub fn report(&self, err: &ApiError) -> bool {
+        match err {
+            ApiError::Status { status: 401, .. } => {
+                self.session_expired();
+                true
+            }
+            ApiError::Network
+            | ApiError::Status {
+                status: 502..=504, ..
+            } => {
+                self.notice.set(Some(Notice {
+                    message: err.message(),
+                }));
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// A call worked: whatever the banner said about the connection is over.
+    pub fn reached(&self) {
+        if self.notice.with_untracked(Option::is_some) {
+            self.notice.set(None);
+        }
+    }
+
+    pub fn retry(&self) {
+        self.notice.set(None);
+        self.reload.update(|n| *n += 1);
+    }
+
+    pub fn select(&self, id: Option<Uuid>) {
+        if self.current.get_untracked() != id {
+            self.current.set(id);
+        }
+        util::set_hash_conversation(id);
+    }
+}
+
+pub fn load_info(app: AppState) {
+    spawn_local(async move {
+        match api::server_info().await {
+            Ok(info) => {
+                app.info.set(InfoState::Ready(info));
+                app.reached();
+            }
+            Err(ApiError::Status { status: 404, .. }) => app.info.set(InfoState::Unknown),
+            Err(err) => {
+                if !app.report(&err) {
+                    app.notice.set(Some(Notice {
+                        message: err.message(),
+                    }));
+                }
+                if app.info.get_untracked() == InfoState::Loading {
+                    app.info.set(InfoState::Failed);
+                }
+            }
+        }
+    });
+}

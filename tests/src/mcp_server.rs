@@ -1,0 +1,463 @@
+//! The MCP server the tests connect toolgate to, written with `rmcp`'s server side: over
+//! stdio as the `mcp-test-server` program (a child process of toolgate), or over
+//! streamable HTTP inside the test process. Its tools cover what toolgate must handle:
+//! plain calls, every kind of form question, URL questions, destructive and slow tools,
+//! crashes, a changing tool list, shapes toolgate cannot show, and the 2026-07-28
+//! revision's stateless questions.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomNotification,
+    ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationSchema, Implementation,
+    InputRequest, InputRequiredResult, ListToolsResult, PaginatedRequestParams, ServerCapabilities,
+    ServerConfig, ServerNotification, Tool, ToolAnnotations,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ErrorData, ServerHandler, ServiceExt};
+use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
+
+/// The `mcp-test-server` program cargo builds beside the test executables.
+pub fn binary() -> Result<PathBuf> {
+    let binary = crate::server_binary()?.with_file_name("mcp-test-server");
+    if !binary.exists() {
+        bail!(
+            "{} is missing: run the tests with `cargo test -p tests`",
+            binary.display()
+        );
+    }
+    Ok(binary)
+}
+
+/// The test server, answering on `url` until `stop`.
+pub struct HttpServer {
+    /// The streamable HTTP endpoint, e.g. `http://127.0.0.1:41234/mcp`.
+    pub url: String,
+    stop: CancellationToken,
+}
+
+impl HttpServer {
+    /// Closes the endpoint and ends its sessions.
+    pub fn stop(&self) {
+        self.stop.cancel();
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// Serves the test tools over streamable HTTP on a free loopback port.
+pub async fn serve_http() -> Result<HttpServer> {
+    let stop = CancellationToken::new();
+    let config = StreamableHttpServerConfig::default().with_cancellation_token(stop.child_token());
+    let tools = TestTools::over(Transport::Http);
+    let service = StreamableHttpService::new(
+        move || Ok(tools.clone()),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .context("binding the test MCP server")?;
+    let address = listener.local_addr()?;
+    let router = axum::Router::new().nest_service("/mcp", service);
+    let until = stop.clone();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, router)
+            .with_graceful_shutdown(async move { until.cancelled().await })
+            .await;
+    });
+    Ok(HttpServer {
+        url: format!("http://{address}/mcp"),
+        stop,
+    })
+}
+
+/// Serves the test tools on standard input and output until the client leaves.
+pub async fn serve_stdio() -> Result<()> {
+    let running = TestTools::over(Transport::Stdio)
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|err| anyhow::anyhow!("starting the test MCP server: {err}"))?;
+    running
+        .waiting()
+        .await
+        .map_err(|err| anyhow::anyhow!("the test MCP server stopped: {err}"))?;
+    Ok(())
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Transport {
+    Stdio,
+    Http,
+}
+
+#[derive(Clone)]
+struct TestTools {
+    transport: Transport,
+    late_addition: Arc<AtomicBool>,
+}
+
+impl TestTools {
+    fn over(transport: Transport) -> Self {
+        Self {
+            transport,
+            late_addition: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Whether `add_tool` ran: in this process, or (over stdio, where each session is a
+    /// process of its own) in any process sharing the `MCP_TEST_STATE` folder.
+    fn late_added(&self) -> bool {
+        self.late_addition.load(Ordering::SeqCst)
+            || shared_state_file().is_some_and(|file| file.exists())
+    }
+
+    fn add_late_tool(&self) -> Result<(), ErrorData> {
+        self.late_addition.store(true, Ordering::SeqCst);
+        if let Some(file) = shared_state_file() {
+            std::fs::write(file, b"added").map_err(failed)?;
+        }
+        Ok(())
+    }
+
+    fn tools(&self) -> Vec<Tool> {
+        let read_only = || ToolAnnotations::new().read_only(true);
+        let mut tools = vec![
+            tool(
+                "echo",
+                "Answers with the text it is given",
+                json!({"text": {"type": "string", "description": "What to echo"}}),
+            )
+            .annotate(read_only()),
+            tool(
+                "ask_everything",
+                "Asks the user a form with every kind of field",
+                json!({}),
+            )
+            .annotate(read_only()),
+            tool("ask_password", "Asks the user for a password", json!({})).annotate(read_only()),
+            tool(
+                "open_link",
+                "Asks the user to open a link",
+                json!({"url": {"type": "string"}, "complete_after_ms": {"type": "integer"}}),
+            )
+            .annotate(read_only()),
+            tool("delete_thing", "Deletes a thing", json!({}))
+                .annotate(ToolAnnotations::new().read_only(false).destructive(true)),
+            tool("slow", "Takes its time", json!({"ms": {"type": "integer"}}))
+                .annotate(read_only()),
+            tool("crash", "Ends the server process", json!({})).annotate(read_only()),
+            tool(
+                "ask_then_crash",
+                "Asks a question, then ends the server process",
+                json!({"after_ms": {"type": "integer"}}),
+            )
+            .annotate(read_only()),
+            tool("add_tool", "Adds the tool late_addition", json!({})).annotate(read_only()),
+            tool("bad_schema", "Asks a form toolgate cannot show", json!({})).annotate(read_only()),
+            tool(
+                "ask_code",
+                "Asks for a code the stateless way (2026-07-28)",
+                json!({}),
+            )
+            .annotate(read_only()),
+            tool(
+                "show_env",
+                "Tells whether an environment variable is set in the server process",
+                json!({"name": {"type": "string"}}),
+            )
+            .annotate(read_only()),
+        ];
+        if self.late_added() {
+            tools.push(
+                tool("late_addition", "Added while running", json!({})).annotate(read_only()),
+            );
+        }
+        tools
+    }
+}
+
+fn shared_state_file() -> Option<PathBuf> {
+    std::env::var_os("MCP_TEST_STATE").map(|dir| PathBuf::from(dir).join("late_addition"))
+}
+
+fn tool(name: &'static str, description: &'static str, properties: Value) -> Tool {
+    let schema = json!({"type": "object", "properties": properties});
+    Tool::new(
+        name,
+        description,
+        Arc::new(schema.as_object().cloned().unwrap_or_default()),
+    )
+}
+
+fn text(message: impl Into<String>) -> CallToolResponse {
+    CallToolResult::success(vec![ContentBlock::text(message)]).into()
+}
+
+fn form(message: &str, schema: Value) -> Result<ElicitRequestParams, ErrorData> {
+    let requested_schema: ElicitationSchema = serde_json::from_value(schema)
+        .map_err(|err| ErrorData::internal_error(err.to_string(), None))?;
+    Ok(ElicitRequestParams::FormElicitationParams {
+        meta: None,
+        message: message.to_owned(),
+        requested_schema,
+    })
+}
+
+/// The answer as the tests read it back: `elicitation: {"action": …, "content": …}`.
+fn echo(answer: &ElicitResult) -> CallToolResponse {
+    text(format!(
+        "elicitation: {}",
+        json!({"action": answer.action, "content": answer.content})
+    ))
+}
+
+fn every_kind() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "title": "Your name", "minLength": 2, "maxLength": 40},
+            "email": {"type": "string", "format": "email"},
+            "homepage": {"type": "string", "format": "uri"},
+            "birthday": {"type": "string", "format": "date"},
+            "meeting": {"type": "string", "format": "date-time"},
+            "age": {"type": "integer", "minimum": 0, "maximum": 150, "default": 30},
+            "budget": {"type": "number", "minimum": 0.5, "maximum": 1000.5},
+            "subscribe": {"type": "boolean", "default": true},
+            "colour": {"type": "string", "enum": ["red", "green", "blue"], "default": "green"},
+            "size": {"type": "string", "oneOf": [{"const": "s", "title": "Small"}, {"const": "l", "title": "Large"}]},
+            "legacy_pick": {"type": "string", "enum": ["a", "b"], "enumNames": ["Option A", "Option B"]},
+            "toppings": {"type": "array", "items": {"type": "string", "enum": ["cheese", "ham"]}, "minItems": 1, "maxItems": 2, "default": ["cheese"]},
+            "extras": {"type": "array", "items": {"anyOf": [{"const": "x1", "title": "Extra one"}]}, "maxItems": 1}
+        },
+        "required": ["name", "colour"]
+    })
+}
+
+/// The order the form asks in (the schema's keys arrive sorted).
+const EVERY_KIND_ORDER: [&str; 13] = [
+    "name",
+    "email",
+    "homepage",
+    "birthday",
+    "meeting",
+    "age",
+    "budget",
+    "subscribe",
+    "colour",
+    "size",
+    "legacy_pick",
+    "toppings",
+    "extras",
+];
+
+fn number(arguments: &Map<String, Value>, name: &str) -> u64 {
+    arguments.get(name).and_then(Value::as_u64).unwrap_or(0)
+}
+
+fn failed(err: impl std::fmt::Display) -> ErrorData {
+    ErrorData::internal_error(err.to_string(), None)
+}
+
+impl TestTools {
+    async fn ask(
+        &self,
+        params: ElicitRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<ElicitResult, ErrorData> {
+        context
+            .peer
+            .create_elicitation(params)
+            .await
+            .map_err(failed)
+    }
+
+    async fn open_link(
+        &self,
+        arguments: &Map<String, Value>,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let elicitation_id = uuid::Uuid::new_v4().to_string();
+        let url = arguments.get("url").and_then(Value::as_str).map_or_else(
+            || format!("https://auth.example.com/connect?session={elicitation_id}"),
+            str::to_owned,
+        );
+        let answer = self
+            .ask(
+                ElicitRequestParams::UrlElicitationParams {
+                    meta: None,
+                    message: "Connect your account".to_owned(),
+                    url,
+                    elicitation_id: elicitation_id.clone(),
+                },
+                context,
+            )
+            .await?;
+        // As a real server would: the sign-in finishes out of band after the user
+        // agreed to open the link, and the server says so.
+        let after = number(arguments, "complete_after_ms");
+        if after > 0 && answer.action == rmcp::model::ElicitationAction::Accept {
+            tokio::time::sleep(Duration::from_millis(after)).await;
+            context
+                .peer
+                .send_notification(ServerNotification::CustomNotification(
+                    CustomNotification::new(
+                        "notifications/elicitation/complete",
+                        Some(json!({"elicitationId": elicitation_id})),
+                    ),
+                ))
+                .await
+                .map_err(failed)?;
+        }
+        let action = serde_json::to_value(answer.action).map_err(failed)?;
+        Ok(text(format!("url: {}", action.as_str().unwrap_or("?"))))
+    }
+
+    /// The stateless way: the first call answers with the question; the call made again
+    /// with the answer (and the state echoed) finishes.
+    fn ask_code(&self, request: &CallToolRequestParams) -> Result<CallToolResponse, ErrorData> {
+        let answered = request
+            .input_responses
+            .as_ref()
+            .and_then(|responses| responses.get("code"))
+            .cloned();
+        let Some(answer) = answered else {
+            let question = form(
+                "The code from your authenticator",
+                json!({"type": "object", "properties": {"code": {"type": "string", "title": "Code"}},
+                    "required": ["code"]}),
+            )?;
+            let questions = [(
+                "code".to_owned(),
+                InputRequest::Elicitation(ElicitRequest::new(question)),
+            )]
+            .into_iter()
+            .collect();
+            return Ok(InputRequiredResult::new(Some(questions), Some("round-1".into())).into());
+        };
+        if request.request_state.as_deref() != Some("round-1") {
+            return Ok(CallToolResult::error(vec![ContentBlock::text(
+                "the state was not echoed back",
+            )])
+            .into());
+        }
+        let answer: ElicitResult = serde_json::from_value(answer).map_err(failed)?;
+        let code = answer
+            .content
+            .as_ref()
+            .and_then(|content| content.get("code"))
+            .and_then(Value::as_str)
+            .unwrap_or("missing");
+        Ok(text(format!("code was {code}")))
+    }
+}
+
+impl ServerHandler for TestTools {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
+        .with_server_info(Implementation::new("toolgate-test-server", "1.0.0"))
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.tools()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let arguments = request.arguments.clone().unwrap_or_default();
+        match request.name.as_ref() {
+            "echo" => Ok(text(format!(
+                "echo: {}",
+                arguments.get("text").and_then(Value::as_str).unwrap_or("")
+            ))),
+            "ask_everything" => {
+                let mut params = form("Tell me everything", every_kind())?;
+                if let ElicitRequestParams::FormElicitationParams {
+                    requested_schema, ..
+                } = &mut params
+                {
+                    requested_schema.property_order =
+                        Some(EVERY_KIND_ORDER.map(str::to_owned).to_vec());
+                }
+                Ok(echo(&self.ask(params, &context).await?))
+            }
+            "ask_password" => {
+                let params = form(
+                    "Your account password, please",
+                    json!({"type": "object", "properties": {
+                        "password": {"type": "string", "description": "Your account password"}}}),
+                )?;
+                Ok(echo(&self.ask(params, &context).await?))
+            }
+            "bad_schema" => {
+                let params = form(
+                    "A field name toolgate cannot show",
+                    json!({"type": "object", "properties": {"white space": {"type": "string"}}}),
+                )?;
+                Ok(echo(&self.ask(params, &context).await?))
+            }
+            "open_link" => self.open_link(&arguments, &context).await,
+            "delete_thing" => Ok(text("deleted")),
+            "slow" => {
+                tokio::time::sleep(Duration::from_millis(number(&arguments, "ms"))).await;
+                Ok(text("done slowly"))
+            }
+            "crash" if self.transport == Transport::Stdio => std::process::exit(3),
+            "ask_then_crash" if self.transport == Transport::Stdio => {
+                let after = number(&arguments, "after_ms");
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(after));
+                    std::process::exit(3);
+                });
+                let params = form(
+                    "A question the server will not wait for",
+                    json!({"type": "object", "properties": {"answer": {"type": "string"}}}),
+                )?;
+                Ok(echo(&self.ask(params, &context).await?))
+            }
+            "add_tool" => {
+                self.add_late_tool()?;
+                context
+                    .peer
+                    .notify_tool_list_changed()
+                    .await
+                    .map_err(failed)?;
+                Ok(text("added"))
+            }
+            "ask_code" => self.ask_code(&request),
+            "show_env" => {
+                let name = arguments.get("name").and_then(Value::as_str).unwrap_or("");
+                let value = std::env::var(name).unwrap_or_else(|_| "unset".to_owned());
+                Ok(text(format!("{name}={value}")))
+            }
+            "late_addition" if self.late_added() => Ok(text("late")),
+            other => Err(ErrorData::invalid_params(
+                format!("there is no tool `{other}` here"),
+                None,
+            )),
+        }
+    }
+}

@@ -1,0 +1,873 @@
+//! MCP servers' tools through toolgate, against the test MCP server of this package
+//! (over stdio as a child process, and over streamable HTTP in this process): tools in
+//! the registry, overlays, elicitation as the durable card, URL mode, crashes, and what a
+//! hostile server or user gets.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use tests::{MockLlm, MockReply, ServerOptions, TempDir, TestServer, write_temp_file};
+
+/// The tools file entry for the test server over stdio, named `name`.
+fn stdio_server(name: &str, extra: &str) -> String {
+    let binary = tests::mcp_server::binary().expect("the test MCP server is built with the tests");
+    format!(
+        "[[mcp_servers]]\nname = \"{name}\"\ncommand = \"{}\"\n{extra}\n",
+        binary.display()
+    )
+}
+
+fn http_server(name: &str, url: &str, extra: &str) -> String {
+    format!(
+        "[[mcp_servers]]\nname = \"{name}\"\nurl = \"{url}\"\nallow_private_networks = true\n{extra}\n"
+    )
+}
+
+struct Setup {
+    server: TestServer,
+    _tools: TempDir,
+}
+
+async fn start_with(tools: &str, options: ServerOptions) -> Setup {
+    let (dir, path) = write_temp_file("tools.toml", tools);
+    let server =
+        TestServer::start_with(options.env("TOOLGATE_TOOLS", &path.to_string_lossy())).await;
+    Setup {
+        server,
+        _tools: dir,
+    }
+}
+
+async fn start(tools: &str) -> Setup {
+    start_with(tools, ServerOptions::default()).await
+}
+
+/// `GET /api/tools` once every named server has been reached (or failed for good).
+async fn tools_when_settled(server: &TestServer, token: &str, names: &[&str]) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = server.send("GET", "/api/tools", Some(token), None).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let settled = names.iter().all(|name| {
+            body["servers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|s| s["name"] == *name && s["status"] != "connecting")
+        });
+        if settled {
+            return body;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "servers never settled: {body}\n{}",
+            server.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn tool<'a>(tools: &'a Value, name: &str) -> &'a Value {
+    tools["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|t| t["name"] == name)
+        .unwrap_or_else(|| panic!("no tool {name} in {tools}"))
+}
+
+fn server_info<'a>(tools: &'a Value, name: &str) -> &'a Value {
+    tools["servers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|s| s["name"] == name)
+        .unwrap_or_else(|| panic!("no server {name} in {tools}"))
+}
+
+async fn execute(
+    server: &TestServer,
+    token: &str,
+    conversation: &str,
+    tool: &str,
+    call_id: &str,
+    arguments: Value,
+) -> (StatusCode, Value) {
+    server
+        .send(
+            "POST",
+            "/api/tools/execute",
+            Some(token),
+            Some(json!({"conversation_id": conversation, "tool_name": tool,
+                "tool_call_id": call_id, "arguments": arguments})),
+        )
+        .await
+}
+
+/// The JSON the test server's eliciting tools answer with: `elicitation: {...}`.
+fn echoed_elicitation(outcome: &Value) -> Value {
+    let text = outcome["result"]["text"].as_str().unwrap_or_default();
+    let json = text
+        .split_once("elicitation: ")
+        .map(|(_, rest)| rest)
+        .unwrap_or_else(|| panic!("not an elicitation echo: {outcome}"));
+    serde_json::from_str(json).unwrap_or_else(|_| panic!("not JSON: {text}"))
+}
+
+async fn pending(server: &TestServer, token: &str, conversation: &str) -> Vec<Value> {
+    let (status, body) = server
+        .action(
+            token,
+            json!({"action": "get_pending", "conversation_id": conversation}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body["requests"].as_array().cloned().unwrap_or_default()
+}
+
+#[tokio::test]
+async fn tools_appear_namespaced_with_their_schemas_over_stdio_and_http() {
+    let http = tests::mcp_server::serve_http()
+        .await
+        .expect("HTTP MCP server");
+    let setup = start(&(stdio_server("local", "") + &http_server("remote", &http.url, ""))).await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("mcp-list").await;
+    let tools = tools_when_settled(server, &token, &["local", "remote"]).await;
+    for name in ["local", "remote"] {
+        let info = server_info(&tools, name);
+        assert_eq!(info["status"], "connected", "{info}\n{}", server.logs());
+        let echo = tool(&tools, &format!("{name}__echo"));
+        assert_eq!(echo["origin"], "mcp");
+        assert_eq!(echo["server"], name);
+        assert_eq!(echo["available"], true);
+        assert_eq!(echo["parameters"]["properties"]["text"]["type"], "string");
+        assert!(echo.get("requires_approval").is_none(), "{echo}");
+        // Marked destructive by the server: waits for the user's yes by default.
+        let delete = tool(&tools, &format!("{name}__delete_thing"));
+        assert!(delete["requires_approval"].is_object(), "{delete}");
+    }
+    assert_eq!(server_info(&tools, "local")["transport"], "stdio");
+    assert_eq!(server_info(&tools, "remote")["transport"], "http");
+
+    let conversation = server.new_conversation(&token).await;
+    for name in ["local", "remote"] {
+        let (status, outcome) = execute(
+            server,
+            &token,
+            &conversation,
+            &format!("{name}__echo"),
+            &format!("call_echo_{name}"),
+            json!({"text": "hello"}),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{outcome}");
+        assert_eq!(outcome["success"], true, "{outcome}");
+        assert_eq!(outcome["result"]["text"], "echo: hello", "{outcome}");
+    }
+}
+
+#[tokio::test]
+async fn a_server_that_is_down_at_start_up_leaves_start_up_alone_and_says_why() {
+    let closed = tests::free_port().expect("port");
+    let tools = stdio_server("fine", "")
+        + "[[mcp_servers]]\nname = \"gone\"\ncommand = \"/nonexistent/mcp-server\"\n"
+        + &http_server("unreachable", &format!("http://127.0.0.1:{closed}/mcp"), "");
+    let setup = start(&tools).await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("mcp-down").await;
+    let tools = tools_when_settled(server, &token, &["fine", "gone", "unreachable"]).await;
+    assert_eq!(server_info(&tools, "fine")["status"], "connected");
+    for name in ["gone", "unreachable"] {
+        let info = server_info(&tools, name);
+        assert_eq!(info["status"], "unavailable", "{info}");
+        let reason = info["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains(&format!("`{name}`")), "{reason}");
+        assert!(
+            !reason.contains("/nonexistent"),
+            "no paths to callers: {reason}"
+        );
+    }
+    // The server's own tools still work.
+    let conversation = server.new_conversation(&token).await;
+    let (_, outcome) = execute(
+        server,
+        &token,
+        &conversation,
+        "fine__echo",
+        "call_fine",
+        json!({"text": "still here"}),
+    )
+    .await;
+    assert_eq!(outcome["success"], true, "{outcome}");
+}
+
+const ECHO_OVERLAY: &str = r#"
+[[tool_overlays]]
+name = "t__echo"
+[tool_overlays.requires_user_input]
+reason = "What should be echoed is yours to say"
+fields = [ { name = "text", label = "Text", type = "text" } ]
+
+[[tool_overlays]]
+prefix = "t__sl"
+requires_approval = true
+"#;
+
+#[tokio::test]
+async fn overlays_make_a_field_user_only_and_add_approval() {
+    let setup = start(&(stdio_server("t", "") + ECHO_OVERLAY)).await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("mcp-overlay").await;
+    let tools = tools_when_settled(server, &token, &["t"]).await;
+    let echo = tool(&tools, "t__echo");
+    // The model no longer sees the field as an argument.
+    assert!(
+        echo["parameters"]["properties"].get("text").is_none(),
+        "{echo}"
+    );
+    assert_eq!(
+        echo["requires_user_input"]["fields"][0]["name"], "text",
+        "{echo}"
+    );
+    assert!(tool(&tools, "t__slow")["requires_approval"].is_object());
+
+    // A model aiming its argument at the user's field gets the card, not its way.
+    let conversation = server.new_conversation(&token).await;
+    let (_, asked) = execute(
+        server,
+        &token,
+        &conversation,
+        "t__echo",
+        "call_overlay",
+        json!({"text": "the model's words"}),
+    )
+    .await;
+    assert_eq!(asked["requires_user_input"], true, "{asked}");
+    assert!(!asked.to_string().contains("the model's words"), "{asked}");
+    let (status, done) = server
+        .action(
+            &token,
+            json!({"action": "submit_response", "tool_call_id": "call_overlay",
+                "user_inputs": {"text": "the user's words"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    assert_eq!(
+        done["tool_result"]["result"]["text"], "echo: the user's words",
+        "{done}"
+    );
+
+    let (_, approval) = execute(
+        server,
+        &token,
+        &conversation,
+        "t__slow",
+        "call_slow",
+        json!({"ms": 1}),
+    )
+    .await;
+    assert_eq!(approval["requires_approval"], true, "{approval}");
+}
+
+/// Values for every field of `ask_everything`, as a user types them.
+fn every_answer() -> Value {
+    json!({"name": "Ada", "email": "ada@example.com", "homepage": "https://ada.example/",
+        "birthday": "1815-12-10", "meeting": "2025-03-31T17:30+02:00", "age": "41",
+        "budget": "12.5", "subscribe": false, "colour": "blue", "size": "l",
+        "legacy_pick": "b", "toppings": ["ham"], "extras": ["x1"]})
+}
+
+#[tokio::test]
+async fn an_elicitation_is_a_durable_card_and_accepted_values_reach_the_server() {
+    let http = tests::mcp_server::serve_http()
+        .await
+        .expect("HTTP MCP server");
+    let setup = start(&(stdio_server("t", "") + &http_server("h", &http.url, ""))).await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("mcp-elicit").await;
+    tools_when_settled(server, &token, &["t", "h"]).await;
+    for name in ["t", "h"] {
+        let conversation = server.new_conversation(&token).await;
+        let call = format!("call_everything_{name}");
+        let (status, asked) = execute(
+            server,
+            &token,
+            &conversation,
+            &format!("{name}__ask_everything"),
+            &call,
+            json!({}),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{asked}");
+        assert_eq!(asked["requires_user_input"], true, "{asked}");
+        let request = &asked["user_input_request"];
+        assert_eq!(request["elicitation"]["server"], name);
+        assert_eq!(request["elicitation"]["mode"], "form");
+        assert_eq!(request["elicitation"]["tool_call_id"], call);
+        assert_eq!(request["reason"], "Tell me everything");
+        let kinds: Vec<(String, String)> = request["fields"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|f| {
+                (
+                    f["name"].as_str().unwrap_or_default().to_owned(),
+                    f["type"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect();
+        for (field, kind) in [
+            ("name", "text"),
+            ("email", "email"),
+            ("homepage", "url"),
+            ("birthday", "date"),
+            ("meeting", "datetime"),
+            ("age", "integer"),
+            ("budget", "number"),
+            ("subscribe", "boolean"),
+            ("colour", "select"),
+            ("size", "select"),
+            ("legacy_pick", "select"),
+            ("toppings", "multiselect"),
+            ("extras", "multiselect"),
+        ] {
+            assert!(
+                kinds.contains(&(field.to_owned(), kind.to_owned())),
+                "{field} as {kind}: {kinds:?}"
+            );
+        }
+        // Durable: the card is there for a reload.
+        let open = pending(server, &token, &conversation).await;
+        assert_eq!(open.len(), 1, "{open:?}");
+        let card = open[0]["tool_call_id"]
+            .as_str()
+            .expect("card id")
+            .to_owned();
+
+        let (status, refused) = server
+            .action(
+                &token,
+                json!({"action": "submit_response", "tool_call_id": card,
+                    "user_inputs": {"name": "A", "email": "ada@example.com", "colour": "pink",
+                        "toppings": ["ham", "cheese", "olives"]}}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{refused}");
+        for field in ["name", "colour", "toppings"] {
+            assert!(
+                refused["error"]["fields"].get(field).is_some(),
+                "{field}: {refused}"
+            );
+        }
+
+        let (status, done) = server
+            .action(
+                &token,
+                json!({"action": "submit_response", "tool_call_id": card,
+                    "user_inputs": every_answer()}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{done}");
+        let echoed = echoed_elicitation(&done["tool_result"]);
+        assert_eq!(echoed["action"], "accept", "{echoed}");
+        let content = &echoed["content"];
+        assert_eq!(content["age"], json!(41), "typed as the schema says");
+        assert_eq!(content["budget"], json!(12.5));
+        assert_eq!(content["subscribe"], json!(false));
+        assert_eq!(content["meeting"], json!("2025-03-31T17:30:00+02:00"));
+        assert_eq!(content["toppings"], json!(["ham"]));
+        assert_eq!(content["size"], json!("l"));
+        // A second answer to the same card is a conflict, never a second reply.
+        let (status, _) = server
+            .action(
+                &token,
+                json!({"action": "submit_response", "tool_call_id": card,
+                    "user_inputs": every_answer()}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CONFLICT);
+    }
+}
+
+async fn mock_model_setup(script: Vec<MockReply>, tools: &str) -> (Setup, MockLlm) {
+    let llm = MockLlm::start(script).await;
+    let setup = start_with(
+        tools,
+        ServerOptions::default()
+            .env("TOOLGATE_LLM_BASE_URL", &llm.base)
+            .env("TOOLGATE_LLM_API_KEY", "sk-test-key"),
+    )
+    .await;
+    (setup, llm)
+}
+
+fn call(id: &str, name: &str, arguments: Value) -> (String, String, Value) {
+    (id.to_owned(), name.to_owned(), arguments)
+}
+
+/// Starts a run whose model calls `tool`, and returns the conversation and run once
+/// the server's question is on a card.
+async fn run_until_card(server: &TestServer, token: &str) -> (String, String, Value) {
+    let conversation = server.new_conversation(token).await;
+    let (status, started) = server
+        .post_message(token, &conversation, json!("Ask me everything"))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{started}");
+    let run = started["run_id"].as_str().expect("run").to_owned();
+    let events = server
+        .events_until(token, &conversation, 0, Duration::from_secs(30), |e| {
+            e["type"] == "input_requested"
+        })
+        .await;
+    let request = events
+        .last()
+        .map(|e| e["request"].clone())
+        .unwrap_or_default();
+    (conversation, run, request)
+}
+
+fn tool_results(messages: &[Value]) -> Vec<Value> {
+    messages
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .filter_map(|m| m["content"][0]["outcome"].as_object().cloned())
+        .map(Value::Object)
+        .collect()
+}
+
+#[tokio::test]
+async fn decline_and_cancel_reach_the_server_as_such_and_the_run_goes_on() {
+    for (action, expected) in [("decline_request", "decline"), ("cancel_request", "cancel")] {
+        let (setup, _llm) = mock_model_setup(
+            vec![
+                MockReply::ToolCalls(vec![call("call_ask", "t__ask_everything", json!({}))]),
+                MockReply::Text("Understood.".into()),
+            ],
+            &stdio_server("t", ""),
+        )
+        .await;
+        let server = &setup.server;
+        let (_, token) = server.new_user("mcp-decline").await;
+        tools_when_settled(server, &token, &["t"]).await;
+        let (conversation, run, request) = run_until_card(server, &token).await;
+        assert_eq!(
+            request["elicitation"]["tool_call_id"], "call_ask",
+            "{request}"
+        );
+        let (status, body) = server
+            .action(
+                &token,
+                json!({"action": action, "tool_call_id": request["tool_call_id"]}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let done = server.run_finished(&token, &conversation, &run).await;
+        assert_eq!(done["status"], "completed", "{done}\n{}", server.logs());
+        let results = tool_results(&server.messages(&token, &conversation).await);
+        assert_eq!(results.len(), 1, "one result for the one call: {results:?}");
+        assert_eq!(echoed_elicitation(&results[0])["action"], expected);
+    }
+}
+
+#[tokio::test]
+async fn a_crash_while_a_card_is_open_ends_the_card_and_the_call_cleanly() {
+    let (setup, _llm) = mock_model_setup(
+        vec![
+            MockReply::ToolCalls(vec![call(
+                "call_crash",
+                "t__ask_then_crash",
+                json!({"after_ms": 300}),
+            )]),
+            MockReply::Text("The server went away.".into()),
+        ],
+        &stdio_server("t", ""),
+    )
+    .await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("mcp-crash").await;
+    tools_when_settled(server, &token, &["t"]).await;
+    let (conversation, run, request) = run_until_card(server, &token).await;
+    let card = request["tool_call_id"].as_str().expect("card").to_owned();
+    let done = server.run_finished(&token, &conversation, &run).await;
+    assert_eq!(done["status"], "completed", "{done}\n{}", server.logs());
+    // The card says why it ended; answering it now is a conflict, not a hang.
+    let events = server
+        .events_until(&token, &conversation, 0, Duration::from_secs(10), |e| {
+            e["type"] == "input_resolved" && e["request"]["tool_call_id"] == card
+        })
+        .await;
+    let ended = &events.last().expect("resolved")["request"];
+    assert_eq!(ended["status"], "abandoned", "{ended}");
+    assert!(
+        ended["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("`t`"),
+        "{ended}"
+    );
+    let (status, _) = server
+        .action(
+            &token,
+            json!({"action": "submit_response", "tool_call_id": card,
+                "user_inputs": {"answer": "too late"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    let results = tool_results(&server.messages(&token, &conversation).await);
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert_eq!(results[0]["success"], false);
+    assert!(
+        results[0]["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("ended the session"),
+        "{results:?}"
+    );
+}
+
+#[tokio::test]
+async fn url_mode_is_a_link_card_that_completes_when_the_server_says_so() {
+    let setup = start(&stdio_server("t", "")).await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("mcp-url").await;
+    tools_when_settled(server, &token, &["t"]).await;
+    let conversation = server.new_conversation(&token).await;
+    let (_, asked) = execute(
+        server,
+        &token,
+        &conversation,
+        "t__open_link",
+        "call_link",
+        json!({"complete_after_ms": 100}),
+    )
+    .await;
+    let request = &asked["user_input_request"];
+    assert_eq!(request["elicitation"]["mode"], "url", "{asked}");
+    let url = request["elicitation"]["url"].as_str().unwrap_or_default();
+    assert!(url.starts_with("https://auth.example.com/"), "{url}");
+    assert_eq!(request["fields"], json!([]));
+    let (status, done) = server
+        .action(
+            &token,
+            json!({"action": "submit_response", "tool_call_id": request["tool_call_id"],
+                "user_inputs": {}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    assert_eq!(
+        done["tool_result"]["result"]["text"], "url: accept",
+        "{done}"
+    );
+    server
+        .events_until(&token, &conversation, 0, Duration::from_secs(10), |e| {
+            e["type"] == "elicitation_completed" && e["request_id"] == request["id"]
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn what_a_hostile_server_asks_for_is_refused_or_flagged() {
+    let setup = start(&stdio_server("t", "")).await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("mcp-hostile").await;
+    tools_when_settled(server, &token, &["t"]).await;
+    let conversation = server.new_conversation(&token).await;
+    // A form toolgate cannot show is declined; no card is left behind.
+    let (_, outcome) = execute(
+        server,
+        &token,
+        &conversation,
+        "t__bad_schema",
+        "call_bad",
+        json!({}),
+    )
+    .await;
+    assert_eq!(
+        echoed_elicitation(&outcome)["action"],
+        "decline",
+        "{outcome}"
+    );
+    assert!(pending(server, &token, &conversation).await.is_empty());
+    // A link that is not a plain web address is never offered.
+    for url in ["javascript:alert(1)", "https://bank.example@evil.example/"] {
+        let (_, outcome) = execute(
+            server,
+            &token,
+            &conversation,
+            "t__open_link",
+            &format!("call_{}", url.len()),
+            json!({"url": url}),
+        )
+        .await;
+        assert_eq!(
+            outcome["result"]["text"], "url: decline",
+            "{url}: {outcome}"
+        );
+    }
+    assert!(pending(server, &token, &conversation).await.is_empty());
+    // A form that asks for a password is shown with a warning.
+    let (_, asked) = execute(
+        server,
+        &token,
+        &conversation,
+        "t__ask_password",
+        "call_password",
+        json!({}),
+    )
+    .await;
+    let field = &asked["user_input_request"]["fields"][0];
+    assert_eq!(field["name"], "password");
+    assert!(
+        field["warning"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("password"),
+        "{field}"
+    );
+}
+
+#[tokio::test]
+async fn one_users_card_and_call_are_never_another_users() {
+    let setup = start(&stdio_server("t", "")).await;
+    let server = &setup.server;
+    let (_, ann) = server.new_user("mcp-ann").await;
+    let (_, bob) = server.new_user("mcp-bob").await;
+    tools_when_settled(server, &ann, &["t"]).await;
+    let ann_conversation = server.new_conversation(&ann).await;
+    let bob_conversation = server.new_conversation(&bob).await;
+    let (_, ann_asked) = execute(
+        server,
+        &ann,
+        &ann_conversation,
+        "t__ask_everything",
+        "call_ann",
+        json!({}),
+    )
+    .await;
+    let (_, bob_asked) = execute(
+        server,
+        &bob,
+        &bob_conversation,
+        "t__ask_everything",
+        "call_bob",
+        json!({}),
+    )
+    .await;
+    let ann_card = ann_asked["user_input_request"]["tool_call_id"].clone();
+    assert_eq!(
+        bob_asked["requires_user_input"], true,
+        "bob gets his own card"
+    );
+    let (status, _) = server
+        .action(
+            &bob,
+            json!({"action": "submit_response", "tool_call_id": ann_card,
+                "user_inputs": every_answer()}),
+        )
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::NOT_FOUND,
+        "bob cannot answer ann's card"
+    );
+    let (status, _) = server
+        .action(
+            &bob,
+            json!({"action": "get_pending", "conversation_id": ann_conversation}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, done) = server
+        .action(
+            &ann,
+            json!({"action": "submit_response", "tool_call_id": ann_card,
+                "user_inputs": every_answer()}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    assert_eq!(echoed_elicitation(&done["tool_result"])["action"], "accept");
+    assert_eq!(pending(server, &bob, &bob_conversation).await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_secret_given_to_an_mcp_tool_never_reaches_the_model_even_when_echoed() {
+    const SECRET: &str = "s3cret-token-4242";
+    let overlay = r#"
+[[tool_overlays]]
+name = "t__echo"
+[tool_overlays.requires_user_input]
+reason = "The token to echo"
+fields = [ { name = "text", label = "Token", type = "secret" } ]
+"#;
+    let setup = start(&(stdio_server("t", "") + overlay)).await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("mcp-secret").await;
+    tools_when_settled(server, &token, &["t"]).await;
+    let conversation = server.new_conversation(&token).await;
+    let (_, asked) = execute(
+        server,
+        &token,
+        &conversation,
+        "t__echo",
+        "call_secret",
+        json!({}),
+    )
+    .await;
+    assert_eq!(asked["requires_user_input"], true, "{asked}");
+    let (status, done) = server
+        .action(
+            &token,
+            json!({"action": "submit_response", "tool_call_id": "call_secret",
+                "user_inputs": {"text": SECRET}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    assert_eq!(done["tool_result"]["success"], true, "{done}");
+    assert!(!done.to_string().contains(SECRET), "{done}");
+    let mut db = server.db().await;
+    let logged: Vec<String> =
+        sqlx::query_scalar("select arguments::text || coalesce(error, '') from tool_call_log")
+            .fetch_all(&mut db)
+            .await
+            .expect("log");
+    assert!(logged.iter().all(|row| !row.contains(SECRET)), "{logged:?}");
+    assert!(!server.logs().contains(SECRET));
+}
+
+#[tokio::test]
+async fn a_server_process_gets_none_of_toolgates_own_secrets() {
+    let setup = start(&stdio_server("t", "env = { GREETING = \"hello\" }")).await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("mcp-env").await;
+    tools_when_settled(server, &token, &["t"]).await;
+    let conversation = server.new_conversation(&token).await;
+    for (name, expected) in [
+        ("GREETING", "hello"),
+        ("DATABASE_URL", "unset"),
+        ("TOOLGATE_JWT_SECRET", "unset"),
+        ("TOOLGATE_SECRET_KEY", "unset"),
+    ] {
+        let (_, outcome) = execute(
+            server,
+            &token,
+            &conversation,
+            "t__show_env",
+            &format!("call_env_{name}"),
+            json!({"name": name}),
+        )
+        .await;
+        assert_eq!(
+            outcome["result"]["text"],
+            format!("{name}={expected}"),
+            "{outcome}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_changed_tool_list_reaches_the_registry_and_slow_calls_time_out() {
+    // Each stdio session is a process of its own; they share what was added here.
+    let state = TempDir::new("mcp-state");
+    let extra = format!(
+        "call_timeout_seconds = 1\nenv = {{ MCP_TEST_STATE = \"{}\" }}",
+        state.0.display()
+    );
+    let setup = start(&stdio_server("t", &extra)).await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("mcp-changes").await;
+    tools_when_settled(server, &token, &["t"]).await;
+    let conversation = server.new_conversation(&token).await;
+    let (_, added) = execute(
+        server,
+        &token,
+        &conversation,
+        "t__add_tool",
+        "call_add",
+        json!({}),
+    )
+    .await;
+    assert_eq!(added["success"], true, "{added}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let (_, tools) = server.send("GET", "/api/tools", Some(&token), None).await;
+        if tools.to_string().contains("t__late_addition") {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{tools}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (_, slow) = execute(
+        server,
+        &token,
+        &conversation,
+        "t__slow",
+        "call_slow",
+        json!({"ms": 10000}),
+    )
+    .await;
+    assert_eq!(slow["success"], false);
+    assert!(
+        slow["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("within 1 s"),
+        "{slow}"
+    );
+}
+
+#[tokio::test]
+async fn stateless_questions_of_2026_07_28_survive_a_restart_and_call_again() {
+    let tools = stdio_server("t", "protocol_version = \"2026-07-28\"");
+    let (dir, path) = write_temp_file("tools.toml", &tools);
+    let options = ServerOptions::default().env("TOOLGATE_TOOLS", &path.to_string_lossy());
+    let mut first = TestServer::start_with(options).await;
+    let (user, token) = first.new_user("mcp-stateless").await;
+    let listed = tools_when_settled(&first, &token, &["t"]).await;
+    assert_eq!(
+        server_info(&listed, "t")["protocol_version"],
+        "2026-07-28",
+        "{listed}"
+    );
+    let conversation = first.new_conversation(&token).await;
+    let (_, asked) = execute(
+        &first,
+        &token,
+        &conversation,
+        "t__ask_code",
+        "call_code",
+        json!({}),
+    )
+    .await;
+    assert_eq!(asked["requires_user_input"], true, "{asked}");
+    let request = asked["user_input_request"].clone();
+    assert_eq!(request["elicitation"]["tool_call_id"], "call_code");
+    assert_eq!(request["fields"][0]["name"], "code");
+
+    // The question outlives the process that asked it.
+    first.terminate().await.expect("stops");
+    let second = TestServer::start_with(
+        ServerOptions {
+            database_url: Some(first.database_url.clone()),
+            ..ServerOptions::default()
+        }
+        .env("TOOLGATE_TOOLS", &path.to_string_lossy()),
+    )
+    .await;
+    let token = second.token(&user).await;
+    tools_when_settled(&second, &token, &["t"]).await;
+    let (status, done) = second
+        .action(
+            &token,
+            json!({"action": "submit_response", "tool_call_id": request["tool_call_id"],
+                "user_inputs": {"code": "4711"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{done}\n{}", second.logs());
+    assert_eq!(
+        done["tool_result"]["result"]["text"], "code was 4711",
+        "{done}"
+    );
+    drop(dir);
+}
