@@ -11,13 +11,16 @@ use tests::{ServerOptions, TestServer};
 /// Inserts a row the server's own code could never write, once the column's check is
 /// gone (a newer server's value, a hand edit).
 async fn write_behind_the_servers_back(server: &TestServer, statements: &[String]) {
+    // One transaction, so a background pass sees all of the rows or none of them.
     let mut db = server.db().await;
+    let mut tx = sqlx::Connection::begin(&mut db).await.expect("begin");
     for statement in statements {
         sqlx::query(statement)
-            .execute(&mut db)
+            .execute(&mut *tx)
             .await
             .unwrap_or_else(|err| panic!("{statement}: {err}"));
     }
+    tx.commit().await.expect("commit");
 }
 
 #[tokio::test]
