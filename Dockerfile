@@ -22,6 +22,8 @@ COPY Cargo.lock ./
 COPY scripts/lib.sh scripts/
 RUN source scripts/lib.sh && ensure_wasm_toolchain
 
+# No database at build time: the SQL is checked against backend/.sqlx
+# (SQLX_OFFLINE=true comes from .cargo/config.toml).
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \

@@ -15,6 +15,7 @@
 #   build_frontend KIND      build the browser bundle into frontend/dist (KIND: release | dev)
 #   ensure_schemathesis      the pinned Schemathesis (PyPI) in a venv under $TOOLGATE_DATA_DIR;
 #                              exports SCHEMATHESIS
+#   ensure_sqlx_cli          `cargo sqlx` at the version Cargo.lock pins (crates.io)
 #
 # Environment
 #   DATABASE_URL               used as is when set (must answer pg_isready)
@@ -640,4 +641,23 @@ ensure_schemathesis() {
     SCHEMATHESIS="$bin"
     export SCHEMATHESIS
     note "$("$bin" --version)"
+}
+
+# ---------------------------------------------------------------------------
+# Compile-time-checked SQL
+
+# ensure_sqlx_cli: `cargo sqlx` at the sqlx version Cargo.lock pins (Postgres only, no TLS),
+# installed with cargo from crates.io.
+ensure_sqlx_cli() {
+    local want
+    want="$(awk '/^name = "sqlx"$/ { getline; gsub(/"/, "", $3); print $3; exit }' Cargo.lock)"
+    [ -n "$want" ] || die "sqlx is not in Cargo.lock"
+    step "checking sqlx-cli $want"
+    _add_cargo_bin_to_path
+    if ! cargo sqlx --version 2>/dev/null | grep -qF " $want"; then
+        note "cargo install sqlx-cli --version $want (Postgres only; takes several minutes)"
+        cargo install sqlx-cli --version "$want" --locked --no-default-features \
+            --features postgres >&2 || return 1
+    fi
+    note "$(cargo sqlx --version)"
 }

@@ -72,7 +72,19 @@ cargo fmt --all --check
 step "cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 
+# The SQL is checked at compile time against backend/.sqlx (no database needed to
+# build); this proves those descriptions still match the queries and the migrations.
+bash scripts/sqlx.sh check
+
 step "cargo test --workspace $*"
 cargo test --workspace "$@"
+
+# The API contract: a property-based fuzzer driven by /api/openapi.json against the
+# server `cargo test` just built. Skipped when arguments pick some tests only.
+if [ "$#" -eq 0 ]; then
+    bash scripts/contract.sh
+else
+    step "contract test skipped (arguments given: $*)"
+fi
 
 step "all checks passed"

@@ -287,13 +287,17 @@ pub struct CreateRequestParams {
         feature = "openapi",
         schema(
             pattern = "^[^\\x00]*[^\\x00\\t-\\r \\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\x00]*$",
+            max_length = 2000,
             example = "QuickBooks API requests require your Company ID (Realm ID)"
         )
     )]
     pub reason: String,
     /// What to ask; each definition is checked on its own, and a bad one is refused
     /// (422) under its own name.
-    #[cfg_attr(feature = "openapi", schema(value_type = Vec<FieldSpec>, max_items = 64))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(value_type = Vec<FieldSpec>, min_items = 1, max_items = 64)
+    )]
     pub fields: Vec<Value>,
     #[serde(default)]
     pub save_for_session: bool,

@@ -243,6 +243,12 @@ impl VisibleIf {
 }
 
 /// One value the user is asked for.
+///
+/// Rules across a definition's fields, checked with the rest (422 naming the field):
+/// names are unique within a request; `visible_if` names another field of the same
+/// request, and its rules form no cycle and no chain deeper than 8; `min` is not above
+/// `max`; a `default` passes its own field's checks; `validation` is a valid regular
+/// expression (Rust `regex` syntax, matched against the whole value).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]

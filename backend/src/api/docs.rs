@@ -31,6 +31,20 @@ pub fn document() -> Value {
     add_shared_responses(&mut doc);
     make_action_union(&mut doc);
     doc["components"]["schemas"]["PostContent"] = protocol::chat::post_content_schema();
+    doc["components"]["schemas"]["FieldSpec"]["allOf"] = field_spec_conditions();
+    // A new conversation is where a tool can run: a client (and the stateful contract
+    // test) can follow this to the built-in calculator.
+    doc["paths"]["/api/conversations"]["post"]["responses"]["201"]["links"] = json!({
+        "RunCalculator": {
+            "operationId": "execute_tool",
+            "description": "Runs the built-in calculator in the new conversation.",
+            "requestBody": {
+                "conversation_id": "$response.body#/id",
+                "tool_name": "calculator",
+                "arguments": {"expression": "(1200 - 300) * 1.2"},
+            },
+        },
+    });
     // The body is optional: none (or a blank one) means a conversation with the default
     // title. utoipa marks every `request_body` required.
     doc["paths"]["/api/conversations"]["post"]["requestBody"]["required"] = json!(false);
@@ -50,6 +64,23 @@ pub fn document() -> Value {
         "required": ["id", "event", "data"],
     });
     doc
+}
+
+/// What a field definition's `type` implies for its other properties, which utoipa's
+/// derive cannot say: options exactly for select and multiselect, and a secret is never
+/// filled from the model's arguments.
+fn field_spec_conditions() -> Value {
+    json!([
+        {
+            "if": {"properties": {"type": {"enum": ["select", "multiselect"]}}, "required": ["type"]},
+            "then": {"properties": {"options": {"minItems": 1}}, "required": ["options"]},
+            "else": {"properties": {"options": {"maxItems": 0}}},
+        },
+        {
+            "if": {"properties": {"type": {"const": "secret"}}, "required": ["type"]},
+            "then": {"properties": {"model_may_fill": {"const": false}}},
+        },
+    ])
 }
 
 #[derive(OpenApi)]

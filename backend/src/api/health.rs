@@ -18,7 +18,7 @@ pub async fn healthz() -> Json<Value> {
     (status = 200, description = "Ready"),
     (status = 503, description = "Database unreachable", body = protocol::api::ErrorBody)))]
 pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>> {
-    let ping = sqlx::query_scalar::<_, i32>("select 1").fetch_one(&state.db);
+    let ping = sqlx::query_scalar!(r#"select 1 as "one!""#).fetch_one(&state.db);
     match tokio::time::timeout(Duration::from_secs(3), ping).await {
         Ok(Ok(_)) => Ok(Json(json!({ "status": "ready" }))),
         Ok(Err(err)) => Err(Error::Unavailable(err)),

@@ -3,7 +3,6 @@ use protocol::api::Conversation;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-#[derive(sqlx::FromRow)]
 struct ConversationRow {
     id: Uuid,
     title: String,
@@ -25,13 +24,14 @@ pub async fn insert(
     user_id: &str,
     title: &str,
 ) -> sqlx::Result<Conversation> {
-    sqlx::query_as::<_, ConversationRow>(
+    sqlx::query_as!(
+        ConversationRow,
         "insert into conversations (id, user_id, title) values ($1, $2, $3)
          returning id, title, created_at",
+        Uuid::new_v4(),
+        user_id,
+        title
     )
-    .bind(Uuid::new_v4())
-    .bind(user_id)
-    .bind(title)
     .fetch_one(conn)
     .await
     .map(Into::into)
@@ -39,8 +39,9 @@ pub async fn insert(
 
 /// The caller's conversations, most recently active first.
 pub async fn list(conn: &mut PgConnection) -> sqlx::Result<Vec<Conversation>> {
-    let rows = sqlx::query_as::<_, ConversationRow>(
-        "select id, title, created_at from conversations order by updated_at desc, created_at desc",
+    let rows = sqlx::query_as!(
+        ConversationRow,
+        "select id, title, created_at from conversations order by updated_at desc, created_at desc"
     )
     .fetch_all(conn)
     .await?;
@@ -48,10 +49,11 @@ pub async fn list(conn: &mut PgConnection) -> sqlx::Result<Vec<Conversation>> {
 }
 
 pub async fn find(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<Conversation>> {
-    let row = sqlx::query_as::<_, ConversationRow>(
+    let row = sqlx::query_as!(
+        ConversationRow,
         "select id, title, created_at from conversations where id = $1",
+        id
     )
-    .bind(id)
     .fetch_optional(conn)
     .await?;
     Ok(row.map(Into::into))
@@ -59,10 +61,12 @@ pub async fn find(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<Conv
 
 /// Whether the conversation exists and is visible to the caller.
 pub async fn exists(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<bool> {
-    sqlx::query_scalar("select exists (select 1 from conversations where id = $1)")
-        .bind(id)
-        .fetch_one(conn)
-        .await
+    sqlx::query_scalar!(
+        r#"select exists (select 1 from conversations where id = $1) as "exists!""#,
+        id
+    )
+    .fetch_one(conn)
+    .await
 }
 
 /// Takes the conversation's writer lock for the rest of the transaction; `false` when
@@ -73,11 +77,12 @@ pub async fn exists(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<bool> {
 /// order and a reader never sees a later id before an earlier one. Take it before any
 /// other row lock (a run, a request): one order everywhere, so no two writers deadlock.
 pub async fn lock_for_writing(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<bool> {
-    let locked: Option<i32> =
-        sqlx::query_scalar("select 1 from conversations where id = $1 for no key update")
-            .bind(id)
-            .fetch_optional(conn)
-            .await?;
+    let locked = sqlx::query_scalar!(
+        r#"select 1 as "locked!" from conversations where id = $1 for no key update"#,
+        id
+    )
+    .fetch_optional(conn)
+    .await?;
     Ok(locked.is_some())
 }
 
@@ -86,11 +91,12 @@ pub async fn context_pipeline(
     conn: &mut PgConnection,
     id: Uuid,
 ) -> sqlx::Result<Option<serde_json::Value>> {
-    let value: Option<Option<serde_json::Value>> =
-        sqlx::query_scalar("select context_pipeline from conversations where id = $1")
-            .bind(id)
-            .fetch_optional(conn)
-            .await?;
+    let value = sqlx::query_scalar!(
+        "select context_pipeline from conversations where id = $1",
+        id
+    )
+    .fetch_optional(conn)
+    .await?;
     Ok(value.flatten())
 }
 
@@ -99,10 +105,12 @@ pub async fn set_context_pipeline(
     id: Uuid,
     pipeline: &serde_json::Value,
 ) -> sqlx::Result<()> {
-    sqlx::query("update conversations set context_pipeline = $2 where id = $1")
-        .bind(id)
-        .bind(pipeline)
-        .execute(conn)
-        .await?;
+    sqlx::query!(
+        "update conversations set context_pipeline = $2 where id = $1",
+        id,
+        pipeline
+    )
+    .execute(conn)
+    .await?;
     Ok(())
 }

@@ -19,26 +19,24 @@ pub async fn append(
     run_id: Option<Uuid>,
     kind: &EventKind,
 ) -> sqlx::Result<i64> {
-    let id: i64 = sqlx::query_scalar(
-        "with locked as (
+    sqlx::query_scalar!(
+        r#"with locked as (
              select id from conversations where id = $1 for no key update),
          stored as (
              insert into run_events (conversation_id, user_id, run_id, kind, data)
              select locked.id, $2, $3, $4, $5 from locked returning id)
-         select id from stored, (select pg_notify($6, $1::text)) as notified",
+         select id as "id!" from stored, (select pg_notify($6, $1::text)) as notified"#,
+        conversation_id,
+        user_id,
+        run_id,
+        kind.name(),
+        Json(kind) as _,
+        CHANNEL
     )
-    .bind(conversation_id)
-    .bind(user_id)
-    .bind(run_id)
-    .bind(kind.name())
-    .bind(Json(kind))
-    .bind(CHANNEL)
     .fetch_one(conn)
-    .await?;
-    Ok(id)
+    .await
 }
 
-#[derive(sqlx::FromRow)]
 struct EventRow {
     id: i64,
     conversation_id: Uuid,
@@ -52,13 +50,14 @@ pub async fn after(
     after_id: i64,
     limit: i64,
 ) -> sqlx::Result<Vec<StreamEvent>> {
-    let rows = sqlx::query_as::<_, EventRow>(
-        "select id, conversation_id, run_id, data from run_events
-         where conversation_id = $1 and id > $2 order by id limit $3",
+    let rows = sqlx::query_as!(
+        EventRow,
+        r#"select id, conversation_id, run_id, data as "data: Json<EventKind>" from run_events
+         where conversation_id = $1 and id > $2 order by id limit $3"#,
+        conversation_id,
+        after_id,
+        limit
     )
-    .bind(conversation_id)
-    .bind(after_id)
-    .bind(limit)
     .fetch_all(conn)
     .await?;
     Ok(rows
@@ -81,7 +80,7 @@ pub async fn prune(
     retention: chrono::Duration,
     limit: i64,
 ) -> sqlx::Result<u64> {
-    let done = sqlx::query(
+    let done = sqlx::query!(
         "delete from run_events where id in (
              select e.id from run_events e
              left join agent_runs r on r.id = e.run_id
@@ -91,9 +90,9 @@ pub async fn prune(
                         and r.updated_at < now() - $1::interval))
              order by e.id
              limit $2)",
+        retention as _,
+        limit
     )
-    .bind(retention)
-    .bind(limit)
     .execute(conn)
     .await?;
     Ok(done.rows_affected())

@@ -11,13 +11,32 @@ use sqlx::PgConnection;
 use sqlx::types::Json;
 use uuid::Uuid;
 
-const COLUMNS: &str = "id, user_id, conversation_id, run_id, tool_name, tool_call_id, tool_args, \
-     reason, required_fields, user_inputs, save_for, status, created_at, completed_at, expires_at, \
-     origin, original_user_request, tool_result, kind, allowed_decisions, arguments_digest, \
-     decision, decision_message, decided_by, elicitation, held_by, retry_state";
+/// Reads [`InputRequestRow`]s: `$prefix` (the statement up to its columns) + the row's
+/// columns + `$suffix`, with the statement's arguments. One column list for every query
+/// of the table, checked against the database at compile time.
+macro_rules! request_rows {
+    ($prefix:literal, $suffix:literal $(, $argument:expr)* $(,)?) => {
+        sqlx::query_as!(
+            InputRequestRow,
+            $prefix
+                + r#" id, user_id, conversation_id, run_id, tool_name, tool_call_id,
+                      tool_args as "tool_args: Json<Map<String, Value>>", reason,
+                      required_fields as "required_fields: Json<Vec<FieldSpec>>",
+                      user_inputs as "user_inputs: Json<Map<String, Value>>", save_for,
+                      status as "status: RequestStatus", created_at, completed_at, expires_at,
+                      origin, original_user_request, tool_result, kind as "kind: RequestKind",
+                      allowed_decisions as "allowed_decisions: Json<Vec<Decision>>",
+                      arguments_digest, decision, decision_message, decided_by,
+                      elicitation as "elicitation: Json<Elicitation>", held_by,
+                      retry_state as "retry_state: Json<RetryState>" "#
+                + $suffix
+            $(, $argument)*
+        )
+    };
+}
 
 /// A stored request. `user_inputs` holds secret values sealed by the vault.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone)]
 pub struct InputRequestRow {
     pub id: Uuid,
     pub user_id: String,
@@ -84,7 +103,7 @@ pub async fn insert(
     conn: &mut PgConnection,
     new: NewInputRequest<'_>,
 ) -> sqlx::Result<Option<InputRequestRow>> {
-    sqlx::query_as::<_, InputRequestRow>(&format!(
+    request_rows!(
         "insert into tool_user_input_requests
              (id, user_id, conversation_id, run_id, tool_name, tool_call_id, tool_args,
               reason, required_fields, save_for, expires_at, origin, original_user_request,
@@ -93,40 +112,38 @@ pub async fn insert(
          select $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
                 $18, $19, $20
          where exists (select 1 from conversations where id = $3)
-         returning {COLUMNS}"
-    ))
-    .bind(Uuid::new_v4())
-    .bind(new.user_id)
-    .bind(new.conversation_id)
-    .bind(new.run_id)
-    .bind(new.tool_name)
-    .bind(new.tool_call_id)
-    .bind(Json(new.tool_args))
-    .bind(new.reason)
-    .bind(Json(new.fields))
-    .bind(new.save_for)
-    .bind(new.expires_at)
-    .bind(new.origin)
-    .bind(new.original_user_request)
-    .bind(new.kind)
-    .bind(Json(new.allowed_decisions))
-    .bind(new.arguments_digest)
-    .bind(new.user_inputs.map(Json))
-    .bind(new.elicitation.map(Json))
-    .bind(new.held_by)
-    .bind(new.retry_state.map(Json))
+         returning",
+        "",
+        Uuid::new_v4(),
+        new.user_id,
+        new.conversation_id,
+        new.run_id,
+        new.tool_name,
+        new.tool_call_id,
+        Json(new.tool_args) as _,
+        new.reason,
+        Json(new.fields) as _,
+        new.save_for,
+        new.expires_at,
+        new.origin,
+        new.original_user_request,
+        new.kind,
+        Json(new.allowed_decisions) as _,
+        new.arguments_digest,
+        new.user_inputs.map(Json) as _,
+        new.elicitation.map(Json) as _,
+        new.held_by,
+        new.retry_state.map(Json) as _,
+    )
     .fetch_optional(conn)
     .await
 }
 
 /// The caller's request with this id.
 pub async fn find(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<InputRequestRow>> {
-    sqlx::query_as::<_, InputRequestRow>(&format!(
-        "select {COLUMNS} from tool_user_input_requests where id = $1"
-    ))
-    .bind(id)
-    .fetch_optional(conn)
-    .await
+    request_rows!("select", "from tool_user_input_requests where id = $1", id,)
+        .fetch_optional(conn)
+        .await
 }
 
 /// The caller's request with this id, locked, if it is still pending.
@@ -134,12 +151,13 @@ pub async fn pending_for_update(
     conn: &mut PgConnection,
     id: Uuid,
 ) -> sqlx::Result<Option<InputRequestRow>> {
-    sqlx::query_as::<_, InputRequestRow>(&format!(
-        "select {COLUMNS} from tool_user_input_requests
+    request_rows!(
+        "select",
+        "from tool_user_input_requests
          where id = $1 and status = 'pending'
-         for update"
-    ))
-    .bind(id)
+         for update",
+        id,
+    )
     .fetch_optional(conn)
     .await
 }
@@ -149,13 +167,14 @@ pub async fn round_for_update(
     conn: &mut PgConnection,
     round: Uuid,
 ) -> sqlx::Result<Vec<InputRequestRow>> {
-    sqlx::query_as::<_, InputRequestRow>(&format!(
-        "select {COLUMNS} from tool_user_input_requests
-         where retry_state ->> 'round' = $1::text
+    request_rows!(
+        "select",
+        "from tool_user_input_requests
+         where retry_state ->> 'round' = $1::uuid::text
          order by created_at
-         for update"
-    ))
-    .bind(round)
+         for update",
+        round,
+    )
     .fetch_all(conn)
     .await
 }
@@ -163,13 +182,13 @@ pub async fn round_for_update(
 /// Marks a stateless round as answered; `false` when it already was, so the call is
 /// made again exactly once.
 pub async fn claim_round(conn: &mut PgConnection, round: Uuid) -> sqlx::Result<bool> {
-    let claimed = sqlx::query(
-        "update tool_user_input_requests
-         set retry_state = retry_state || '{\"retried\": true}'::jsonb
-         where retry_state ->> 'round' = $1::text
-           and not coalesce((retry_state ->> 'retried')::boolean, false)",
+    let claimed = sqlx::query!(
+        r#"update tool_user_input_requests
+         set retry_state = retry_state || '{"retried": true}'::jsonb
+         where retry_state ->> 'round' = $1::uuid::text
+           and not coalesce((retry_state ->> 'retried')::boolean, false)"#,
+        round
     )
-    .bind(round)
     .execute(conn)
     .await?;
     Ok(claimed.rows_affected() > 0)
@@ -180,13 +199,13 @@ pub async fn pending_elicitations_of_call(
     conn: &mut PgConnection,
     call_tool_call_id: &str,
 ) -> sqlx::Result<Vec<Uuid>> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "select id from tool_user_input_requests
          where origin = 'mcp' and status = 'pending' and held_by is not null
            and elicitation ->> 'tool_call_id' = $1
          order by created_at",
+        call_tool_call_id
     )
-    .bind(call_tool_call_id)
     .fetch_all(conn)
     .await
 }
@@ -199,15 +218,16 @@ pub async fn find_elicitation(
     server: &str,
     elicitation_id: &str,
 ) -> sqlx::Result<Option<InputRequestRow>> {
-    sqlx::query_as::<_, InputRequestRow>(&format!(
-        "select {COLUMNS} from tool_user_input_requests
+    request_rows!(
+        "select",
+        "from tool_user_input_requests
          where held_by = $1 and elicitation ->> 'server' = $2
            and elicitation ->> 'elicitation_id' = $3
-         order by created_at desc limit 1"
-    ))
-    .bind(holder)
-    .bind(server)
-    .bind(elicitation_id)
+         order by created_at desc limit 1",
+        holder,
+        server,
+        elicitation_id,
+    )
     .fetch_optional(conn)
     .await
 }
@@ -218,16 +238,20 @@ pub async fn orphaned(
     conn: &mut PgConnection,
     silence: chrono::Duration,
 ) -> sqlx::Result<Vec<(Uuid, Uuid)>> {
-    sqlx::query_as(
+    let rows = sqlx::query!(
         "select q.id, q.conversation_id from tool_user_input_requests q
          where q.status = 'pending' and q.held_by is not null
            and not exists (select 1 from server_instances i
                            where i.id = q.held_by and i.heartbeat_at > now() - $1::interval)
          limit 500",
+        silence as _
     )
-    .bind(silence)
     .fetch_all(conn)
-    .await
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| (row.id, row.conversation_id))
+        .collect())
 }
 
 /// Reads the caller's request for a tool call and locks it for the rest of the
@@ -240,22 +264,23 @@ pub async fn find_for_update(
     tool_call_id: &str,
     kind: Option<&str>,
 ) -> sqlx::Result<Option<InputRequestRow>> {
-    sqlx::query_as::<_, InputRequestRow>(&format!(
+    request_rows!(
         "with conversation as (
              select c.id from conversations c
              where c.id in (select conversation_id from tool_user_input_requests
                             where tool_call_id = $1)
              order by c.id
              for no key update)
-         select {COLUMNS} from tool_user_input_requests
+         select",
+        "from tool_user_input_requests
          where tool_call_id = $1 and ($2::text is null or kind = $2)
            and conversation_id in (select id from conversation)
          order by status = 'pending' desc, created_at desc
          limit 1
-         for update of tool_user_input_requests"
-    ))
-    .bind(tool_call_id)
-    .bind(kind)
+         for update of tool_user_input_requests",
+        tool_call_id,
+        kind,
+    )
     .fetch_optional(conn)
     .await
 }
@@ -265,12 +290,13 @@ pub async fn list_pending(
     conn: &mut PgConnection,
     conversation_id: Uuid,
 ) -> sqlx::Result<Vec<InputRequestRow>> {
-    sqlx::query_as::<_, InputRequestRow>(&format!(
-        "select {COLUMNS} from tool_user_input_requests
+    request_rows!(
+        "select",
+        "from tool_user_input_requests
          where conversation_id = $1 and status = 'pending' and expires_at > now()
-         order by created_at, id"
-    ))
-    .bind(conversation_id)
+         order by created_at, id",
+        conversation_id,
+    )
     .fetch_all(conn)
     .await
 }
@@ -294,7 +320,7 @@ pub async fn settle(
     id: Uuid,
     settlement: Settlement<'_>,
 ) -> sqlx::Result<Option<InputRequestRow>> {
-    sqlx::query_as::<_, InputRequestRow>(&format!(
+    request_rows!(
         "update tool_user_input_requests
          set status = $2, completed_at = now(),
              user_inputs = coalesce($3, user_inputs),
@@ -302,30 +328,35 @@ pub async fn settle(
              arguments_digest = coalesce($5, arguments_digest),
              decision = $6, decision_message = $7, decided_by = $8
          where id = $1 and status = 'pending'
-         returning {COLUMNS}"
-    ))
-    .bind(id)
-    .bind(settlement.status)
-    .bind(settlement.user_inputs.map(Json))
-    .bind(settlement.tool_args.map(Json))
-    .bind(settlement.arguments_digest)
-    .bind(settlement.decision)
-    .bind(settlement.message)
-    .bind(settlement.decided_by)
+         returning",
+        "",
+        id,
+        settlement.status,
+        settlement.user_inputs.map(Json) as _,
+        settlement.tool_args.map(Json) as _,
+        settlement.arguments_digest,
+        settlement.decision,
+        settlement.message,
+        settlement.decided_by,
+    )
     .fetch_optional(conn)
     .await
 }
 
 /// Pending requests past their expiry (id, conversation), oldest first.
 pub async fn overdue(conn: &mut PgConnection) -> sqlx::Result<Vec<(Uuid, Uuid)>> {
-    sqlx::query_as(
+    let rows = sqlx::query!(
         "select id, conversation_id from tool_user_input_requests
          where status = 'pending' and expires_at <= now()
          order by expires_at
-         limit 500",
+         limit 500"
     )
     .fetch_all(conn)
-    .await
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| (row.id, row.conversation_id))
+        .collect())
 }
 
 /// One request, locked, if it is still pending past its expiry; left alone when another
@@ -334,20 +365,21 @@ pub async fn overdue_for_update(
     conn: &mut PgConnection,
     id: Uuid,
 ) -> sqlx::Result<Option<InputRequestRow>> {
-    sqlx::query_as::<_, InputRequestRow>(&format!(
-        "select {COLUMNS} from tool_user_input_requests
+    request_rows!(
+        "select",
+        "from tool_user_input_requests
          where id = $1 and status = 'pending' and expires_at <= now()
-         for update skip locked"
-    ))
-    .bind(id)
+         for update skip locked",
+        id,
+    )
     .fetch_optional(conn)
     .await
 }
 
 /// When the next pending request expires, if any is pending.
 pub async fn next_expiry(conn: &mut PgConnection) -> sqlx::Result<Option<DateTime<Utc>>> {
-    sqlx::query_scalar(
-        "select min(expires_at) from tool_user_input_requests where status = 'pending'",
+    sqlx::query_scalar!(
+        "select min(expires_at) from tool_user_input_requests where status = 'pending'"
     )
     .fetch_one(conn)
     .await
@@ -358,13 +390,14 @@ pub async fn pending_for_run_for_update(
     conn: &mut PgConnection,
     run_id: Uuid,
 ) -> sqlx::Result<Vec<InputRequestRow>> {
-    sqlx::query_as::<_, InputRequestRow>(&format!(
-        "select {COLUMNS} from tool_user_input_requests
+    request_rows!(
+        "select",
+        "from tool_user_input_requests
          where run_id = $1 and status = 'pending'
          order by created_at
-         for update"
-    ))
-    .bind(run_id)
+         for update",
+        run_id,
+    )
     .fetch_all(conn)
     .await
 }
@@ -374,20 +407,23 @@ pub async fn set_tool_result(
     id: Uuid,
     outcome: &Value,
 ) -> sqlx::Result<()> {
-    sqlx::query("update tool_user_input_requests set tool_result = $2 where id = $1")
-        .bind(id)
-        .bind(outcome)
-        .execute(conn)
-        .await?;
+    sqlx::query!(
+        "update tool_user_input_requests set tool_result = $2 where id = $1",
+        id,
+        outcome
+    )
+    .execute(conn)
+    .await?;
     Ok(())
 }
 
 /// Requests of a run still waiting for the user.
 pub async fn count_pending_for_run(conn: &mut PgConnection, run_id: Uuid) -> sqlx::Result<i64> {
-    sqlx::query_scalar(
-        "select count(*) from tool_user_input_requests where run_id = $1 and status = 'pending'",
+    sqlx::query_scalar!(
+        r#"select count(*) as "count!" from tool_user_input_requests
+           where run_id = $1 and status = 'pending'"#,
+        run_id
     )
-    .bind(run_id)
     .fetch_one(conn)
     .await
 }
@@ -397,16 +433,17 @@ pub async fn settled_without_result(
     conn: &mut PgConnection,
     run_id: Uuid,
 ) -> sqlx::Result<Vec<InputRequestRow>> {
-    sqlx::query_as::<_, InputRequestRow>(&format!(
-        "select {COLUMNS} from tool_user_input_requests q
+    request_rows!(
+        "select",
+        "from tool_user_input_requests q
          where q.run_id = $1 and q.status <> 'pending'
            and not exists (select 1 from messages m
                            where m.conversation_id = q.conversation_id and m.role = 'tool'
                              and m.content @> jsonb_build_array(jsonb_build_object('tool_call_id',
                                  coalesce(q.elicitation ->> 'tool_call_id', q.tool_call_id))))
-         order by q.created_at"
-    ))
-    .bind(run_id)
+         order by q.created_at",
+        run_id,
+    )
     .fetch_all(conn)
     .await
 }

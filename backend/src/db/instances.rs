@@ -18,11 +18,11 @@ pub fn interval(duration: Duration) -> chrono::Duration {
 
 /// Records that `id` is alive now.
 pub async fn beat(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "insert into server_instances (id) values ($1)
          on conflict (id) do update set heartbeat_at = now()",
+        id
     )
-    .bind(id)
     .execute(conn)
     .await?;
     Ok(())
@@ -30,22 +30,22 @@ pub async fn beat(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<()> {
 
 /// Whether `id` beat within [`GONE_AFTER`].
 pub async fn is_alive(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<bool> {
-    sqlx::query_scalar(
-        "select exists (select 1 from server_instances
-                        where id = $1 and heartbeat_at > now() - $2::interval)",
+    sqlx::query_scalar!(
+        r#"select exists (select 1 from server_instances
+                        where id = $1 and heartbeat_at > now() - $2::interval) as "alive!""#,
+        id,
+        interval(GONE_AFTER) as _
     )
-    .bind(id)
-    .bind(interval(GONE_AFTER))
     .fetch_one(conn)
     .await
 }
 
 /// Forgets `id` (a clean stop) and processes silent for a day.
 pub async fn leave(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "delete from server_instances where id = $1 or heartbeat_at < now() - interval '1 day'",
+        id
     )
-    .bind(id)
     .execute(conn)
     .await?;
     Ok(())

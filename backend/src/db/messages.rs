@@ -6,7 +6,6 @@ use sqlx::PgConnection;
 use sqlx::types::Json;
 use uuid::Uuid;
 
-#[derive(sqlx::FromRow)]
 struct MessageRow {
     id: Uuid,
     seq: i32,
@@ -42,16 +41,34 @@ pub struct NewMessage<'a> {
     pub run_id: Option<Uuid>,
 }
 
+/// Reads [`MessageRow`]s: `$prefix` (the statement up to its columns) + the row's
+/// columns + `$suffix`, with the statement's arguments. One column list for every query
+/// of the table, checked against the database at compile time.
+macro_rules! message_rows {
+    ($prefix:literal, $suffix:literal $(, $argument:expr)* $(,)?) => {
+        sqlx::query_as!(
+            MessageRow,
+            $prefix
+                + r#" id, seq, role as "role: Role", content as "content: Json<Vec<ContentBlock>>",
+                      model, run_id, pinned, created_at "#
+                + $suffix
+            $(, $argument)*
+        )
+    };
+}
+
 /// Appends a message in two statements. The conversation row is locked so parallel
 /// writers (tool results of one step) take consecutive sequence numbers.
 pub async fn append(conn: &mut PgConnection, new: NewMessage<'_>) -> sqlx::Result<Message> {
     // Marks the conversation active and, as an update, holds its row until commit: the
     // insert below (a new statement, so a fresh snapshot) sees every earlier writer's
     // message and takes the next number.
-    sqlx::query("update conversations set updated_at = now() where id = $1")
-        .bind(new.conversation_id)
-        .execute(&mut *conn)
-        .await?;
+    sqlx::query!(
+        "update conversations set updated_at = now() where id = $1",
+        new.conversation_id
+    )
+    .execute(&mut *conn)
+    .await?;
     let text: String = new
         .content
         .iter()
@@ -61,44 +78,42 @@ pub async fn append(conn: &mut PgConnection, new: NewMessage<'_>) -> sqlx::Resul
         })
         .collect::<Vec<_>>()
         .join("\n");
-    let row = sqlx::query_as::<_, MessageRow>(
+    let row = message_rows!(
         "insert into messages (id, conversation_id, user_id, seq, role, content, model, run_id, text_content)
          values ($1, $2, $3,
                  (select coalesce(max(seq), 0) + 1 from messages where conversation_id = $2),
                  $4, $5, $6, $7, $8)
-         returning id, seq, role, content, model, run_id, pinned, created_at",
+         returning",
+        "",
+        Uuid::new_v4(),
+        new.conversation_id,
+        new.user_id,
+        new.role.as_str(),
+        Json(new.content) as _,
+        new.model,
+        new.run_id,
+        text,
     )
-    .bind(Uuid::new_v4())
-    .bind(new.conversation_id)
-    .bind(new.user_id)
-    .bind(new.role.as_str())
-    .bind(Json(new.content))
-    .bind(new.model)
-    .bind(new.run_id)
-    .bind(text)
     .fetch_one(conn)
     .await?;
     Ok(row.into())
 }
 
 pub async fn list(conn: &mut PgConnection, conversation_id: Uuid) -> sqlx::Result<Vec<Message>> {
-    let rows = sqlx::query_as::<_, MessageRow>(
-        "select id, seq, role, content, model, run_id, pinned, created_at from messages
-         where conversation_id = $1 order by seq",
+    let rows = message_rows!(
+        "select",
+        "from messages where conversation_id = $1 order by seq",
+        conversation_id,
     )
-    .bind(conversation_id)
     .fetch_all(conn)
     .await?;
     Ok(rows.into_iter().map(Into::into).collect())
 }
 
 pub async fn find(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<Message>> {
-    let row = sqlx::query_as::<_, MessageRow>(
-        "select id, seq, role, content, model, run_id, pinned, created_at from messages where id = $1",
-    )
-    .bind(id)
-    .fetch_optional(conn)
-    .await?;
+    let row = message_rows!("select", "from messages where id = $1", id)
+        .fetch_optional(conn)
+        .await?;
     Ok(row.map(Into::into))
 }
 
@@ -110,14 +125,15 @@ pub async fn set_pinned(
     message_id: Uuid,
     pinned: bool,
 ) -> sqlx::Result<Option<Message>> {
-    let row = sqlx::query_as::<_, MessageRow>(
+    let row = message_rows!(
         "update messages set pinned = $3
          where conversation_id = $1 and id = $2 and role = 'user'
-         returning id, seq, role, content, model, run_id, pinned, created_at",
+         returning",
+        "",
+        conversation_id,
+        message_id,
+        pinned,
     )
-    .bind(conversation_id)
-    .bind(message_id)
-    .bind(pinned)
     .fetch_optional(conn)
     .await?;
     Ok(row.map(Into::into))
@@ -131,17 +147,17 @@ pub async fn search_other_conversations(
     query: &str,
     limit: i64,
 ) -> sqlx::Result<Vec<String>> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "select text_content from messages
          where conversation_id <> $1 and role in ('user', 'assistant') and text_content <> ''
            and to_tsvector('english', text_content) @@ plainto_tsquery('english', $2)
          order by ts_rank(to_tsvector('english', text_content), plainto_tsquery('english', $2)) desc,
                   created_at desc
          limit $3",
+        conversation_id,
+        query,
+        limit
     )
-    .bind(conversation_id)
-    .bind(query)
-    .bind(limit)
     .fetch_all(conn)
     .await
 }

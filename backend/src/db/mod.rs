@@ -63,11 +63,12 @@ pub fn user_transactions_begun() -> u64 {
 pub async fn begin_as_user(pool: &PgPool, user_id: &str) -> sqlx::Result<Tx> {
     USER_TRANSACTIONS.fetch_add(1, Ordering::Relaxed);
     let mut tx = pool.begin().await?;
-    sqlx::query(
-        "select set_config('role', 'toolgate_app', true), set_config('toolgate.user_id', $1, true)",
+    sqlx::query!(
+        r#"select set_config('role', 'toolgate_app', true) as "role",
+                  set_config('toolgate.user_id', $1, true) as "user_id""#,
+        user_id
     )
-    .bind(user_id)
-    .execute(&mut *tx)
+    .fetch_one(&mut *tx)
     .await?;
     Ok(tx)
 }
@@ -77,8 +78,8 @@ pub async fn begin_as_user(pool: &PgPool, user_id: &str) -> sqlx::Result<Tx> {
 /// caller may use it.
 pub async fn begin_background(pool: &PgPool) -> sqlx::Result<Tx> {
     let mut tx = pool.begin().await?;
-    sqlx::query("select set_config('role', 'toolgate_worker', true)")
-        .execute(&mut *tx)
+    sqlx::query!(r#"select set_config('role', 'toolgate_worker', true) as "role""#)
+        .fetch_one(&mut *tx)
         .await?;
     Ok(tx)
 }

@@ -5,9 +5,23 @@ use protocol::chat::{Run, RunStatus};
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-const COLUMNS: &str = "id, conversation_id, user_id, status, step, model, error, created_at, updated_at, user_message_id";
+/// Reads [`RunRow`]s: `$prefix` (the statement up to its columns) + the row's columns +
+/// `$suffix`, with the statement's arguments. One column list for every query of the
+/// table, checked against the database at compile time.
+macro_rules! run_rows {
+    ($prefix:literal, $suffix:literal $(, $argument:expr)* $(,)?) => {
+        sqlx::query_as!(
+            RunRow,
+            $prefix
+                + r#" id, conversation_id, user_id, status as "status: RunStatus", step, model,
+                      error, created_at, updated_at, user_message_id "#
+                + $suffix
+            $(, $argument)*
+        )
+    };
+}
 
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone)]
 pub struct RunRow {
     pub id: Uuid,
     pub conversation_id: Uuid,
@@ -49,43 +63,41 @@ pub async fn insert(
     model: &str,
     lease: chrono::Duration,
 ) -> sqlx::Result<RunRow> {
-    sqlx::query_as::<_, RunRow>(&format!(
+    run_rows!(
         "insert into agent_runs (id, conversation_id, user_id, status, model, user_message_id, lease_expires_at)
-         values ($1, $2, $3, 'running', $4, $5, now() + $6)
-         returning {COLUMNS}"
-    ))
-    .bind(id)
-    .bind(conversation_id)
-    .bind(user_id)
-    .bind(model)
-    .bind(user_message_id)
-    .bind(lease)
+         values ($1, $2, $3, 'running', $4, $5, now() + $6::interval)
+         returning",
+        "",
+        id,
+        conversation_id,
+        user_id,
+        model,
+        user_message_id,
+        lease as _,
+    )
     .fetch_one(conn)
     .await
 }
 
 pub async fn find(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<RunRow>> {
-    sqlx::query_as::<_, RunRow>(&format!("select {COLUMNS} from agent_runs where id = $1"))
-        .bind(id)
+    run_rows!("select", "from agent_runs where id = $1", id)
         .fetch_optional(conn)
         .await
 }
 
 /// Reads a run and locks it for the rest of the transaction.
 pub async fn find_for_update(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<RunRow>> {
-    sqlx::query_as::<_, RunRow>(&format!(
-        "select {COLUMNS} from agent_runs where id = $1 for update"
-    ))
-    .bind(id)
-    .fetch_optional(conn)
-    .await
+    run_rows!("select", "from agent_runs where id = $1 for update", id)
+        .fetch_optional(conn)
+        .await
 }
 
 /// The caller's runs in progress or waiting, in every conversation (row-level security
 /// keeps the count to the caller's own).
 pub async fn count_active(conn: &mut PgConnection) -> sqlx::Result<i64> {
-    sqlx::query_scalar(
-        "select count(*) from agent_runs where status in ('running', 'waiting_for_input')",
+    sqlx::query_scalar!(
+        r#"select count(*) as "count!" from agent_runs
+           where status in ('running', 'waiting_for_input')"#
     )
     .fetch_one(conn)
     .await
@@ -95,11 +107,12 @@ pub async fn active_for_conversation(
     conn: &mut PgConnection,
     conversation_id: Uuid,
 ) -> sqlx::Result<Option<RunRow>> {
-    sqlx::query_as::<_, RunRow>(&format!(
-        "select {COLUMNS} from agent_runs
-         where conversation_id = $1 and status in ('running', 'waiting_for_input')"
-    ))
-    .bind(conversation_id)
+    run_rows!(
+        "select",
+        "from agent_runs
+         where conversation_id = $1 and status in ('running', 'waiting_for_input')",
+        conversation_id,
+    )
     .fetch_optional(conn)
     .await
 }
@@ -114,21 +127,22 @@ pub async fn transition(
     error: Option<&str>,
     lease: Option<chrono::Duration>,
 ) -> sqlx::Result<Option<RunRow>> {
-    let from: Vec<&str> = from.iter().map(|s| s.as_str()).collect();
-    sqlx::query_as::<_, RunRow>(&format!(
+    let from: Vec<String> = from.iter().map(|s| s.as_str().to_owned()).collect();
+    run_rows!(
         "update agent_runs
          set status = $3, step = coalesce($4, step), error = coalesce($5, error), updated_at = now(),
              lease_expires_at = case when $6::interval is null then null else now() + $6::interval end,
              finished_at = case when $3 in ('completed', 'failed', 'cancelled') then now() else finished_at end
          where id = $1 and status = any($2)
-         returning {COLUMNS}"
-    ))
-    .bind(id)
-    .bind(&from)
-    .bind(to.as_str())
-    .bind(step)
-    .bind(error)
-    .bind(lease)
+         returning",
+        "",
+        id,
+        &from,
+        to.as_str(),
+        step,
+        error,
+        lease as _,
+    )
     .fetch_optional(conn)
     .await
 }
@@ -140,13 +154,13 @@ pub async fn renew_lease(
     lease: chrono::Duration,
     model: Option<&str>,
 ) -> sqlx::Result<()> {
-    sqlx::query(
-        "update agent_runs set lease_expires_at = now() + $2, model = coalesce($3, model), updated_at = now()
+    sqlx::query!(
+        "update agent_runs set lease_expires_at = now() + $2::interval, model = coalesce($3, model), updated_at = now()
          where id = $1 and status = 'running' and not handed_over",
+        id,
+        lease as _,
+        model
     )
-    .bind(id)
-    .bind(lease)
-    .bind(model)
     .execute(conn)
     .await?;
     Ok(())
@@ -164,35 +178,28 @@ pub struct LapsedRun {
 
 /// Running runs whose lease has lapsed, oldest first.
 pub async fn lapsed(conn: &mut PgConnection) -> sqlx::Result<Vec<LapsedRun>> {
-    let rows: Vec<(Uuid, Uuid, String, bool)> = sqlx::query_as(
+    sqlx::query_as!(
+        LapsedRun,
         "select id, conversation_id, user_id, handed_over from agent_runs
          where status = 'running' and lease_expires_at < now()
-         order by lease_expires_at limit 500",
+         order by lease_expires_at limit 500"
     )
     .fetch_all(conn)
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(id, conversation_id, user_id, handed_over)| LapsedRun {
-            id,
-            conversation_id,
-            user_id,
-            handed_over,
-        })
-        .collect())
+    .await
 }
 
 /// Marks a run failed if it is still running with its lease lapsed and was not handed
 /// over.
 pub async fn fail_abandoned(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<RunRow>> {
-    sqlx::query_as::<_, RunRow>(&format!(
+    run_rows!(
         "update agent_runs
          set status = 'failed', error = 'the server stopped while this run was in progress; send your message again',
              updated_at = now(), finished_at = now(), lease_expires_at = null
          where id = $1 and status = 'running' and lease_expires_at < now() and not handed_over
-         returning {COLUMNS}"
-    ))
-    .bind(id)
+         returning",
+        "",
+        id,
+    )
     .fetch_optional(conn)
     .await
 }
@@ -200,11 +207,11 @@ pub async fn fail_abandoned(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<O
 /// Marks a running run as handed over between steps: its lease lapses now, so the
 /// next sweep of any replica resumes it. `false` when it is no longer running.
 pub async fn hand_over(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<bool> {
-    let moved = sqlx::query(
+    let moved = sqlx::query!(
         "update agent_runs set handed_over = true, lease_expires_at = now(), updated_at = now()
          where id = $1 and status = 'running'",
+        id
     )
-    .bind(id)
     .execute(conn)
     .await?;
     Ok(moved.rows_affected() == 1)
@@ -217,12 +224,12 @@ pub async fn take_over(
     id: Uuid,
     lease: chrono::Duration,
 ) -> sqlx::Result<bool> {
-    let taken = sqlx::query(
-        "update agent_runs set handed_over = false, lease_expires_at = now() + $2, updated_at = now()
+    let taken = sqlx::query!(
+        "update agent_runs set handed_over = false, lease_expires_at = now() + $2::interval, updated_at = now()
          where id = $1 and status = 'running' and handed_over and lease_expires_at < now()",
+        id,
+        lease as _
     )
-    .bind(id)
-    .bind(lease)
     .execute(conn)
     .await?;
     Ok(taken.rows_affected() == 1)
@@ -234,13 +241,14 @@ pub async fn stranded(
     conn: &mut PgConnection,
     quiet_for: chrono::Duration,
 ) -> sqlx::Result<Vec<RunRow>> {
-    sqlx::query_as::<_, RunRow>(&format!(
-        "select {COLUMNS} from agent_runs r
+    run_rows!(
+        "select",
+        "from agent_runs r
          where status = 'waiting_for_input' and updated_at < now() - $1::interval
            and not exists (select 1 from tool_user_input_requests q
-                           where q.run_id = r.id and q.status = 'pending')"
-    ))
-    .bind(quiet_for)
+                           where q.run_id = r.id and q.status = 'pending')",
+        quiet_for as _,
+    )
     .fetch_all(conn)
     .await
 }

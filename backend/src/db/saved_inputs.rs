@@ -11,10 +11,7 @@ use serde_json::Value;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-const COLUMNS: &str =
-    "conversation_id, name, value, is_secret, updated_at, tool_name, memory_key, label, binding";
-
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone)]
 pub struct SavedInputRow {
     pub conversation_id: Option<Uuid>,
     /// The field it was given for.
@@ -52,7 +49,7 @@ pub struct NewSavedInput<'a> {
 }
 
 pub async fn upsert(conn: &mut PgConnection, new: NewSavedInput<'_>) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "insert into saved_tool_inputs
              (user_id, conversation_id, tool_name, memory_key, name, label, value, is_secret)
          values ($1, $2, $3, $4, $5, $6, $7, $8)
@@ -60,15 +57,15 @@ pub async fn upsert(conn: &mut PgConnection, new: NewSavedInput<'_>) -> sqlx::Re
          do update set value = excluded.value, is_secret = excluded.is_secret,
                        tool_name = excluded.tool_name, name = excluded.name,
                        label = excluded.label, updated_at = now()",
+        new.user_id,
+        new.conversation_id,
+        new.tool_name,
+        new.memory_key,
+        new.name,
+        new.label,
+        new.value,
+        new.is_secret
     )
-    .bind(new.user_id)
-    .bind(new.conversation_id)
-    .bind(new.tool_name)
-    .bind(new.memory_key)
-    .bind(new.name)
-    .bind(new.label)
-    .bind(new.value)
-    .bind(new.is_secret)
     .execute(conn)
     .await?;
     Ok(())
@@ -80,13 +77,16 @@ pub async fn list_for_conversation(
     conn: &mut PgConnection,
     conversation_id: Uuid,
 ) -> sqlx::Result<Vec<SavedInputRow>> {
-    sqlx::query_as::<_, SavedInputRow>(&format!(
-        "select {COLUMNS} from saved_tool_inputs
-         where (conversation_id = $1 or conversation_id is null)
-           and exists (select 1 from conversations where id = $1)
-         order by conversation_id nulls last, binding"
-    ))
-    .bind(conversation_id)
+    sqlx::query_as!(
+        SavedInputRow,
+        r#"select conversation_id, name, value, is_secret, updated_at, tool_name, memory_key,
+                  label, binding as "binding!"
+           from saved_tool_inputs
+           where (conversation_id = $1 or conversation_id is null)
+             and exists (select 1 from conversations where id = $1)
+           order by conversation_id nulls last, binding"#,
+        conversation_id
+    )
     .fetch_all(conn)
     .await
 }
@@ -95,10 +95,12 @@ pub async fn clear_conversation(
     conn: &mut PgConnection,
     conversation_id: Uuid,
 ) -> sqlx::Result<u64> {
-    let done = sqlx::query("delete from saved_tool_inputs where conversation_id = $1")
-        .bind(conversation_id)
-        .execute(conn)
-        .await?;
+    let done = sqlx::query!(
+        "delete from saved_tool_inputs where conversation_id = $1",
+        conversation_id
+    )
+    .execute(conn)
+    .await?;
     Ok(done.rows_affected())
 }
 
@@ -108,12 +110,12 @@ pub async fn delete(
     conversation_id: Option<Uuid>,
     binding: &str,
 ) -> sqlx::Result<u64> {
-    let done = sqlx::query(
+    let done = sqlx::query!(
         "delete from saved_tool_inputs
          where conversation_id is not distinct from $1 and binding = $2",
+        conversation_id,
+        binding
     )
-    .bind(conversation_id)
-    .bind(binding)
     .execute(conn)
     .await?;
     Ok(done.rows_affected())
@@ -148,7 +150,6 @@ pub async fn attribute_legacy(
     conn: &mut PgConnection,
     claims: &[FieldClaim],
 ) -> sqlx::Result<Attribution> {
-    #[derive(sqlx::FromRow)]
     struct Legacy {
         user_id: String,
         conversation_id: Option<Uuid>,
@@ -156,10 +157,11 @@ pub async fn attribute_legacy(
         value: Value,
         is_secret: bool,
     }
-    let rows: Vec<Legacy> = sqlx::query_as(
+    let rows = sqlx::query_as!(
+        Legacy,
         "select user_id, conversation_id, name, value, is_secret from saved_tool_inputs
          where tool_name is null and memory_key is null
-         for update",
+         for update"
     )
     .fetch_all(&mut *conn)
     .await?;
@@ -187,31 +189,31 @@ pub async fn attribute_legacy(
             continue;
         }
         for claim in targets {
-            sqlx::query(
+            sqlx::query!(
                 "insert into saved_tool_inputs
                      (user_id, conversation_id, tool_name, memory_key, name, label, value, is_secret)
                  values ($1, $2, $3, $4, $5, $6, $7, $8)
                  on conflict on constraint saved_tool_inputs_binding do nothing",
+                &row.user_id,
+                row.conversation_id,
+                &claim.tool_name,
+                claim.memory_key.as_deref(),
+                &row.name,
+                claim.label.as_deref(),
+                &row.value,
+                row.is_secret
             )
-            .bind(&row.user_id)
-            .bind(row.conversation_id)
-            .bind(&claim.tool_name)
-            .bind(claim.memory_key.as_deref())
-            .bind(&row.name)
-            .bind(claim.label.as_deref())
-            .bind(&row.value)
-            .bind(row.is_secret)
             .execute(&mut *conn)
             .await?;
         }
-        sqlx::query(
+        sqlx::query!(
             "delete from saved_tool_inputs
              where user_id = $1 and conversation_id is not distinct from $2
                and binding = 'legacy:' || $3",
+            &row.user_id,
+            row.conversation_id,
+            &row.name
         )
-        .bind(&row.user_id)
-        .bind(row.conversation_id)
-        .bind(&row.name)
         .execute(&mut *conn)
         .await?;
         done.attributed += 1;

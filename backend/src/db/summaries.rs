@@ -8,13 +8,14 @@ pub async fn latest(
     conn: &mut PgConnection,
     conversation_id: Uuid,
 ) -> sqlx::Result<Option<(i32, String)>> {
-    sqlx::query_as(
+    let latest = sqlx::query!(
         "select through_seq, summary from conversation_summaries
          where conversation_id = $1 order by through_seq desc limit 1",
+        conversation_id
     )
-    .bind(conversation_id)
     .fetch_optional(conn)
-    .await
+    .await?;
+    Ok(latest.map(|row| (row.through_seq, row.summary)))
 }
 
 pub async fn insert(
@@ -24,14 +25,14 @@ pub async fn insert(
     through_seq: i32,
     summary: &str,
 ) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "insert into conversation_summaries (conversation_id, user_id, through_seq, summary)
          values ($1, $2, $3, $4)",
+        conversation_id,
+        user_id,
+        through_seq,
+        summary
     )
-    .bind(conversation_id)
-    .bind(user_id)
-    .bind(through_seq)
-    .bind(summary)
     .execute(conn)
     .await?;
     Ok(())

@@ -20,22 +20,22 @@ pub struct ToolCallRecord<'a> {
 }
 
 pub async fn insert(conn: &mut PgConnection, record: ToolCallRecord<'_>) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "insert into tool_call_log
              (user_id, conversation_id, run_id, tool_name, tool_call_id, arguments,
               ignored_arguments, outcome, error, duration_ms)
          values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+        record.user_id,
+        record.conversation_id,
+        record.run_id,
+        record.tool_name,
+        record.tool_call_id,
+        Json(record.redacted_arguments) as _,
+        record.ignored_arguments,
+        record.outcome,
+        record.error,
+        record.duration_ms
     )
-    .bind(record.user_id)
-    .bind(record.conversation_id)
-    .bind(record.run_id)
-    .bind(record.tool_name)
-    .bind(record.tool_call_id)
-    .bind(Json(record.redacted_arguments))
-    .bind(record.ignored_arguments)
-    .bind(record.outcome)
-    .bind(record.error)
-    .bind(record.duration_ms)
     .execute(conn)
     .await?;
     Ok(())

@@ -45,7 +45,7 @@ pub async fn ensure_conversation(conn: &mut PgConnection, id: Uuid) -> Result<()
 fn check_text(errors: &mut FieldErrors, name: &str, value: &str, max: usize) {
     if value.trim().is_empty() {
         errors.insert(name.to_owned(), "must not be empty".to_owned());
-    } else if value.len() > max {
+    } else if value.chars().count() > max {
         errors.insert(name.to_owned(), format!("must be at most {max} characters"));
     }
 }

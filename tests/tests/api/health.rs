@@ -192,6 +192,25 @@ async fn the_document_describes_the_action_union_the_fields_and_the_event_stream
             "the field spec lacks `{property}`: {field}"
         );
     }
+    // What `type` implies is stated, so a generator never writes options on a url field
+    // or lets the model fill a secret.
+    let conditions = field["allOf"].to_string();
+    assert!(
+        conditions.contains(r#""maxItems":0"#) && conditions.contains(r#""model_may_fill""#),
+        "the field spec does not tie options and model_may_fill to its type: {field}"
+    );
+    let (_, token) = server.new_user("contract-conditions").await;
+    let conversation = server.new_conversation(&token).await;
+    let (status, refused) = server
+        .action(
+            &token,
+            serde_json::json!({"action": "create_request", "conversation_id": conversation,
+                "tool_name": "lookup", "tool_call_id": "call_url_options", "reason": "Which?",
+                "fields": [{"name": "site", "type": "url",
+                            "options": [{"value": "a", "label": "A"}]}]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{refused}");
 
     // The seed's example is a request the server takes.
     let (_, token) = server.new_user("contract").await;

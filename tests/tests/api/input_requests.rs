@@ -685,3 +685,27 @@ async fn a_nul_character_anywhere_is_a_422_and_changes_nothing() {
     );
     assert_eq!(pending["requests"][0]["status"], "pending");
 }
+
+#[tokio::test]
+async fn a_reason_is_measured_in_characters_as_the_document_says() {
+    let server = TestServer::start().await;
+    let (token, conversation) = user_with_conversation(&server).await;
+    let (_, doc) = server.send("GET", "/api/openapi.json", None, None).await;
+    let documented =
+        doc["components"]["schemas"]["CreateRequestAction"]["properties"]["reason"]["maxLength"]
+            .as_u64()
+            .expect("reason has a documented maxLength") as usize;
+
+    // At the limit in two-byte characters: twice the limit in bytes, and taken.
+    let mut request = realm_request(&conversation, &call_id());
+    request["reason"] = Value::from("é".repeat(documented));
+    let (status, body) = server.action(&token, request).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+
+    // One character over: refused, naming the field.
+    let mut request = realm_request(&conversation, &call_id());
+    request["reason"] = Value::from("é".repeat(documented + 1));
+    let (status, body) = server.action(&token, request).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(body["error"]["fields"]["reason"].is_string(), "{body}");
+}
