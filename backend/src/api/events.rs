@@ -16,7 +16,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::Stream;
 use protocol::chat::{StreamEvent, StreamToken};
 use serde::Deserialize;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 use utoipa::IntoParams;
@@ -24,6 +24,7 @@ use uuid::Uuid;
 
 use super::path::ApiPath;
 use crate::auth::{self, AuthUser};
+use crate::db::listener::Following;
 use crate::db::{self, conversations, events};
 use crate::error::{Error, Result};
 use crate::state::AppState;
@@ -113,17 +114,10 @@ pub async fn stream_events(
     tx.commit().await?;
 
     let (sender, receiver) = mpsc::channel::<StreamEvent>(64);
-    let notifications = state.events.subscribe();
+    // Followed before the first read, so nothing written in between is missed.
+    let following = state.events.follow(conversation_id);
     tokio::spawn(async move {
-        relay(
-            state,
-            user_id,
-            conversation_id,
-            after,
-            notifications,
-            sender,
-        )
-        .await;
+        relay(state, user_id, conversation_id, after, following, sender).await;
         // The user's stream place is free again once the relay ends.
         drop(slot);
     });
@@ -137,59 +131,73 @@ pub async fn stream_events(
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
 }
 
-/// Sends stored events to one client until it goes away or the server shuts down.
+/// Sends stored events to one client until it goes away or the server shuts down. The
+/// stream reads for itself to catch up (at the start, after falling behind, and on the
+/// periodic look); otherwise it takes the batches the server reads once for every stream
+/// of the conversation.
 async fn relay(
     state: AppState,
     user_id: String,
     conversation_id: Uuid,
     mut after: i64,
-    mut notifications: broadcast::Receiver<Uuid>,
+    mut following: Following,
     sender: mpsc::Sender<StreamEvent>,
 ) {
     let mut shutdown = state.shutdown.clone();
+    let mut behind = true;
     loop {
-        loop {
-            let batch = async {
-                let mut tx = db::begin_as_user(&state.db, &user_id).await?;
-                let batch = events::after(&mut tx, conversation_id, after, BATCH).await?;
-                tx.commit().await?;
-                Ok::<_, sqlx::Error>(batch)
-            }
-            .await;
-            let batch = match batch {
-                Ok(batch) => batch,
+        if behind {
+            match catch_up(&state, &user_id, conversation_id, &mut after, &sender).await {
+                Ok(true) => behind = false,
+                Ok(false) => return,
                 Err(err) => {
                     tracing::warn!(error = %err, "event stream could not read events; retrying");
-                    break;
                 }
-            };
-            let full = batch.len() as i64 == BATCH;
-            for event in batch {
-                after = event.id;
-                if sender.send(event).await.is_err() {
-                    return;
-                }
-            }
-            if !full {
-                break;
             }
         }
         tokio::select! {
             () = sender.closed() => return,
             _ = shutdown.changed() => return,
-            () = news_for(&mut notifications, conversation_id) => {}
-            () = tokio::time::sleep(POLL_EVERY) => {}
+            batch = following.next() => match batch {
+                Some(batch) if batch.complete_after <= after => {
+                    let sent = after;
+                    for event in batch.events.iter().filter(|event| event.id > sent) {
+                        after = event.id;
+                        if sender.send(event.clone()).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                // Missed batches, or one that starts past what this stream has sent.
+                _ => behind = true,
+            },
+            () = tokio::time::sleep(POLL_EVERY) => behind = true,
         }
     }
 }
 
-async fn news_for(notifications: &mut broadcast::Receiver<Uuid>, conversation_id: Uuid) {
+/// Sends what the stream has not sent yet, read as the user; `Ok(false)` when the client
+/// is gone.
+async fn catch_up(
+    state: &AppState,
+    user_id: &str,
+    conversation_id: Uuid,
+    after: &mut i64,
+    sender: &mpsc::Sender<StreamEvent>,
+) -> std::result::Result<bool, sqlx::Error> {
     loop {
-        match notifications.recv().await {
-            Ok(id) if id == conversation_id => return,
-            Ok(_) => {}
-            Err(broadcast::error::RecvError::Lagged(_)) => return,
-            Err(broadcast::error::RecvError::Closed) => std::future::pending::<()>().await,
+        let mut tx = db::begin_as_user(&state.db, user_id).await?;
+        let batch = events::after(&mut tx, conversation_id, *after, BATCH).await?;
+        tx.commit().await?;
+        let full = batch.len() as i64 == BATCH;
+        for event in batch {
+            *after = event.id;
+            if sender.send(event).await.is_err() {
+                return Ok(false);
+            }
+        }
+        if !full {
+            return Ok(true);
         }
     }
 }

@@ -6,7 +6,8 @@ use sqlx::PgConnection;
 use sqlx::types::Json;
 use uuid::Uuid;
 
-/// The channel every replica listens on; the payload is the conversation id.
+/// The channel every replica listens on; the payload is `<conversation id> <event id>`
+/// (see `listener`: never the event itself).
 pub const CHANNEL: &str = "toolgate_events";
 
 /// Stores an event and notifies every replica. The conversation's writer lock (see
@@ -25,7 +26,8 @@ pub async fn append(
          stored as (
              insert into run_events (conversation_id, user_id, run_id, kind, data)
              select locked.id, $2, $3, $4, $5 from locked returning id)
-         select id as "id!" from stored, (select pg_notify($6, $1::text)) as notified"#,
+         select stored.id as "id!" from stored,
+             lateral (select pg_notify($6, $1::text || ' ' || stored.id::text)) as notified"#,
         conversation_id,
         user_id,
         run_id,

@@ -83,3 +83,38 @@ pub async fn begin_background(pool: &PgPool) -> sqlx::Result<Tx> {
         .await?;
     Ok(tx)
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use sqlx::{Connection, PgPool};
+    use uuid::Uuid;
+
+    /// A pool on a fresh, migrated database of its own, made on the admin database of
+    /// `DATABASE_URL` (default: the local Postgres). Named like the end-to-end tests'
+    /// databases, so their clean-up drops it.
+    pub(crate) async fn scratch_pool() -> PgPool {
+        let admin = std::env::var("DATABASE_URL")
+            .ok()
+            .filter(|url| !url.is_empty())
+            .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+        let name = format!("toolgate_test_unit_{}", Uuid::new_v4().simple());
+        let mut conn = sqlx::PgConnection::connect(&admin)
+            .await
+            .expect("the admin database (DATABASE_URL)");
+        sqlx::query(&format!("create database {name}"))
+            .execute(&mut conn)
+            .await
+            .expect("create database");
+        let url = match admin.rsplit_once('/') {
+            Some((base, _)) => format!("{base}/{name}"),
+            None => panic!("DATABASE_URL has no database name"),
+        };
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(4)
+            .connect(&url)
+            .await
+            .expect("test database");
+        super::migrate(&pool).await.expect("migrations");
+        pool
+    }
+}

@@ -549,7 +549,6 @@ pub(crate) mod tests {
     use std::io::Write;
 
     use serde_json::json;
-    use sqlx::Connection;
 
     use super::*;
     use crate::db::listener::EventHub;
@@ -590,30 +589,9 @@ url = "https://accounts.example.invalid/{account}"
     /// An executor on a fresh, migrated database with the `lookup_account` tool, which
     /// asks for an account only the user knows.
     pub(crate) async fn fixture() -> Fixture {
-        let admin = std::env::var("DATABASE_URL")
-            .ok()
-            .filter(|url| !url.is_empty())
-            .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
-        // Named like the end-to-end tests' databases, so their clean-up drops it.
-        let name = format!("toolgate_test_unit_{}", Uuid::new_v4().simple());
-        let mut conn = sqlx::PgConnection::connect(&admin)
-            .await
-            .expect("the admin database (DATABASE_URL)");
-        sqlx::query(&format!("create database {name}"))
-            .execute(&mut conn)
-            .await
-            .expect("create database");
-        let url = match admin.rsplit_once('/') {
-            Some((base, _)) => format!("{base}/{name}"),
-            None => panic!("DATABASE_URL has no database name"),
-        };
-        let pool = sqlx::postgres::PgPoolOptions::new()
-            .max_connections(4)
-            .connect(&url)
-            .await
-            .expect("test database");
-        db::migrate(&pool).await.expect("migrations");
-        let path = std::env::temp_dir().join(format!("{name}.toml"));
+        let pool = db::tests::scratch_pool().await;
+        let path =
+            std::env::temp_dir().join(format!("toolgate_tools_{}.toml", Uuid::new_v4().simple()));
         std::fs::File::create(&path)
             .and_then(|mut file| file.write_all(TOOLS.as_bytes()))
             .expect("tools file");
