@@ -85,7 +85,7 @@ fn field_spec_conditions() -> Value {
 
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "toolgate", description = "Agent chat with tools that ask the user for what only they know."),
+    info(title = "toolgate", description = "Agent chat with tools that ask the user for what only they know.\n\nA NUL character (U+0000) is refused (422) anywhere in a body, free-form JSON such as a tool's arguments included: Postgres cannot store it. Values submitted for a request are checked against that request's own field definitions (422, per field)."),
     paths(
         health::healthz,
         health::readyz,

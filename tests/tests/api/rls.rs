@@ -248,3 +248,81 @@ async fn a_row_cannot_point_at_another_users_conversation() {
         tx.rollback().await.expect("rollback");
     }
 }
+
+/// Every request borrows a pooled connection and sets who it serves for its own
+/// transaction only. With one connection for all requests (the other is the event
+/// listener's), requests of two users alternate on it, a failed one among them, and
+/// neither ever sees the other's rows.
+#[tokio::test]
+async fn the_identity_never_outlives_a_request_on_a_pooled_connection() {
+    use reqwest::StatusCode;
+    use serde_json::json;
+
+    let server = TestServer::start_with(
+        tests::ServerOptions::default().env("TOOLGATE_DB_MAX_CONNECTIONS", "2"),
+    )
+    .await;
+    let (_, alice) = server.new_user("pool-alice").await;
+    let (_, bob) = server.new_user("pool-bob").await;
+    let conversation = server.new_conversation(&alice).await;
+    let (status, created) = server
+        .action(
+            &alice,
+            json!({"action": "create_request", "conversation_id": conversation,
+                "tool_name": "lookup", "tool_call_id": "call_pool", "reason": "Which account?",
+                "fields": [{"name": "account", "type": "text"}]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+
+    for round in 0..5 {
+        // Alice's transaction fails inside Postgres (a NUL in a text column)...
+        let (status, body) = server
+            .action(
+                &alice,
+                json!({"action": "decline_request", "tool_call_id": "call_pool",
+                    "message": "no\u{0}thanks"}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+        // ...then succeeds; then Bob, on the same connection, sees nothing of hers.
+        let (status, mine) = server
+            .action(
+                &alice,
+                json!({"action": "get_pending", "conversation_id": conversation}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{mine}");
+        assert_eq!(mine["requests"].as_array().map(Vec::len), Some(1), "{mine}");
+        let (status, listed) = server
+            .send("GET", "/api/conversations", Some(&bob), None)
+            .await;
+        assert_eq!(status, StatusCode::OK, "{listed}");
+        assert_eq!(
+            listed["conversations"].as_array().map(Vec::len),
+            Some(0),
+            "round {round}: Bob sees Alice's conversations: {listed}"
+        );
+        let (status, theirs) = server
+            .action(
+                &bob,
+                json!({"action": "get_pending", "conversation_id": conversation}),
+            )
+            .await;
+        assert!(
+            status == StatusCode::NOT_FOUND
+                || theirs["requests"].as_array().is_some_and(Vec::is_empty),
+            "round {round}: Bob reads Alice's requests: {status} {theirs}"
+        );
+        let (status, values) = server
+            .action(
+                &bob,
+                json!({"action": "get_session_values", "conversation_id": conversation}),
+            )
+            .await;
+        assert!(
+            status == StatusCode::NOT_FOUND || values.to_string().find("account").is_none(),
+            "round {round}: {status} {values}"
+        );
+    }
+}
