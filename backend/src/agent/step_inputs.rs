@@ -10,9 +10,9 @@ use protocol::chat::{Message, Role};
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use super::middleware::{PipelineConfig, context_pipeline_config};
+use super::middleware::PipelineConfig;
 use super::skills::{self, Skill};
-use crate::db::{memory, messages, summaries};
+use crate::db::{messages, step_context};
 use crate::error::Result;
 
 /// A summary as stored: it covers the messages up to `through_seq`.
@@ -51,17 +51,17 @@ impl StepInputs {
         skills_dir: Option<&Path>,
     ) -> Result<Self> {
         let history = messages::list(&mut *conn, conversation_id).await?;
-        let memory_notes = memory::list(&mut *conn).await?;
-        let summary = summaries::latest(&mut *conn, conversation_id)
-            .await?
+        let stored = step_context::load(&mut *conn, conversation_id).await?;
+        let summary = stored
+            .summary_through_seq
+            .zip(stored.summary)
             .map(|(through_seq, text)| StoredSummary { through_seq, text });
-        let pipeline = context_pipeline_config(&mut *conn, conversation_id).await?;
         let mut inputs = StepInputs {
             history,
-            memory_notes,
+            memory_notes: stored.notes,
             skills: skills_dir.map(skills::list).unwrap_or_default(),
             summary,
-            pipeline,
+            pipeline: PipelineConfig::from_stored(stored.pipeline),
             retrieved: Vec::new(),
         };
         if let Some(limit) = inputs.pipeline.retrieval_limit() {

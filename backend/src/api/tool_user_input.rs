@@ -153,10 +153,25 @@ pub async fn dispatch_action(
         vault: &state.vault,
         tools: &state.tools,
     };
-    let mut tx = db::begin_as_user(&state.db, user_id).await?;
+    // Each action opens the caller's transaction when it needs one; the two hot reads
+    // need none (one round trip each, the identity set for that statement alone).
+    let begin = || db::begin_as_user(&state.db, user_id);
     // Endings commit before their follow-up, so an answer is kept even when the retry
     // that follows it fails.
-    let settled = match action {
+    let (settled, tx) = match action {
+        Action::GetPending(params) => {
+            let rows = create::get_pending(&state.db, user_id, params.conversation_id).await?;
+            let requests = rows.iter().map(|row| describe(row, &state.tools)).collect();
+            return Ok(Json(PendingRequests { requests }).into_response());
+        }
+        Action::GetSessionValues(params) => {
+            let values = remembered::list(&state.db, user_id, params.conversation_id).await?;
+            return Ok(Json(SessionValues {
+                conversation_id: params.conversation_id,
+                values,
+            })
+            .into_response());
+        }
         Action::CreateRequest(params) => {
             let ctx = RequestContext {
                 user_id,
@@ -165,29 +180,13 @@ pub async fn dispatch_action(
                 origin: "api",
                 original_user_request: None,
             };
+            let mut tx = begin().await?;
             let row = create::create_request(&mut tx, &ctx, params).await?;
             tx.commit().await?;
             return Ok((StatusCode::CREATED, Json(describe(&row, &state.tools))).into_response());
         }
-        Action::GetPending(params) => {
-            let rows = create::get_pending(&mut tx, params.conversation_id).await?;
-            tx.commit().await?;
-            let requests = rows.iter().map(|row| describe(row, &state.tools)).collect();
-            return Ok(Json(PendingRequests { requests }).into_response());
-        }
-        Action::GetSessionValues(params) => {
-            let values = remembered::list(&mut tx, params.conversation_id).await?;
-            if values.is_empty() {
-                create::ensure_conversation(&mut tx, params.conversation_id).await?;
-            }
-            tx.commit().await?;
-            return Ok(Json(SessionValues {
-                conversation_id: params.conversation_id,
-                values,
-            })
-            .into_response());
-        }
         Action::ClearSessionValues(params) => {
+            let mut tx = begin().await?;
             create::ensure_conversation(&mut tx, params.conversation_id).await?;
             let cleared = saved_inputs::clear_conversation(&mut tx, params.conversation_id).await?;
             tx.commit().await?;
@@ -198,6 +197,7 @@ pub async fn dispatch_action(
             .into_response());
         }
         Action::DeleteSavedValue(params) => {
+            let mut tx = begin().await?;
             create::ensure_conversation(&mut tx, params.conversation_id).await?;
             let conversation = match params.scope {
                 SavedScope::Session => Some(params.conversation_id),
@@ -215,16 +215,24 @@ pub async fn dispatch_action(
             .into_response());
         }
         Action::SubmitResponse(params) => {
-            Settled::WithResult(endings::submit(&mut tx, deps, user_id, params).await?)
+            let mut tx = begin().await?;
+            let row = endings::submit(&mut tx, deps, user_id, params).await?;
+            (Settled::WithResult(row), tx)
         }
         Action::SubmitDecision(params) => {
-            Settled::WithResult(endings::decide(&mut tx, deps, user_id, params).await?)
+            let mut tx = begin().await?;
+            let row = endings::decide(&mut tx, deps, user_id, params).await?;
+            (Settled::WithResult(row), tx)
         }
         Action::DeclineRequest(params) => {
-            Settled::Request(endings::decline(&mut tx, user_id, params).await?)
+            let mut tx = begin().await?;
+            let row = endings::decline(&mut tx, user_id, params).await?;
+            (Settled::Request(row), tx)
         }
         Action::CancelRequest(params) => {
-            Settled::Request(endings::cancel(&mut tx, user_id, &params.tool_call_id).await?)
+            let mut tx = begin().await?;
+            let row = endings::cancel(&mut tx, user_id, &params.tool_call_id).await?;
+            (Settled::Request(row), tx)
         }
     };
     tx.commit().await?;

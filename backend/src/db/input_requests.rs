@@ -4,11 +4,12 @@ use chrono::{DateTime, Utc};
 use protocol::FieldSpec;
 use protocol::api::{Elicitation, RequestKind, RequestStatus};
 
+use super::not_found_as_none;
 use crate::tools::mcp::stateless::RetryState;
 use protocol::approval::Decision;
 use serde_json::{Map, Value};
-use sqlx::PgConnection;
 use sqlx::types::Json;
+use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 /// Reads [`InputRequestRow`]s: `$prefix` (the statement up to its columns) + the row's
@@ -19,13 +20,17 @@ macro_rules! request_rows {
         sqlx::query_as!(
             InputRequestRow,
             $prefix
-                + r#" id, user_id, conversation_id, run_id, tool_name, tool_call_id,
-                      tool_args as "tool_args: Json<Map<String, Value>>", reason,
-                      required_fields as "required_fields: Json<Vec<FieldSpec>>",
-                      user_inputs as "user_inputs: Json<Map<String, Value>>", save_for,
-                      status as "status: RequestStatus", created_at, completed_at, expires_at,
-                      origin, original_user_request, tool_result, kind as "kind: RequestKind",
-                      allowed_decisions as "allowed_decisions: Json<Vec<Decision>>",
+                + r#" id as "id!", user_id as "user_id!",
+                      conversation_id as "conversation_id!", run_id,
+                      tool_name as "tool_name!", tool_call_id as "tool_call_id!",
+                      tool_args as "tool_args!: Json<Map<String, Value>>", reason as "reason!",
+                      required_fields as "required_fields!: Json<Vec<FieldSpec>>",
+                      user_inputs as "user_inputs: Json<Map<String, Value>>",
+                      save_for as "save_for!", status as "status!: RequestStatus",
+                      created_at as "created_at!", completed_at, expires_at as "expires_at!",
+                      origin as "origin!", original_user_request, tool_result,
+                      kind as "kind!: RequestKind",
+                      allowed_decisions as "allowed_decisions!: Json<Vec<Decision>>",
                       arguments_digest, decision, decision_message, decided_by,
                       elicitation as "elicitation: Json<Elicitation>", held_by,
                       retry_state as "retry_state: Json<RetryState>" "#
@@ -285,20 +290,25 @@ pub async fn find_for_update(
     .await
 }
 
-/// The conversation's requests still waiting for the user, oldest first.
-pub async fn list_pending(
-    conn: &mut PgConnection,
+/// The conversation's requests still waiting for the user, oldest first, read in one
+/// round trip as `user_id` (the function sets the identity for its own statement; see
+/// the migration `one_trip_reads`). `None` when the conversation is not the caller's.
+/// It takes the pool, never a transaction, in which the identity would outlive the call.
+pub async fn list_pending_as(
+    pool: &PgPool,
+    user_id: &str,
     conversation_id: Uuid,
-) -> sqlx::Result<Vec<InputRequestRow>> {
-    request_rows!(
-        "select",
-        "from tool_user_input_requests
-         where conversation_id = $1 and status = 'pending' and expires_at > now()
-         order by created_at, id",
-        conversation_id,
+) -> sqlx::Result<Option<Vec<InputRequestRow>>> {
+    not_found_as_none(
+        request_rows!(
+            "select",
+            "from toolgate_pending_requests($1, $2)",
+            user_id,
+            conversation_id,
+        )
+        .fetch_all(pool)
+        .await,
     )
-    .fetch_all(conn)
-    .await
 }
 
 /// How a pending request ends, as stored.

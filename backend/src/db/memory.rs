@@ -19,9 +19,3 @@ pub async fn count(conn: &mut PgConnection) -> sqlx::Result<i64> {
         .fetch_one(conn)
         .await
 }
-
-pub async fn list(conn: &mut PgConnection) -> sqlx::Result<Vec<String>> {
-    sqlx::query_scalar!("select note from memory_notes order by id")
-        .fetch_all(conn)
-        .await
-}

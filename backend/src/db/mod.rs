@@ -10,20 +10,25 @@ pub mod memory;
 pub mod messages;
 pub mod runs;
 pub mod saved_inputs;
+pub mod step_context;
 pub mod summaries;
 pub mod tool_calls;
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use anyhow::Context;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::{Connection, PgPool, Postgres, Transaction};
 
 use crate::config::{Config, redact_url};
 
 pub type Tx = Transaction<'static, Postgres>;
 
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
+
+/// How long a pooled connection may sit unused before it is checked again before use.
+const IDLE_BEFORE_CHECK: Duration = Duration::from_secs(1);
 
 /// Opens the pool. Connections are made lazily so the server starts (and `/readyz`
 /// says why it is not ready) while the database is still coming up.
@@ -38,6 +43,18 @@ pub async fn connect(config: &Config) -> anyhow::Result<PgPool> {
     Ok(PgPoolOptions::new()
         .max_connections(config.db_max_connections)
         .acquire_timeout(config.db_acquire_timeout)
+        // By default every connection handed out is pinged first: one more round trip
+        // on every request. A connection in steady use is known to be alive; only one
+        // that sat idle (the database may have restarted meanwhile) is checked.
+        .test_before_acquire(false)
+        .before_acquire(|conn, meta| {
+            Box::pin(async move {
+                if meta.idle_for >= IDLE_BEFORE_CHECK {
+                    conn.ping().await?;
+                }
+                Ok(true)
+            })
+        })
         .connect_lazy_with(options))
 }
 
@@ -71,6 +88,21 @@ pub async fn begin_as_user(pool: &PgPool, user_id: &str) -> sqlx::Result<Tx> {
     .fetch_one(&mut *tx)
     .await?;
     Ok(tx)
+}
+
+/// SQLSTATE `no_data_found`: what the one-round-trip reads (`list_pending_as`,
+/// `list_for_conversation_as`) raise for a conversation the caller cannot see.
+const NOT_THE_CALLERS: &str = "P0002";
+
+/// A one-round-trip read's answer: `None` when the conversation is not the caller's.
+fn not_found_as_none<T>(result: sqlx::Result<T>) -> sqlx::Result<Option<T>> {
+    match result {
+        Ok(rows) => Ok(Some(rows)),
+        Err(sqlx::Error::Database(error)) if error.code().as_deref() == Some(NOT_THE_CALLERS) => {
+            Ok(None)
+        }
+        Err(error) => Err(error),
+    }
 }
 
 /// Starts a transaction for background work that spans users (expiry, resuming runs).

@@ -8,8 +8,10 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::PgConnection;
+use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
+
+use super::not_found_as_none;
 
 #[derive(Debug, Clone)]
 pub struct SavedInputRow {
@@ -89,6 +91,30 @@ pub async fn list_for_conversation(
     )
     .fetch_all(conn)
     .await
+}
+
+/// [`list_for_conversation`] in one round trip as `user_id` (the function sets the
+/// identity for its own statement; see the migration `one_trip_reads`). `None` when the
+/// conversation is not the caller's. It takes the pool, never a transaction, in which the
+/// identity would outlive the call.
+pub async fn list_for_conversation_as(
+    pool: &PgPool,
+    user_id: &str,
+    conversation_id: Uuid,
+) -> sqlx::Result<Option<Vec<SavedInputRow>>> {
+    not_found_as_none(
+        sqlx::query_as!(
+            SavedInputRow,
+            r#"select conversation_id, name as "name!", value as "value!",
+                      is_secret as "is_secret!", updated_at as "updated_at!", tool_name,
+                      memory_key, label, binding as "binding!"
+               from toolgate_session_values($1, $2)"#,
+            user_id,
+            conversation_id
+        )
+        .fetch_all(pool)
+        .await,
+    )
 }
 
 pub async fn clear_conversation(

@@ -4,20 +4,6 @@
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-pub async fn latest(
-    conn: &mut PgConnection,
-    conversation_id: Uuid,
-) -> sqlx::Result<Option<(i32, String)>> {
-    let latest = sqlx::query!(
-        "select through_seq, summary from conversation_summaries
-         where conversation_id = $1 order by through_seq desc limit 1",
-        conversation_id
-    )
-    .fetch_optional(conn)
-    .await?;
-    Ok(latest.map(|row| (row.through_seq, row.summary)))
-}
-
 pub async fn insert(
     conn: &mut PgConnection,
     conversation_id: Uuid,

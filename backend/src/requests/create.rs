@@ -11,7 +11,7 @@ use protocol::approval::Decision;
 use protocol::chat::EventKind;
 use protocol::fields::{self, FieldSpec, SaveFor};
 use serde_json::{Map, Value};
-use sqlx::PgConnection;
+use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use crate::db::input_requests::{self, InputRequestRow, NewInputRequest};
@@ -270,15 +270,14 @@ pub async fn insert_request(
     Ok(row)
 }
 
+/// The conversation's requests still waiting for the caller, in one round trip (no
+/// transaction: the read sets the identity for its own statement).
 pub async fn get_pending(
-    conn: &mut PgConnection,
+    pool: &PgPool,
+    user_id: &str,
     conversation_id: Uuid,
 ) -> Result<Vec<InputRequestRow>> {
-    // One round trip in the common case; only an empty answer needs to tell
-    // "none pending" from "not your conversation".
-    let rows = input_requests::list_pending(conn, conversation_id).await?;
-    if rows.is_empty() {
-        ensure_conversation(conn, conversation_id).await?;
-    }
-    Ok(rows)
+    input_requests::list_pending_as(pool, user_id, conversation_id)
+        .await?
+        .ok_or(Error::NotFound("conversation"))
 }

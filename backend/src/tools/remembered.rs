@@ -8,12 +8,12 @@
 use protocol::api::{SavedScope, SavedValue};
 use protocol::fields::{FieldSpec, MASKED, SaveFor};
 use serde_json::{Map, Value};
-use sqlx::PgConnection;
+use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use super::registry::{Tool, ToolRegistry};
 use crate::db::saved_inputs::{self, NewSavedInput, SavedInputRow, binding_for};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::vault::Vault;
 
 /// Where a field's submitted value is remembered, if anywhere.
@@ -117,9 +117,12 @@ fn may_receive(
 }
 
 /// The values remembered for a conversation and the user-wide ones, as the user sees
-/// them: secrets masked, each with the tool or key it belongs to.
-pub async fn list(conn: &mut PgConnection, conversation_id: Uuid) -> Result<Vec<SavedValue>> {
-    let rows = saved_inputs::list_for_conversation(conn, conversation_id).await?;
+/// them: secrets masked, each with the tool or key it belongs to. One round trip, outside any transaction (the read sets the identity for its own
+/// statement); an unknown conversation, or another user's, is `NotFound`.
+pub async fn list(pool: &PgPool, user_id: &str, conversation_id: Uuid) -> Result<Vec<SavedValue>> {
+    let rows = saved_inputs::list_for_conversation_as(pool, user_id, conversation_id)
+        .await?
+        .ok_or(Error::NotFound("conversation"))?;
     Ok(rows
         .into_iter()
         .map(|row| SavedValue {

@@ -5,7 +5,7 @@
 //! Run through `scripts/bench.sh` (it builds the release server and checks pgbench).
 //! `--quick` shortens every load for a smoke run.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -62,6 +62,8 @@ struct Figures {
     p99_ms: f64,
     max_ms: f64,
     errors: u64,
+    /// What the errors were, as wrk names them (`non-2xx 12`, `timeout 3`).
+    error_kinds: Vec<String>,
 }
 
 /// One HTTP load: which users send, and the body each request carries. The body is a
@@ -192,6 +194,7 @@ async fn paced(
         p99_ms: at(0.99),
         max_ms: at(1.0),
         errors,
+        error_kinds: Vec::new(),
     })
 }
 
@@ -278,13 +281,21 @@ fn parse_wrk(text: &str) -> Result<Figures> {
             ["99%", value] => figures.p99_ms = duration_ms(value).unwrap_or(0.0),
             ["Requests/sec:", value] => figures.rate = value.parse().unwrap_or(0.0),
             ["Non-2xx", "or", "3xx", "responses:", count] => {
-                figures.errors += count.parse::<u64>().unwrap_or(0)
+                let count = count.parse::<u64>().unwrap_or(0);
+                figures.errors += count;
+                figures.error_kinds.push(format!("non-2xx {count}"));
             }
             ["Socket", "errors:", rest @ ..] => {
-                figures.errors += rest
-                    .iter()
-                    .filter_map(|w| w.trim_end_matches(',').parse::<u64>().ok())
-                    .sum::<u64>();
+                // "connect 0, read 0, write 0, timeout 3"
+                for pair in rest.chunks(2) {
+                    if let [kind, count] = pair {
+                        let count = count.trim_end_matches(',').parse::<u64>().unwrap_or(0);
+                        if count > 0 {
+                            figures.errors += count;
+                            figures.error_kinds.push(format!("{kind} {count}"));
+                        }
+                    }
+                }
             }
             _ => {}
         }
@@ -413,10 +424,27 @@ const IDENTITY: &str = "\\set u random(0, 999)\nBEGIN;\nselect set_config('role'
 const WRITER_IDENTITY: &str = "\\set u random(1000, 1999)\nBEGIN;\nselect set_config('role', 'toolgate_app', true), set_config('toolgate.user_id', 'bench-u' || :u, true);\n";
 const CONVERSATION: &str = "('00000000-0000-0000-0000-' || lpad(:u::text, 12, '0'))::uuid";
 
-/// The SQL each hot path runs, in the same transaction shape.
-fn baseline_scripts() -> BTreeMap<&'static str, String> {
+/// The baseline name of a read's one-statement form.
+fn one_statement(path: &str) -> String {
+    format!("{path} (one statement)")
+}
+
+/// The SQL each hot path runs, in the transaction shape every API request had before
+/// the reads took one round trip (`BEGIN`, identity, statement, `COMMIT`); and the two
+/// reads as the server runs them now, one statement in its own implicit transaction.
+fn baseline_scripts() -> BTreeMap<String, String> {
     let columns = "id, user_id, conversation_id, run_id, tool_name, tool_call_id, tool_args, reason, required_fields, user_inputs, save_for, status, created_at, completed_at, expires_at, origin, original_user_request, tool_result, kind, allowed_decisions, arguments_digest, decision, decision_message, decided_by";
-    BTreeMap::from([
+    let one_statement_reads = [
+        ("get_pending", "toolgate_pending_requests"),
+        ("get_session_values", "toolgate_session_values"),
+    ]
+    .map(|(path, function)| {
+        (
+            one_statement(path),
+            format!("\\set u random(0, 999)\nselect * from {function}('bench-u' || :u, {CONVERSATION});\n"),
+        )
+    });
+    let transactions = [
         (
             "get_pending",
             format!(
@@ -441,7 +469,12 @@ fn baseline_scripts() -> BTreeMap<&'static str, String> {
                 "\\set n random(0, 199999)\n\\set u 1000 + :n % 1000\nBEGIN;\nselect set_config('role', 'toolgate_app', true), set_config('toolgate.user_id', 'bench-u' || :u, true);\nselect {columns} from tool_user_input_requests where tool_call_id = 'bench-pgb-' || :n order by status = 'pending' desc, created_at desc limit 1 for update;\nupdate tool_user_input_requests set status = 'completed', completed_at = now(), user_inputs = coalesce('{{\"code\": \"1234\"}}'::jsonb, user_inputs), decided_by = 'bench-u' || :u where tool_call_id = 'bench-pgb-' || :n and status = 'pending' returning {columns};\nwith stored as (insert into run_events (conversation_id, user_id, run_id, kind, data) values ({CONVERSATION}, 'bench-u' || :u, null, 'input_resolved', '{{\"type\": \"input_resolved\"}}') returning id) select stored.id from stored, lateral (select pg_notify('toolgate_events', {CONVERSATION}::text || ' ' || stored.id::text)) as notified;\nCOMMIT;\n"
             ),
         ),
-    ])
+    ]
+    .map(|(path, sql)| (path.to_owned(), sql));
+    transactions
+        .into_iter()
+        .chain(one_statement_reads)
+        .collect()
 }
 
 #[tokio::main]
@@ -518,12 +551,19 @@ async fn main() -> Result<()> {
     // Baseline: pgbench running the same SQL.
     seed_submittable(&url, "bench-pgb-", 200_000).await?;
     let scripts_dir = tests::TempDir::new("toolgate-bench-sql");
-    let mut baseline: BTreeMap<(&str, usize), f64> = BTreeMap::new();
+    let mut baseline: BTreeMap<(String, usize), f64> = BTreeMap::new();
     for (name, sql) in baseline_scripts() {
-        let path = scripts_dir.0.join(format!("{name}.sql"));
+        let file: String = name
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        let path = scripts_dir.0.join(format!("{file}.sql"));
         std::fs::write(&path, sql)?;
         for clients in BASELINE_CLIENTS {
-            baseline.insert((name, clients), pgbench(&url, &path, clients, seconds)?);
+            baseline.insert(
+                (name.clone(), clients),
+                pgbench(&url, &path, clients, seconds)?,
+            );
         }
     }
 
@@ -573,18 +613,40 @@ async fn main() -> Result<()> {
 
     println!("\n## HTTP API (JWT + RLS), against pgbench running the same SQL\n");
     println!(
-        "| path | clients | req/s | p50 ms | p99 ms | max ms | errors | pgbench tps | ratio |"
+        "| path | clients | req/s | p50 ms | p99 ms | max ms | errors | pgbench tps | ratio | pgbench tps, one statement | ratio |"
     );
-    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    let against = |key: String, clients: usize, rate: f64| match baseline.get(&(key, clients)) {
+        Some(tps) => (format!("{tps:.0}"), format!("{:.2}", rate / tps)),
+        None => ("—".into(), "—".into()),
+    };
     for (name, clients, f) in &rows {
-        let (base_text, ratio) = match baseline.get(&(*name, *clients)) {
-            Some(tps) => (format!("{tps:.0}"), format!("{:.2}", f.rate / tps)),
-            None => ("—".into(), "—".into()),
-        };
+        let (base_text, ratio) = against(name.to_string(), *clients, f.rate);
+        let (one_text, one_ratio) = against(one_statement(name), *clients, f.rate);
         println!(
-            "| {name} | {clients} | {:.0} | {:.2} | {:.2} | {:.2} | {} | {base_text} | {ratio} |",
+            "| {name} | {clients} | {:.0} | {:.2} | {:.2} | {:.2} | {} | {base_text} | {ratio} | {one_text} | {one_ratio} |",
             f.rate, f.p50_ms, f.p99_ms, f.max_ms, f.errors
         );
+    }
+    let failed: Vec<_> = rows.iter().filter(|(_, _, f)| f.errors > 0).collect();
+    if !failed.is_empty() {
+        println!("\nErrors, as wrk counted them:\n");
+        for (name, clients, f) in failed {
+            println!("- {name}, {clients} clients: {}", f.error_kinds.join(", "));
+        }
+        let logged: BTreeSet<String> = server
+            .logs()
+            .lines()
+            .filter(|line| line.contains("WARN") || line.contains("ERROR"))
+            .map(|line| {
+                line.chars()
+                    .skip_while(|c| !c.is_ascii_uppercase())
+                    .collect()
+            })
+            .collect();
+        for line in logged.iter().take(10) {
+            println!("- server: {line}");
+        }
     }
 
     // Scale, large end: 1,000,000 more rows across 10,000 more users.

@@ -29,6 +29,17 @@ allow_private_networks = true
 headers = { Authorization = "Bearer {env.EGRESS_TOKEN}" }
 
 [[tools]]
+name = "fetch_capped"
+description = "Fetch a small answer"
+kind = "http"
+parameters = { type = "object", properties = { target = { type = "string" } }, required = ["target"] }
+[tools.http]
+url = "{target}"
+allow_private_networks = true
+max_response_bytes = 1024
+timeout_seconds = 60
+
+[[tools]]
 name = "fetch_listed"
 description = "Fetch from the listed hosts only"
 kind = "http"
@@ -219,5 +230,43 @@ async fn an_error_page_comes_back_short_and_without_what_the_request_carried() {
         error.chars().count() < 300,
         "{} characters",
         error.chars().count()
+    );
+}
+
+#[tokio::test]
+async fn a_response_over_the_cap_is_cut_off_while_it_streams() {
+    use std::time::{Duration, Instant};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    // A service that sends four times the cap and then never finishes: a client that
+    // read the whole body before measuring it would wait for the tool's timeout (60 s).
+    let service = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let base = format!("http://{}", service.local_addr().expect("address"));
+    let serving = tokio::spawn(async move {
+        let (mut socket, _) = service.accept().await.expect("accept");
+        let mut request = vec![0u8; 8192];
+        let _ = socket.read(&mut request).await;
+        let chunk = "x".repeat(4096);
+        let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n";
+        let body = format!("{:x}\r\n{chunk}\r\n", chunk.len());
+        socket.write_all(head.as_bytes()).await.expect("head");
+        socket.write_all(body.as_bytes()).await.expect("body");
+        socket.flush().await.expect("flush");
+        tokio::time::sleep(Duration::from_secs(120)).await;
+    });
+    let e = egress().await;
+    let started = Instant::now();
+    let outcome = e.fetch("fetch_capped", &format!("{base}/big")).await;
+    let waited = started.elapsed();
+    serving.abort();
+    assert_eq!(outcome["success"], false, "{outcome}");
+    let error = outcome["error"].as_str().unwrap_or_default();
+    assert!(error.contains("larger than 1024 bytes"), "{outcome}");
+    assert!(!error.contains("xxxx"), "the body came back: {outcome}");
+    assert!(
+        waited < Duration::from_secs(30),
+        "the call waited {waited:?}: the body was read to its end before it was measured"
     );
 }

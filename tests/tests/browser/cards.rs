@@ -456,3 +456,83 @@ async fn remembered_values_panel_masks_secrets_and_clears() {
     assert_eq!(saved["values"], json!([]));
     b.quit().await;
 }
+
+#[tokio::test]
+async fn a_user_wide_secret_is_forgotten_from_the_panel_in_every_conversation() {
+    let Some(fx) = Fixture::start("forget_user_wide").await else {
+        return;
+    };
+    let b = fx.browser().await;
+    let id = call_id();
+    let (token, conversation) = open_with_requests(&fx, &b, |c| {
+        vec![json!({
+            "action": "create_request", "conversation_id": c, "tool_name": "post_webhook",
+            "tool_call_id": id, "reason": "Posting needs your webhook token",
+            "save_for": "user",
+            "fields": [{"name": "webhook_token", "label": "Webhook token", "type": "secret"}]
+        })]
+    })
+    .await;
+    b.wait_for("[data-testid=input-card][data-status=pending]")
+        .await
+        .expect("card");
+    let secret = b
+        .find("[data-field=webhook_token] input")
+        .await
+        .expect("token");
+    secret.send_keys("tok-user-wide").await.expect("type");
+    secret.send_keys(ENTER).await.expect("submit");
+    b.wait_for("[data-testid=input-card][data-status=completed]")
+        .await
+        .expect("completed");
+    // Remembered for the user: another conversation sees it too.
+    let elsewhere = fx.server.new_conversation(&token).await;
+    let remembered = |conversation: String| {
+        let (server, token) = (&fx.server, token.clone());
+        async move {
+            let (_, saved) = server
+                .action(
+                    &token,
+                    json!({"action": "get_session_values", "conversation_id": conversation}),
+                )
+                .await;
+            saved["values"].as_array().cloned().unwrap_or_default()
+        }
+    };
+    let before = remembered(elsewhere.clone()).await;
+    assert_eq!(before.len(), 1, "{before:?}");
+    assert_eq!(before[0]["scope"], "user", "{before:?}");
+
+    b.find("[data-testid=saved-values] summary")
+        .await
+        .expect("panel")
+        .click()
+        .await
+        .expect("open");
+    b.wait_until(
+        "the user-wide value listed",
+        "document.querySelectorAll('[data-testid=saved-value]').length === 1",
+    )
+    .await
+    .expect("one value");
+    let panel = b
+        .text("[data-testid=saved-values]")
+        .await
+        .expect("panel text");
+    assert!(panel.contains("all your conversations"), "{panel}");
+    assert!(!panel.contains("tok-user-wide"), "{panel}");
+    b.find("[data-testid=forget-saved]")
+        .await
+        .expect("forget")
+        .click()
+        .await
+        .expect("click forget");
+    b.wait_for("[data-testid=saved-empty]")
+        .await
+        .expect("nothing remembered");
+    let status = b.text("[data-testid=saved-status]").await.expect("status");
+    assert_eq!(status, "Forgot 1 value.");
+    assert_eq!(remembered(conversation).await, Vec::<Value>::new());
+    assert_eq!(remembered(elsewhere).await, Vec::<Value>::new());
+    b.quit().await;
+}

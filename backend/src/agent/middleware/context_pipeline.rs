@@ -61,6 +61,14 @@ impl Default for PipelineConfig {
 }
 
 impl PipelineConfig {
+    /// The configuration as stored with the conversation; the defaults when none is, or
+    /// when what is stored no longer reads.
+    pub fn from_stored(stored: Option<Value>) -> Self {
+        stored
+            .and_then(|value| serde_json::from_value(value).ok())
+            .unwrap_or_default()
+    }
+
     fn setting(&self, stage: &str, key: &str) -> Value {
         if let Some(value) = self.config.get(stage).and_then(|c| c.get(key)) {
             return value.clone();
@@ -186,10 +194,9 @@ pub async fn load(
     conn: &mut sqlx::PgConnection,
     conversation_id: uuid::Uuid,
 ) -> Result<PipelineConfig> {
-    Ok(conversations::context_pipeline(conn, conversation_id)
-        .await?
-        .and_then(|value| serde_json::from_value(value).ok())
-        .unwrap_or_default())
+    Ok(PipelineConfig::from_stored(
+        conversations::context_pipeline(conn, conversation_id).await?,
+    ))
 }
 
 pub struct ContextPipeline;
