@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use protocol::fields::InputLimits;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
@@ -50,6 +51,9 @@ pub struct Config {
     pub run_lease: Duration,
     /// Per-user limits on work and storage.
     pub limits: Limits,
+    /// What one request's field definitions and values may hold (`TOOLGATE_MAX_FIELDS`
+    /// and the other `TOOLGATE_MAX_*` of the README).
+    pub input_limits: InputLimits,
 }
 
 /// What one user may ask of the server; each one configurable.
@@ -125,6 +129,7 @@ impl fmt::Debug for Config {
             .field("skills_dir", &self.skills_dir)
             .field("run_lease", &self.run_lease)
             .field("limits", &self.limits)
+            .field("input_limits", &self.input_limits)
             .finish()
     }
 }
@@ -263,8 +268,10 @@ impl Config {
         if limits.requests_per_minute == 0 || limits.request_burst == 0 {
             bail!("TOOLGATE_RATE_PER_MINUTE and TOOLGATE_RATE_BURST must be above zero");
         }
+        let input_limits = input_limits(&number)?;
         Ok(Config {
             limits,
+            input_limits,
             llm,
             summary,
             max_steps: max_steps as i32,
@@ -291,6 +298,31 @@ impl Config {
             demo,
         })
     }
+}
+
+/// The per-request limits, each from its variable or the default; none may be zero.
+fn input_limits(
+    number: &impl Fn(&str, usize) -> anyhow::Result<usize>,
+) -> anyhow::Result<InputLimits> {
+    let defaults = InputLimits::DEFAULT;
+    let read = |name: &str, default: usize| -> anyhow::Result<usize> {
+        match number(name, default)? {
+            0 => bail!("{name} must be above zero"),
+            value => Ok(value),
+        }
+    };
+    let nesting = read("TOOLGATE_MAX_PATTERN_NESTING", defaults.pattern_nesting as usize)?;
+    Ok(InputLimits {
+        fields: read("TOOLGATE_MAX_FIELDS", defaults.fields)?,
+        options: read("TOOLGATE_MAX_OPTIONS", defaults.options)?,
+        pattern_chars: read("TOOLGATE_MAX_PATTERN_CHARS", defaults.pattern_chars)?,
+        pattern_bytes: read("TOOLGATE_MAX_PATTERN_BYTES", defaults.pattern_bytes)?,
+        pattern_nesting: u32::try_from(nesting)
+            .context("TOOLGATE_MAX_PATTERN_NESTING is too large")?,
+        value_chars: read("TOOLGATE_MAX_VALUE_CHARS", defaults.value_chars)?,
+        definition_chars: read("TOOLGATE_MAX_DEFINITION_CHARS", defaults.definition_chars)?,
+        visible_if_depth: read("TOOLGATE_MAX_VISIBLE_IF_DEPTH", defaults.visible_if_depth)?,
+    })
 }
 
 /// The variable that lets dev sign-in run on a non-loopback address anyway.

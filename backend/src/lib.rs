@@ -71,6 +71,8 @@ pub async fn run_from_env() -> std::process::ExitCode {
 /// Connects, migrates, starts background work and serves until SIGTERM or Ctrl-C.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     install_tls_provider();
+    // Before anything checks a field: the tools file's definitions included.
+    protocol::fields::set_limits(config.input_limits);
     let (tools, mcp) = tools::registry::ToolRegistry::load(
         config.tools_file.as_deref(),
         config.skills_dir.as_deref(),

@@ -197,6 +197,8 @@ pub fn load_info(app: AppState) {
     spawn_local(async move {
         match api::server_info().await {
             Ok(info) => {
+                // Cards check what this server checks.
+                protocol::fields::set_limits(info.input_limits);
                 app.info.set(InfoState::Ready(info));
                 app.reached();
             }

@@ -474,6 +474,10 @@ pub struct ServerInfo {
     /// `offline` (the built-in model) or `openai-compatible`.
     pub model_provider: String,
     pub model: String,
+    /// What one request's fields and values may hold on this server; the card checks
+    /// the same.
+    #[serde(default)]
+    pub input_limits: crate::fields::InputLimits,
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //! as they type and on the server when they submit).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Mutex;
+use std::sync::{Mutex, RwLock};
 
 use regex_lite::{Regex, RegexBuilder};
 use serde::{Deserialize, Deserializer, Serialize};
@@ -14,22 +14,63 @@ use serde_json::{Map, Value};
 /// Field name → what is wrong with it.
 pub type FieldErrors = BTreeMap<String, String>;
 
-/// Most fields one request may ask for.
-pub const MAX_FIELDS: usize = 64;
-/// Most options a select or multiselect may offer.
-pub const MAX_OPTIONS: usize = 200;
-/// Longest `validation` pattern, in characters.
-pub const MAX_PATTERN_CHARS: usize = 500;
-/// Most memory a compiled pattern may take: `(?:a*){2000}` is short but compiles huge.
-const MAX_COMPILED_PATTERN_BYTES: usize = 16 * 1024;
-/// Deepest nesting of groups and repetitions in a pattern.
-const MAX_PATTERN_NESTING: u32 = 16;
-/// Longest value any field accepts, in characters.
-pub const MAX_VALUE_CHARS: usize = 20_000;
-/// Longest label, description, placeholder, option or default of a definition.
-pub const MAX_DEFINITION_CHARS: usize = 2_000;
-/// Longest chain of `visible_if` rules (a field shown by a field shown by …).
-pub const MAX_VISIBLE_IF_DEPTH: usize = 8;
+/// How much one request's field definitions and values may ask of the server and the
+/// card. The defaults suit most deployments; a server may change them (the
+/// `TOOLGATE_MAX_*` settings of the README), and the web chat applies the server's,
+/// which `GET /api/info` tells it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct InputLimits {
+    /// Most fields one request may ask for.
+    pub fields: usize,
+    /// Most options a select or multiselect may offer.
+    pub options: usize,
+    /// Longest `validation` pattern, in characters.
+    pub pattern_chars: usize,
+    /// Most memory a compiled pattern may take: `(?:a*){2000}` is short but compiles
+    /// huge.
+    pub pattern_bytes: usize,
+    /// Deepest nesting of groups and repetitions in a pattern.
+    pub pattern_nesting: u32,
+    /// Longest value any field accepts, in characters.
+    pub value_chars: usize,
+    /// Longest label, description, placeholder, option or default of a definition.
+    pub definition_chars: usize,
+    /// Longest chain of `visible_if` rules (a field shown by a field shown by …).
+    pub visible_if_depth: usize,
+}
+
+impl InputLimits {
+    pub const DEFAULT: InputLimits = InputLimits {
+        fields: 64,
+        options: 200,
+        pattern_chars: 500,
+        pattern_bytes: 16 * 1024,
+        pattern_nesting: 16,
+        value_chars: 20_000,
+        definition_chars: 2_000,
+        visible_if_depth: 8,
+    };
+}
+
+impl Default for InputLimits {
+    fn default() -> Self {
+        InputLimits::DEFAULT
+    }
+}
+
+static LIMITS: RwLock<InputLimits> = RwLock::new(InputLimits::DEFAULT);
+
+/// The limits every check of this process applies.
+pub fn limits() -> InputLimits {
+    *LIMITS.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Sets the limits every later check of this process applies: the server at start-up,
+/// the web chat when the server has said which it uses.
+pub fn set_limits(limits: InputLimits) {
+    *LIMITS.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = limits;
+}
 
 /// What a tool needs from the user before it can run.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -344,7 +385,7 @@ impl FieldSpec {
 pub fn parse_field_specs(raw: &[Value]) -> Result<Vec<FieldSpec>, FieldErrors> {
     let mut errors = FieldErrors::new();
     // Refused before any per-field work, so a huge list costs nothing.
-    if raw.len() > MAX_FIELDS {
+    if raw.len() > limits().fields {
         errors.insert("fields".to_owned(), too_many_fields(raw.len()));
         return Err(errors);
     }
@@ -400,7 +441,8 @@ fn unknown_type_message(kind: &Value) -> String {
 /// `visible_if` references and defaults. Errors are keyed by field name.
 pub fn check_field_specs(fields: &[FieldSpec]) -> Result<(), FieldErrors> {
     let mut errors = FieldErrors::new();
-    if fields.len() > MAX_FIELDS {
+    let limits = limits();
+    if fields.len() > limits.fields {
         errors.insert("fields".to_owned(), too_many_fields(fields.len()));
         return Err(errors);
     }
@@ -434,13 +476,14 @@ pub fn check_field_specs(fields: &[FieldSpec]) -> Result<(), FieldErrors> {
             );
         } else if let Some(text) = oversized_text(field) {
             problem = Some(text);
-        } else if field.options.len() > MAX_OPTIONS {
-            problem = Some(format!("at most {MAX_OPTIONS} options"));
+        } else if field.options.len() > limits.options {
+            problem = Some(format!("at most {} options", limits.options));
         } else if let Some(pattern) = &field.validation
-            && pattern.chars().count() > MAX_PATTERN_CHARS
+            && pattern.chars().count() > limits.pattern_chars
         {
             problem = Some(format!(
-                "validation may be at most {MAX_PATTERN_CHARS} characters"
+                "validation may be at most {} characters",
+                limits.pattern_chars
             ));
         } else if let Some(pattern) = &field.validation
             && let Err(err) = compile_anchored(pattern)
@@ -497,12 +540,13 @@ fn is_identifier(name: &str) -> bool {
 }
 
 fn too_many_fields(count: usize) -> String {
-    format!("at most {MAX_FIELDS} fields, not {count}")
+    format!("at most {} fields, not {count}", limits().fields)
 }
 
 /// The first text of a definition longer than a card can sensibly show.
 fn oversized_text(field: &FieldSpec) -> Option<String> {
-    let long = |text: &str| text.chars().count() > MAX_DEFINITION_CHARS;
+    let most = limits().definition_chars;
+    let long = |text: &str| text.chars().count() > most;
     let named = [
         ("label", field.label.as_deref()),
         ("description", field.description.as_deref()),
@@ -510,32 +554,26 @@ fn oversized_text(field: &FieldSpec) -> Option<String> {
         ("warning", field.warning.as_deref()),
     ];
     if let Some((name, _)) = named.iter().find(|(_, text)| text.is_some_and(long)) {
-        return Some(format!(
-            "{name} may be at most {MAX_DEFINITION_CHARS} characters"
-        ));
+        return Some(format!("{name} may be at most {most} characters"));
     }
     if field
         .options
         .iter()
         .any(|o| long(&o.value) || long(&o.label))
     {
-        return Some(format!(
-            "an option may be at most {MAX_DEFINITION_CHARS} characters"
-        ));
+        return Some(format!("an option may be at most {most} characters"));
     }
     if field
         .default
         .as_ref()
-        .is_some_and(|d| d.to_string().chars().count() > MAX_DEFINITION_CHARS)
+        .is_some_and(|d| d.to_string().chars().count() > most)
     {
-        return Some(format!(
-            "default may be at most {MAX_DEFINITION_CHARS} characters"
-        ));
+        return Some(format!("default may be at most {most} characters"));
     }
     None
 }
 
-/// A `visible_if` chain that loops or is deeper than [`MAX_VISIBLE_IF_DEPTH`]. Each walk
+/// A `visible_if` chain that loops or is deeper than [`InputLimits::visible_if_depth`]. Each walk
 /// stops after that many steps, so the check is linear in the number of fields.
 fn visibility_problem(fields: &[FieldSpec]) -> Option<(String, String)> {
     let parent: HashMap<&str, &str> = fields
@@ -546,9 +584,10 @@ fn visibility_problem(fields: &[FieldSpec]) -> Option<(String, String)> {
                 .map(|r| (f.name.as_str(), r.field.as_str()))
         })
         .collect();
+    let depth = limits().visible_if_depth;
     for start in parent.keys() {
         let mut current = *start;
-        for _ in 0..MAX_VISIBLE_IF_DEPTH {
+        for _ in 0..depth {
             match parent.get(current) {
                 Some(next) if next == start => {
                     return Some((
@@ -563,7 +602,7 @@ fn visibility_problem(fields: &[FieldSpec]) -> Option<(String, String)> {
         if parent.contains_key(current) {
             return Some((
                 (*start).to_owned(),
-                format!("visible_if chains may be at most {MAX_VISIBLE_IF_DEPTH} deep"),
+                format!("visible_if chains may be at most {depth} deep"),
             ));
         }
     }
@@ -574,7 +613,7 @@ fn visibility_problem(fields: &[FieldSpec]) -> Option<(String, String)> {
 /// itself hidden is hidden too.
 pub fn is_visible(fields: &[FieldSpec], field: &FieldSpec, values: &Map<String, Value>) -> bool {
     let mut current = field;
-    for _ in 0..=MAX_VISIBLE_IF_DEPTH {
+    for _ in 0..=limits().visible_if_depth {
         let Some(rule) = &current.visible_if else {
             return true;
         };
@@ -635,12 +674,16 @@ fn required_or_none(field: &FieldSpec) -> Result<Option<Value>, String> {
 }
 
 fn validate_value(field: &FieldSpec, value: &Value) -> Result<Value, String> {
+    let limits = limits();
     let normal = match field.kind {
         FieldType::Text | FieldType::Textarea | FieldType::Secret => {
             let text = as_text(value).ok_or("Must be text")?;
             let length = text.chars().count();
-            if length > MAX_VALUE_CHARS {
-                return Err(format!("Must be at most {MAX_VALUE_CHARS} characters"));
+            if length > limits.value_chars {
+                return Err(format!(
+                    "Must be at most {} characters",
+                    limits.value_chars
+                ));
             }
             let length = length as f64;
             if let Some(min) = field.min
@@ -698,8 +741,8 @@ fn validate_value(field: &FieldSpec, value: &Value) -> Result<Value, String> {
         }
         FieldType::Multiselect => {
             let items = value.as_array().ok_or("Must be a list of options")?;
-            if items.len() > MAX_OPTIONS {
-                return Err(format!("Choose at most {MAX_OPTIONS}"));
+            if items.len() > limits.options {
+                return Err(format!("Choose at most {}", limits.options));
             }
             let mut chosen = Vec::with_capacity(items.len());
             for item in items {
@@ -749,9 +792,12 @@ fn validate_value(field: &FieldSpec, value: &Value) -> Result<Value, String> {
     };
     if normal
         .as_str()
-        .is_some_and(|text| text.chars().count() > MAX_VALUE_CHARS)
+        .is_some_and(|text| text.chars().count() > limits.value_chars)
     {
-        return Err(format!("Must be at most {MAX_VALUE_CHARS} characters"));
+        return Err(format!(
+            "Must be at most {} characters",
+            limits.value_chars
+        ));
     }
     if let Some(pattern) = &field.validation {
         let subject = match &normal {
@@ -1008,8 +1054,8 @@ fn compile_anchored(pattern: &str) -> Result<Regex, regex_lite::Error> {
         return Ok(regex.clone());
     }
     let regex = RegexBuilder::new(&format!("^(?:{pattern})$"))
-        .size_limit(MAX_COMPILED_PATTERN_BYTES)
-        .nest_limit(MAX_PATTERN_NESTING)
+        .size_limit(limits().pattern_bytes)
+        .nest_limit(limits().pattern_nesting)
         .build()?;
     if cache.len() >= 512 {
         cache.clear();

@@ -29,6 +29,9 @@ pub fn router() -> Router<AppState> {
 pub fn document() -> Value {
     let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
     add_shared_responses(&mut doc);
+    // The server's own limit, which a deployment may change.
+    doc["components"]["schemas"]["CreateRequestParams"]["properties"]["fields"]["maxItems"] =
+        json!(protocol::fields::limits().fields);
     make_action_union(&mut doc);
     doc["components"]["schemas"]["PostContent"] = protocol::chat::post_content_schema();
     doc["components"]["schemas"]["FieldSpec"]["allOf"] = field_spec_conditions();

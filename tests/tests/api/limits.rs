@@ -380,3 +380,102 @@ async fn remember_notes_are_capped_per_user() {
         .expect("count");
     assert_eq!(kept, 2);
 }
+
+#[tokio::test]
+async fn the_per_request_limits_are_settings_the_server_and_its_document_apply() {
+    let server = TestServer::start_with(
+        ServerOptions::default()
+            .env("TOOLGATE_MAX_FIELDS", "3")
+            .env("TOOLGATE_MAX_PATTERN_CHARS", "5")
+            .env("TOOLGATE_MAX_VALUE_CHARS", "10")
+            .env("TOOLGATE_MAX_DEFINITION_CHARS", "20")
+            .env("TOOLGATE_MAX_VISIBLE_IF_DEPTH", "1"),
+    )
+    .await;
+    let (_, token) = server.new_user("settings").await;
+    let conversation = server.new_conversation(&token).await;
+
+    // Each lowered limit is a 422 naming what broke it, where the defaults accept it.
+    let cases = [
+        (
+            json!([{"name": "a"}, {"name": "b"}, {"name": "c"}, {"name": "d"}]),
+            "fields.fields",
+            "at most 3 fields",
+        ),
+        (
+            json!([{"name": "a", "validation": "[a-z]+x"}]),
+            "fields.a",
+            "at most 5 characters",
+        ),
+        (
+            json!([{"name": "a", "label": "A label of some thirty characters"}]),
+            "fields.a",
+            "at most 20 characters",
+        ),
+        (
+            json!([{"name": "a"}, {"name": "b", "visible_if": {"field": "a"}},
+                   {"name": "c", "visible_if": {"field": "b"}}]),
+            "fields.c",
+            "at most 1 deep",
+        ),
+        (
+            json!([{"name": "a"}, {"name": "b", "visible_if": {"field": "a"}}]),
+            "",
+            "",
+        ),
+    ];
+    for (fields, key, words) in cases {
+        let (status, body) = server
+            .action(&token, request_with(&conversation, fields.clone()))
+            .await;
+        if key.is_empty() {
+            assert_eq!(status, StatusCode::CREATED, "{fields}: {body}");
+            continue;
+        }
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{fields}: {body}");
+        let message = body["error"]["fields"][key].as_str().unwrap_or_default();
+        assert!(message.contains(words), "{key}: {body}");
+    }
+
+    // Values: eleven characters is one too many here.
+    let id = call_id();
+    let (status, body) = server
+        .action(
+            &token,
+            json!({"action": "create_request", "conversation_id": conversation, "tool_name": "t",
+                "tool_call_id": id, "reason": "why", "fields": [{"name": "code"}]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, body) = server
+        .action(
+            &token,
+            json!({"action": "submit_response", "tool_call_id": id,
+                "user_inputs": {"code": "01234567890"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    let message = body["error"]["fields"]["code"].as_str().unwrap_or_default();
+    assert!(message.contains("at most 10 characters"), "{body}");
+
+    // The web chat learns the limits from /api/info; the document states the field count.
+    let (status, info) = server.send("GET", "/api/info", None, None).await;
+    assert_eq!(status, StatusCode::OK, "{info}");
+    assert_eq!(info["input_limits"]["fields"], 3, "{info}");
+    assert_eq!(info["input_limits"]["value_chars"], 10, "{info}");
+    assert_eq!(info["input_limits"]["options"], 200, "{info}");
+    let (_, document) = server.send("GET", "/api/openapi.json", None, None).await;
+    assert_eq!(
+        document["components"]["schemas"]["CreateRequestAction"]["properties"]["fields"]
+            ["maxItems"],
+        3
+    );
+}
+
+#[tokio::test]
+async fn a_per_request_limit_of_zero_stops_the_start() {
+    let result =
+        TestServer::try_start(ServerOptions::default().env("TOOLGATE_MAX_FIELDS", "0")).await;
+    let err = format!("{:#}", result.err().expect("must not start"));
+    assert!(err.contains("TOOLGATE_MAX_FIELDS must be above zero"), "{err}");
+}
