@@ -871,3 +871,125 @@ async fn stateless_questions_of_2026_07_28_survive_a_restart_and_call_again() {
     );
     drop(dir);
 }
+
+#[tokio::test]
+async fn a_server_that_crashes_is_reconnected_and_meanwhile_its_tools_say_why() {
+    let setup = start(&stdio_server("t", "")).await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("mcp-comeback").await;
+    tools_when_settled(server, &token, &["t"]).await;
+    let conversation = server.new_conversation(&token).await;
+    let (_, crashed) = execute(
+        server,
+        &token,
+        &conversation,
+        "t__crash",
+        "call_crash_now",
+        json!({}),
+    )
+    .await;
+    assert_eq!(crashed["success"], false, "{crashed}");
+
+    // Down: the server and its tools say why, and a call fails with those words.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let tools = loop {
+        let (_, tools) = server.send("GET", "/api/tools", Some(&token), None).await;
+        if server_info(&tools, "t")["status"] == "unavailable" {
+            break tools;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never marked down: {tools}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let (_, offline) = execute(
+        server,
+        &token,
+        &conversation,
+        "t__echo",
+        "call_while_down",
+        json!({"text": "anyone there?"}),
+    )
+    .await;
+    let echo = tool(&tools, "t__echo");
+    assert_eq!(echo["available"], false, "{echo}");
+    let reason = echo["unavailable_reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("`t`"), "{echo}");
+    assert_eq!(offline["success"], false, "{offline}");
+    assert!(
+        offline["error"].as_str().unwrap_or_default().contains("`t`"),
+        "{offline}"
+    );
+
+    // Back after the backoff: the same tool answers again.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, tools) = server.send("GET", "/api/tools", Some(&token), None).await;
+        if server_info(&tools, "t")["status"] == "connected" && tool(&tools, "t__echo")["available"] == true {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never reconnected: {tools}\n{}",
+            server.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (_, back) = execute(
+        server,
+        &token,
+        &conversation,
+        "t__echo",
+        "call_after",
+        json!({"text": "back"}),
+    )
+    .await;
+    assert_eq!(back["success"], true, "{back}");
+}
+
+#[tokio::test]
+async fn an_elicitation_expires_no_later_than_its_servers_timeout() {
+    let setup = start(&stdio_server("t", "elicitation_timeout_seconds = 2")).await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("mcp-expiry").await;
+    tools_when_settled(server, &token, &["t"]).await;
+    let conversation = server.new_conversation(&token).await;
+    let (status, asked) = execute(
+        server,
+        &token,
+        &conversation,
+        "t__ask_everything",
+        "call_expiring",
+        json!({}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{asked}");
+    assert_eq!(asked["requires_user_input"], true, "{asked}");
+    let request = &asked["user_input_request"];
+    let at = |key: &str| {
+        chrono::DateTime::parse_from_rfc3339(request[key].as_str().unwrap_or_default())
+            .unwrap_or_else(|_| panic!("{key} in {request}"))
+    };
+    let lifetime = at("expires_at") - at("created_at");
+    assert!(
+        lifetime > chrono::TimeDelta::zero() && lifetime <= chrono::TimeDelta::seconds(2),
+        "the card lives {lifetime}, the server waits 2 s: {request}"
+    );
+    let card = request["tool_call_id"].as_str().expect("card").to_owned();
+
+    // Once past it, nothing is pending and an answer is refused.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while !pending(server, &token, &conversation).await.is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "still pending");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (status, body) = server
+        .action(
+            &token,
+            json!({"action": "submit_response", "tool_call_id": card,
+                "user_inputs": {"name": "late"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+}
