@@ -79,7 +79,7 @@ pub fn user_transactions_begun() -> u64 {
 /// statement, since each round trip here costs every request.
 pub async fn begin_as_user(pool: &PgPool, user_id: &str) -> sqlx::Result<Tx> {
     USER_TRANSACTIONS.fetch_add(1, Ordering::Relaxed);
-    let mut tx = pool.begin().await?;
+    let mut tx = begin_whole(pool).await?;
     sqlx::query!(
         r#"select set_config('role', 'toolgate_app', true) as "role",
                   set_config('toolgate.user_id', $1, true) as "user_id""#,
@@ -88,6 +88,20 @@ pub async fn begin_as_user(pool: &PgPool, user_id: &str) -> sqlx::Result<Tx> {
     .fetch_one(&mut *tx)
     .await?;
     Ok(tx)
+}
+
+/// `pool.begin()`, carried through even when the caller is cancelled (a client that
+/// hangs up, a timeout). sqlx 0.8 counts a transaction as open only once `BEGIN` has been
+/// answered, so a `begin` dropped during that round trip leaves the session inside a
+/// transaction nothing ends, and the pool hands it to the next request: its statements
+/// would run in that stale transaction, and the first error would poison the connection.
+/// Run to completion in a task of its own, a `begin` whose caller has gone ends as a
+/// transaction that is dropped, which sqlx rolls back.
+async fn begin_whole(pool: &PgPool) -> sqlx::Result<Tx> {
+    let pool = pool.clone();
+    tokio::spawn(async move { pool.begin().await })
+        .await
+        .map_err(|failed| sqlx::Error::Io(std::io::Error::other(failed)))?
 }
 
 /// SQLSTATE `no_data_found`: what the one-round-trip reads (`list_pending_as`,
@@ -109,7 +123,7 @@ fn not_found_as_none<T>(result: sqlx::Result<T>) -> sqlx::Result<Option<T>> {
 /// It bypasses row-level security deliberately, so only code that is not serving a
 /// caller may use it.
 pub async fn begin_background(pool: &PgPool) -> sqlx::Result<Tx> {
-    let mut tx = pool.begin().await?;
+    let mut tx = begin_whole(pool).await?;
     sqlx::query!(r#"select set_config('role', 'toolgate_worker', true) as "role""#)
         .fetch_one(&mut *tx)
         .await?;
@@ -148,5 +162,55 @@ pub(crate) mod tests {
             .expect("test database");
         super::migrate(&pool).await.expect("migrations");
         pool
+    }
+
+    /// Whether a statement runs in a transaction of its own, as it must outside `begin`:
+    /// a session left inside an earlier transaction answers false. (One simple-protocol
+    /// query, so the transaction and the statement start at the same moment.)
+    async fn in_a_fresh_transaction(pool: &PgPool) -> bool {
+        use sqlx::Row;
+        sqlx::raw_sql("select transaction_timestamp() = statement_timestamp()")
+            .fetch_one(pool)
+            .await
+            .expect("a fresh statement")
+            .get::<bool, _>(0)
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_begin_leaves_no_transaction_behind_on_the_pooled_connection() {
+        let scratch = scratch_pool().await;
+        // One connection, so every step below reuses the one a cancelled begin had.
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .connect_with((*scratch.connect_options()).clone())
+            .await
+            .expect("pool");
+        for round in 0..50 {
+            // Dropped at its first await: after `BEGIN` is on its way, before its answer.
+            let cancelled = tokio::time::timeout(
+                std::time::Duration::ZERO,
+                super::begin_as_user(&pool, "cancelled-user"),
+            )
+            .await;
+            drop(cancelled);
+            assert!(
+                in_a_fresh_transaction(&pool).await,
+                "round {round}: the next statement ran inside the cancelled transaction"
+            );
+        }
+        // The one-statement reads keep working, and so does a whole transaction.
+        let conversation = Uuid::new_v4();
+        for _ in 0..3 {
+            let read =
+                super::input_requests::list_pending_as(&pool, "cancelled-user", conversation)
+                    .await
+                    .expect("the read runs");
+            assert!(read.is_none(), "not the caller's conversation");
+        }
+        let tx = super::begin_as_user(&pool, "cancelled-user")
+            .await
+            .expect("begin");
+        tx.commit().await.expect("commit");
+        assert!(in_a_fresh_transaction(&pool).await);
     }
 }
