@@ -311,7 +311,10 @@ fn input_limits(
             value => Ok(value),
         }
     };
-    let nesting = read("TOOLGATE_MAX_PATTERN_NESTING", defaults.pattern_nesting as usize)?;
+    let nesting = read(
+        "TOOLGATE_MAX_PATTERN_NESTING",
+        defaults.pattern_nesting as usize,
+    )?;
     Ok(InputLimits {
         fields: read("TOOLGATE_MAX_FIELDS", defaults.fields)?,
         options: read("TOOLGATE_MAX_OPTIONS", defaults.options)?,

@@ -63,13 +63,17 @@ static LIMITS: RwLock<InputLimits> = RwLock::new(InputLimits::DEFAULT);
 
 /// The limits every check of this process applies.
 pub fn limits() -> InputLimits {
-    *LIMITS.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+    *LIMITS
+        .read()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Sets the limits every later check of this process applies: the server at start-up,
 /// the web chat when the server has said which it uses.
 pub fn set_limits(limits: InputLimits) {
-    *LIMITS.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = limits;
+    *LIMITS
+        .write()
+        .unwrap_or_else(|poisoned| poisoned.into_inner()) = limits;
 }
 
 /// What a tool needs from the user before it can run.
@@ -680,10 +684,7 @@ fn validate_value(field: &FieldSpec, value: &Value) -> Result<Value, String> {
             let text = as_text(value).ok_or("Must be text")?;
             let length = text.chars().count();
             if length > limits.value_chars {
-                return Err(format!(
-                    "Must be at most {} characters",
-                    limits.value_chars
-                ));
+                return Err(format!("Must be at most {} characters", limits.value_chars));
             }
             let length = length as f64;
             if let Some(min) = field.min
@@ -794,10 +795,7 @@ fn validate_value(field: &FieldSpec, value: &Value) -> Result<Value, String> {
         .as_str()
         .is_some_and(|text| text.chars().count() > limits.value_chars)
     {
-        return Err(format!(
-            "Must be at most {} characters",
-            limits.value_chars
-        ));
+        return Err(format!("Must be at most {} characters", limits.value_chars));
     }
     if let Some(pattern) = &field.validation {
         let subject = match &normal {

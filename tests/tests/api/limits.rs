@@ -466,8 +466,7 @@ async fn the_per_request_limits_are_settings_the_server_and_its_document_apply()
     assert_eq!(info["input_limits"]["options"], 200, "{info}");
     let (_, document) = server.send("GET", "/api/openapi.json", None, None).await;
     assert_eq!(
-        document["components"]["schemas"]["CreateRequestAction"]["properties"]["fields"]
-            ["maxItems"],
+        document["components"]["schemas"]["CreateRequestAction"]["properties"]["fields"]["maxItems"],
         3
     );
 }
@@ -477,5 +476,8 @@ async fn a_per_request_limit_of_zero_stops_the_start() {
     let result =
         TestServer::try_start(ServerOptions::default().env("TOOLGATE_MAX_FIELDS", "0")).await;
     let err = format!("{:#}", result.err().expect("must not start"));
-    assert!(err.contains("TOOLGATE_MAX_FIELDS must be above zero"), "{err}");
+    assert!(
+        err.contains("TOOLGATE_MAX_FIELDS must be above zero"),
+        "{err}"
+    );
 }
