@@ -6,8 +6,8 @@
 //! revision's stateless questions.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -41,12 +41,21 @@ pub struct HttpServer {
     /// The streamable HTTP endpoint, e.g. `http://127.0.0.1:41234/mcp`.
     pub url: String,
     stop: CancellationToken,
+    authorizations: Arc<Mutex<Vec<String>>>,
 }
 
 impl HttpServer {
     /// Closes the endpoint and ends its sessions.
     pub fn stop(&self) {
         self.stop.cancel();
+    }
+
+    /// The `Authorization` headers the endpoint has received, in order.
+    pub fn authorizations(&self) -> Vec<String> {
+        self.authorizations
+            .lock()
+            .map(|seen| seen.clone())
+            .unwrap_or_default()
     }
 }
 
@@ -70,7 +79,27 @@ pub async fn serve_http() -> Result<HttpServer> {
         .await
         .context("binding the test MCP server")?;
     let address = listener.local_addr()?;
-    let router = axum::Router::new().nest_service("/mcp", service);
+    let authorizations = Arc::new(Mutex::new(Vec::new()));
+    let seen = authorizations.clone();
+    let router =
+        axum::Router::new()
+            .nest_service("/mcp", service)
+            .layer(axum::middleware::map_request(
+                move |request: axum::extract::Request| {
+                    let seen = seen.clone();
+                    async move {
+                        if let Some(value) = request
+                            .headers()
+                            .get("authorization")
+                            .and_then(|v| v.to_str().ok())
+                            && let Ok(mut seen) = seen.lock()
+                        {
+                            seen.push(value.to_owned());
+                        }
+                        request
+                    }
+                },
+            ));
     let until = stop.clone();
     tokio::spawn(async move {
         let _ = axum::serve(listener, router)
@@ -80,6 +109,7 @@ pub async fn serve_http() -> Result<HttpServer> {
     Ok(HttpServer {
         url: format!("http://{address}/mcp"),
         stop,
+        authorizations,
     })
 }
 
@@ -169,6 +199,14 @@ impl TestTools {
             tool(
                 "ask_code",
                 "Asks for a code the stateless way (2026-07-28)",
+                json!({}),
+            )
+            .annotate(read_only()),
+            // No annotations at all: toolgate must treat it as possibly destructive.
+            tool("unmarked", "Does something it does not describe", json!({})),
+            tool(
+                "show_setup",
+                "Tells the arguments and working directory the server process started with",
                 json!({}),
             )
             .annotate(read_only()),
@@ -448,6 +486,16 @@ impl ServerHandler for TestTools {
                 Ok(text("added"))
             }
             "ask_code" => self.ask_code(&request),
+            "unmarked" => Ok(text("did it")),
+            "show_setup" => {
+                let arguments: Vec<String> = std::env::args().skip(1).collect();
+                let directory = std::env::current_dir().map_err(failed)?;
+                Ok(text(format!(
+                    "args: {}; cwd: {}",
+                    serde_json::to_string(&arguments).map_err(failed)?,
+                    directory.display()
+                )))
+            }
             "show_env" => {
                 let name = arguments.get("name").and_then(Value::as_str).unwrap_or("");
                 let value = std::env::var(name).unwrap_or_else(|_| "unset".to_owned());

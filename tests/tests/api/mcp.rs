@@ -879,16 +879,16 @@ async fn a_server_that_crashes_is_reconnected_and_meanwhile_its_tools_say_why() 
     let (_, token) = server.new_user("mcp-comeback").await;
     tools_when_settled(server, &token, &["t"]).await;
     let conversation = server.new_conversation(&token).await;
-    let (_, crashed) = execute(
-        server,
-        &token,
-        &conversation,
-        "t__crash",
-        "call_crash_now",
-        json!({}),
-    )
-    .await;
-    assert_eq!(crashed["success"], false, "{crashed}");
+    // The process toolgate keeps its catalogue with (no call has started another yet)
+    // dies of a signal.
+    let toolgate = server.pid().expect("pid");
+    let children = test_servers_started_by(toolgate);
+    assert_eq!(children.len(), 1, "{children:?}");
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &children[0].to_string()])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
 
     // Down: the server and its tools say why, and a call fails with those words.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -901,7 +901,9 @@ async fn a_server_that_crashes_is_reconnected_and_meanwhile_its_tools_say_why() 
             tokio::time::Instant::now() < deadline,
             "never marked down: {tools}"
         );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        // Ten a second: well within the rate limit, and the server stays down at least
+        // a second (its first backoff).
+        tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let (_, offline) = execute(
         server,
@@ -918,7 +920,10 @@ async fn a_server_that_crashes_is_reconnected_and_meanwhile_its_tools_say_why() 
     assert!(reason.contains("`t`"), "{echo}");
     assert_eq!(offline["success"], false, "{offline}");
     assert!(
-        offline["error"].as_str().unwrap_or_default().contains("`t`"),
+        offline["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("`t`"),
         "{offline}"
     );
 
@@ -926,7 +931,9 @@ async fn a_server_that_crashes_is_reconnected_and_meanwhile_its_tools_say_why() 
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
         let (_, tools) = server.send("GET", "/api/tools", Some(&token), None).await;
-        if server_info(&tools, "t")["status"] == "connected" && tool(&tools, "t__echo")["available"] == true {
+        if server_info(&tools, "t")["status"] == "connected"
+            && tool(&tools, "t__echo")["available"] == true
+        {
             break;
         }
         assert!(
@@ -972,8 +979,9 @@ async fn an_elicitation_expires_no_later_than_its_servers_timeout() {
             .unwrap_or_else(|_| panic!("{key} in {request}"))
     };
     let lifetime = at("expires_at") - at("created_at");
+    // Two seconds (and the moment between the two clock readings), not the default day.
     assert!(
-        lifetime > chrono::TimeDelta::zero() && lifetime <= chrono::TimeDelta::seconds(2),
+        lifetime >= chrono::TimeDelta::seconds(2) && lifetime < chrono::TimeDelta::seconds(3),
         "the card lives {lifetime}, the server waits 2 s: {request}"
     );
     let card = request["tool_call_id"].as_str().expect("card").to_owned();
@@ -992,4 +1000,248 @@ async fn an_elicitation_expires_no_later_than_its_servers_timeout() {
         )
         .await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
+}
+
+#[tokio::test]
+async fn overlays_switch_tools_off_redescribe_them_and_may_lift_an_annotations_approval() {
+    let tools = stdio_server("t", "")
+        + &stdio_server("off", "enabled = false")
+        + r#"
+[[tool_overlays]]
+name = "t__delete_thing"
+requires_approval = false
+
+[[tool_overlays]]
+name = "t__echo"
+description = "Says it back, word for word"
+
+[[tool_overlays]]
+prefix = "t__ask_"
+enabled = false
+"#;
+    let setup = start(&tools).await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("mcp-overlays").await;
+    let listed = tools_when_settled(server, &token, &["t", "off"]).await;
+
+    // A disabled server is listed as such and never started.
+    let off = server_info(&listed, "off");
+    assert_eq!(off["status"], "disabled", "{off}");
+    assert!(
+        !listed["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|t| t["server"] == "off"),
+        "{listed}"
+    );
+    // The overlay's words replace the server's; a prefix switches tools off.
+    let echo = tool(&listed, "t__echo");
+    assert_eq!(echo["description"], "Says it back, word for word", "{echo}");
+    assert_eq!(echo["origin"], "mcp", "{echo}");
+    for name in ["t__ask_everything", "t__ask_password", "t__ask_code"] {
+        let asking = tool(&listed, name);
+        assert_eq!(asking["enabled"], false, "{asking}");
+        assert_eq!(asking["available"], false, "{asking}");
+    }
+    assert_eq!(echo["enabled"], true, "{echo}");
+    // destructiveHint asks for approval unless an overlay says otherwise; so does a tool
+    // that does not say it only reads.
+    let delete = tool(&listed, "t__delete_thing");
+    assert!(delete["requires_approval"].is_null(), "{delete}");
+    let unmarked = tool(&listed, "t__unmarked");
+    assert!(unmarked["requires_approval"].is_object(), "{unmarked}");
+
+    let conversation = server.new_conversation(&token).await;
+    let (status, deleted) = execute(
+        server,
+        &token,
+        &conversation,
+        "t__delete_thing",
+        "call_delete",
+        json!({}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{deleted}");
+    assert_ne!(deleted["requires_approval"], true, "{deleted}");
+    assert_eq!(deleted["success"], true, "{deleted}");
+    let (status, refused) = execute(
+        server,
+        &token,
+        &conversation,
+        "t__ask_password",
+        "call_ask",
+        json!({}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{refused}");
+    assert_eq!(
+        refused,
+        json!({"success": false, "error": "the tool `t__ask_password` is disabled"})
+    );
+}
+
+#[tokio::test]
+async fn a_child_gets_its_arguments_and_directory_and_http_its_headers_from_the_environment() {
+    let http = tests::mcp_server::serve_http()
+        .await
+        .expect("HTTP MCP server");
+    let directory = TempDir::new("mcp-cwd");
+    let tools = stdio_server(
+        "t",
+        &format!(
+            "args = [\"--flag\", \"two words\"]\ncwd = \"{}\"",
+            directory.0.display()
+        ),
+    ) + &http_server(
+        "h",
+        &http.url,
+        "headers = { Authorization = \"Bearer {env.MCP_HTTP_TOKEN}\" }",
+    );
+    let setup = start_with(
+        &tools,
+        ServerOptions::default().env("MCP_HTTP_TOKEN", "mcp-token-314"),
+    )
+    .await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("mcp-transports").await;
+    let listed = tools_when_settled(server, &token, &["t", "h"]).await;
+    assert_eq!(server_info(&listed, "t")["status"], "connected", "{listed}");
+    assert_eq!(server_info(&listed, "h")["status"], "connected", "{listed}");
+
+    let conversation = server.new_conversation(&token).await;
+    let (_, setup_told) = execute(
+        server,
+        &token,
+        &conversation,
+        "t__show_setup",
+        "call_setup",
+        json!({}),
+    )
+    .await;
+    let text = setup_told["result"]["text"].as_str().unwrap_or_default();
+    assert!(
+        text.contains(r#"args: ["--flag","two words"]"#),
+        "{setup_told}"
+    );
+    let canonical = directory.0.canonicalize().expect("directory");
+    assert!(
+        text.ends_with(&format!("cwd: {}", canonical.display())),
+        "{setup_told}"
+    );
+    // The header's value came from toolgate's environment, and never names the variable.
+    let seen = http.authorizations();
+    assert!(!seen.is_empty(), "no requests reached the HTTP server");
+    assert!(
+        seen.iter().all(|value| value == "Bearer mcp-token-314"),
+        "{seen:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_live_sessions_question_ends_when_toolgate_stops_and_stays_ended_after_a_restart() {
+    let tools = stdio_server("t", "");
+    let (dir, path) = write_temp_file("tools.toml", &tools);
+    let options = ServerOptions::default().env("TOOLGATE_TOOLS", &path.to_string_lossy());
+    let mut first = TestServer::start_with(options).await;
+    let (user, token) = first.new_user("mcp-live-restart").await;
+    tools_when_settled(&first, &token, &["t"]).await;
+    let conversation = first.new_conversation(&token).await;
+    let (_, asked) = execute(
+        &first,
+        &token,
+        &conversation,
+        "t__ask_everything",
+        "call_live",
+        json!({}),
+    )
+    .await;
+    assert_eq!(asked["requires_user_input"], true, "{asked}");
+    let card = asked["user_input_request"]["tool_call_id"]
+        .as_str()
+        .expect("card")
+        .to_owned();
+
+    // The session that waits for the answer goes with the process.
+    first.terminate().await.expect("stops");
+    let second = TestServer::start_with(
+        ServerOptions {
+            database_url: Some(first.database_url.clone()),
+            ..ServerOptions::default()
+        }
+        .env("TOOLGATE_TOOLS", &path.to_string_lossy()),
+    )
+    .await;
+    let token = second.token(&user).await;
+    assert!(pending(&second, &token, &conversation).await.is_empty());
+    let events = second
+        .events_until(&token, &conversation, 0, Duration::from_secs(10), |e| {
+            e["type"] == "input_resolved" && e["request"]["tool_call_id"] == card
+        })
+        .await;
+    let ended = &events.last().expect("resolved")["request"];
+    assert_eq!(ended["status"], "abandoned", "{ended}");
+    assert!(
+        ended["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("while this was open, so the tool did not finish"),
+        "{ended}"
+    );
+    let (status, body) = second
+        .action(
+            &token,
+            json!({"action": "submit_response", "tool_call_id": card,
+                "user_inputs": {"name": "Ada", "colour": "red"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    drop(dir);
+}
+
+#[tokio::test]
+async fn a_server_that_accepts_but_never_answers_is_given_up_on_after_its_connect_timeout() {
+    // Accepts connections and reads them, but never says a word.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}/mcp", silent.local_addr().expect("address"));
+    let holding = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            open.push(socket);
+        }
+    });
+    let setup = start(&http_server("silent", &url, "connect_timeout_seconds = 1")).await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("mcp-silent").await;
+    let listed = tools_when_settled(server, &token, &["silent"]).await;
+    let info = server_info(&listed, "silent");
+    assert_eq!(info["status"], "unavailable", "{info}");
+    assert_eq!(
+        info["reason"], "the MCP server `silent` did not answer in time",
+        "{info}"
+    );
+    holding.abort();
+}
+
+/// The test MCP server processes whose parent is `parent`.
+fn test_servers_started_by(parent: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        // "pid (comm) state ppid ...": the name may hold spaces, so read after its ')'.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|ppid| ppid.parse::<u32>().ok());
+        let command = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if ppid == Some(parent) && String::from_utf8_lossy(&command).contains("mcp-test-server") {
+            found.push(pid);
+        }
+    }
+    found
 }

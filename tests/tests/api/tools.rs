@@ -560,7 +560,14 @@ async fn tools_are_listed_with_their_metadata() {
         .find(|t| t["name"] == "switched_off")
         .expect("listed");
     assert_eq!(off["enabled"], false);
-    assert!(tools.iter().any(|t| t["name"] == "calculator"));
+    // Where each comes from: the tools file, or toolgate itself.
+    assert_eq!(qb["origin"], "tools_file", "{qb}");
+    assert!(qb["server"].is_null(), "{qb}");
+    let calculator = tools
+        .iter()
+        .find(|t| t["name"] == "calculator")
+        .expect("listed");
+    assert_eq!(calculator["origin"], "builtin", "{calculator}");
     let (status, _) = f.server.send("GET", "/api/tools", None, None).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
 }

@@ -360,6 +360,53 @@ mod tests {
     }
 
     #[test]
+    fn a_default_of_every_kind_becomes_the_fields_valid_default() {
+        let fields = fields_of(
+            &schema(json!({"type": "object", "properties": {
+                "name": {"type": "string", "default": "Ada"},
+                "email": {"type": "string", "format": "email", "default": "ada@example.com"},
+                "homepage": {"type": "string", "format": "uri", "default": "https://example.com"},
+                "birthday": {"type": "string", "format": "date", "default": "1815-12-10"},
+                "meeting": {"type": "string", "format": "date-time", "default": "2025-03-31T17:30:00+02:00"},
+                "age": {"type": "integer", "default": 36},
+                "budget": {"type": "number", "default": 2.5},
+                "subscribe": {"type": "boolean", "default": false},
+                "colour": {"type": "string", "enum": ["red", "green"], "default": "red"},
+                "size": {"type": "string", "oneOf": [{"const": "s", "title": "Small"}, {"const": "l", "title": "Large"}], "default": "l"},
+                "legacy_pick": {"type": "string", "enum": ["a", "b"], "enumNames": ["Option A", "Option B"], "default": "b"},
+                "toppings": {"type": "array", "items": {"type": "string", "enum": ["cheese", "ham"]}, "default": ["ham"]},
+                "extras": {"type": "array", "items": {"anyOf": [{"const": "x1", "title": "Extra one"}, {"const": "x2", "title": "Extra two"}]}, "default": ["x2"]}
+            }})),
+            "test",
+        )
+        .expect("convertible");
+        let expected = [
+            ("name", json!("Ada")),
+            ("email", json!("ada@example.com")),
+            ("homepage", json!("https://example.com")),
+            ("birthday", json!("1815-12-10")),
+            ("meeting", json!("2025-03-31T17:30:00+02:00")),
+            ("age", json!(36)),
+            ("budget", json!(2.5)),
+            ("subscribe", json!(false)),
+            ("colour", json!("red")),
+            ("size", json!("l")),
+            ("legacy_pick", json!("b")),
+            ("toppings", json!(["ham"])),
+            ("extras", json!(["x2"])),
+        ];
+        for (name, default) in expected {
+            let field = fields
+                .iter()
+                .find(|f| f.name == name)
+                .unwrap_or_else(|| panic!("{name} missing"));
+            assert_eq!(field.default, Some(default), "{name}");
+        }
+        // Each default is one the field itself accepts, so the card can show it as is.
+        fields::check_field_specs(&fields).expect("every default is valid for its field");
+    }
+
+    #[test]
     fn the_converted_fields_validate_what_the_card_sends_and_answer_typed_content() {
         let fields = fields_of(&every_kind(), "test").expect("convertible");
         let inputs = json!({"name": "Ada", "colour": "blue", "age": "41", "subscribe": "false",
