@@ -121,9 +121,27 @@ impl Bench {
 local threads = {threads}
 local counter = 0
 next_tid = 0
+all_threads = {{}}
 function setup(thread)
   thread:set(\"tid\", next_tid)
   next_tid = next_tid + 1
+  table.insert(all_threads, thread)
+end
+failures = {{}}
+failure_sample = nil
+response = function(status, headers, body)
+  if status >= 300 then
+    failures[status] = (failures[status] or 0) + 1
+    if failure_sample == nil then failure_sample = status .. \" \" .. string.sub(body or \"\", 1, 200) end
+  end
+end
+done = function(summary, latency, requests)
+  for _, thread in ipairs(all_threads) do
+    local counts = thread:get(\"failures\")
+    for status, count in pairs(counts) do io.write(\"Status \", status, \" \", count, \"\\n\") end
+    local sample = thread:get(\"failure_sample\")
+    if sample then io.write(\"Sample \", sample, \"\\n\") end
+  end
 end
 request = function()
   counter = counter + 1
@@ -281,10 +299,12 @@ fn parse_wrk(text: &str) -> Result<Figures> {
             ["99%", value] => figures.p99_ms = duration_ms(value).unwrap_or(0.0),
             ["Requests/sec:", value] => figures.rate = value.parse().unwrap_or(0.0),
             ["Non-2xx", "or", "3xx", "responses:", count] => {
-                let count = count.parse::<u64>().unwrap_or(0);
-                figures.errors += count;
-                figures.error_kinds.push(format!("non-2xx {count}"));
+                figures.errors += count.parse::<u64>().unwrap_or(0);
             }
+            ["Status", status, count] => figures.error_kinds.push(format!("HTTP {status} {count}")),
+            ["Sample", ..] => figures
+                .error_kinds
+                .push(format!("e.g. {}", &line["Sample ".len()..])),
             ["Socket", "errors:", rest @ ..] => {
                 // "connect 0, read 0, write 0, timeout 3"
                 for pair in rest.chunks(2) {
@@ -423,6 +443,25 @@ fn pgbench(url: &str, script: &Path, clients: usize, seconds: u64) -> Result<f64
 const IDENTITY: &str = "\\set u random(0, 999)\nBEGIN;\nselect set_config('role', 'toolgate_app', true), set_config('toolgate.user_id', 'bench-u' || :u, true);\n";
 const WRITER_IDENTITY: &str = "\\set u random(1000, 1999)\nBEGIN;\nselect set_config('role', 'toolgate_app', true), set_config('toolgate.user_id', 'bench-u' || :u, true);\n";
 const CONVERSATION: &str = "('00000000-0000-0000-0000-' || lpad(:u::text, 12, '0'))::uuid";
+
+/// A log line without its terminal colours.
+fn without_ansi(line: &str) -> String {
+    let mut plain = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // CSI: ESC [ parameters, then a letter.
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            plain.push(c);
+        }
+    }
+    plain
+}
 
 /// The baseline name of a read's one-statement form.
 fn one_statement(path: &str) -> String {
@@ -634,18 +673,19 @@ async fn main() -> Result<()> {
         for (name, clients, f) in failed {
             println!("- {name}, {clients} clients: {}", f.error_kinds.join(", "));
         }
-        let logged: BTreeSet<String> = server
-            .logs()
+        // What the server logged about them, each distinct message once, errors first.
+        let logs = server.logs();
+        let logged: BTreeSet<(bool, String)> = logs
             .lines()
-            .filter(|line| line.contains("WARN") || line.contains("ERROR"))
-            .map(|line| {
-                line.chars()
-                    .skip_while(|c| !c.is_ascii_uppercase())
-                    .collect()
+            .map(without_ansi)
+            .filter_map(|line| {
+                let at = line.find(" ERROR ").or_else(|| line.find(" WARN "))?;
+                let message = line[at..].trim().to_owned();
+                Some((!message.starts_with("ERROR"), message))
             })
             .collect();
-        for line in logged.iter().take(10) {
-            println!("- server: {line}");
+        for (_, message) in logged.iter().take(10) {
+            println!("- server: {message}");
         }
     }
 
