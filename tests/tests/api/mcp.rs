@@ -1245,3 +1245,36 @@ fn test_servers_started_by(parent: u32) -> Vec<u32> {
     }
     found
 }
+
+#[tokio::test]
+async fn an_overlays_key_argument_drops_the_older_call_of_an_mcp_tool_from_the_context() {
+    let args = json!({"text": "the same draft"});
+    let (setup, llm) = mock_model_setup(
+        vec![
+            MockReply::ToolCalls(vec![call("call_old", "t__echo", args.clone())]),
+            MockReply::ToolCalls(vec![call("call_new", "t__echo", args)]),
+            MockReply::Text("done".into()),
+        ],
+        &(stdio_server("t", "")
+            + "[[tool_overlays]]\nname = \"t__echo\"\nkey_argument = \"text\"\n"),
+    )
+    .await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("mcp-key").await;
+    tools_when_settled(server, &token, &["t"]).await;
+    let conversation = server.new_conversation(&token).await;
+    let (status, started) = server
+        .post_message(&token, &conversation, json!("Echo the draft twice"))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{started}");
+    let run = started["run_id"].as_str().expect("run").to_owned();
+    let done = server.run_finished(&token, &conversation, &run).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 3, "{requests:?}");
+    // The second request still had the first call: it was the newest then.
+    assert!(requests[1]["messages"].to_string().contains("call_old"));
+    let last = requests[2]["messages"].to_string();
+    assert!(!last.contains("call_old"), "the older call is gone: {last}");
+    assert!(last.contains("call_new"), "{last}");
+}
