@@ -326,3 +326,48 @@ async fn the_identity_never_outlives_a_request_on_a_pooled_connection() {
         );
     }
 }
+
+#[tokio::test]
+async fn only_the_servers_login_may_read_as_someone_else_through_the_one_trip_reads() {
+    let mut conn = migrated_connection().await;
+    let alice = unique("alice");
+    let bob = unique("bob");
+    let (alice_conversation, _) = seed_request(&mut conn, &alice).await;
+
+    // The server's login names the caller and reads what is theirs.
+    let mine: i64 = sqlx::query_scalar("select count(*) from toolgate_pending_requests($1, $2)")
+        .bind(&alice)
+        .bind(alice_conversation)
+        .fetch_one(&mut conn)
+        .await
+        .expect("the server's read");
+    assert_eq!(mine, 1);
+    // Named as Bob, the same read finds Alice's conversation is not his.
+    let theirs = sqlx::query("select * from toolgate_pending_requests($1, $2)")
+        .bind(&bob)
+        .bind(alice_conversation)
+        .fetch_all(&mut conn)
+        .await
+        .expect_err("not Bob's conversation");
+    assert!(
+        theirs.to_string().contains("conversation not found"),
+        "{theirs}"
+    );
+
+    // Whoever runs as the app role (as any request does) cannot call either function to
+    // name another user: the identity is an argument, so only the server's login may.
+    for read in ["toolgate_pending_requests", "toolgate_session_values"] {
+        let mut tx = as_user(&mut conn, &bob).await;
+        let forged = sqlx::query(&format!("select * from {read}($1, $2)"))
+            .bind(&alice)
+            .bind(alice_conversation)
+            .fetch_all(&mut *tx)
+            .await
+            .expect_err("the app role may not name a caller");
+        assert!(
+            forged.to_string().contains("permission denied"),
+            "{read}: {forged}"
+        );
+        tx.rollback().await.expect("rollback");
+    }
+}
