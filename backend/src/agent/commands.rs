@@ -15,10 +15,10 @@ pub const COMMAND_MODEL: &str = "toolgate-command";
 
 const HELP: &str = "Commands:\n\
 /context pipeline show — the stages and their settings\n\
-/context pipeline add <stage> — add a stage (collect, enrich, filter, transform, validate)\n\
+/context pipeline add <stage> — add a stage (collect, filter, transform, validate)\n\
 /context pipeline remove <stage> — take a stage out\n\
 /context pipeline reorder <from> <to> — move a stage (positions or names)\n\
-/context pipeline config <stage> key=value … — change a setting, e.g. filter token_budget=9000\n\
+/context pipeline config <stage> key=value … — change a setting, e.g. filter token_budget=4000 (older turns are summarised past it)\n\
 /pin — keep your previous message in the assistant's context for good (your first request always is)\n\
 /unpin — stop keeping the messages you pinned (your first request stays)\n\
 /remember <note> — something the assistant should always know about you";
@@ -94,7 +94,7 @@ pub async fn run(
         ["/context", "pipeline", rest @ ..] => {
             let mut config =
                 super::middleware::context_pipeline_config(conn, conversation_id).await?;
-            let reply = match apply(&mut config, rest, settings.summary) {
+            let reply = match apply(&mut config, rest) {
                 Ok(Some(change)) => {
                     conversations::set_context_pipeline(
                         conn,
@@ -124,13 +124,11 @@ fn stage_name(word: &str) -> std::result::Result<String, String> {
     }
 }
 
-/// Applies one pipeline command; `Ok(None)` for `show`. A budget at or below the point
-/// where summarisation starts is refused: the filter would drop content that should
-/// have gone into a summary.
+/// Applies one pipeline command; `Ok(None)` for `show`. Settings that do not work
+/// together (a ceiling at or below the budget) are refused with the reason.
 fn apply(
     config: &mut PipelineConfig,
     words: &[&str],
-    summary: Option<&SummaryConfig>,
 ) -> std::result::Result<Option<String>, String> {
     match words {
         [] | ["show"] => Ok(None),
@@ -180,9 +178,7 @@ fn apply(
                     .ok_or_else(|| format!("Write settings as key=value, not `{setting}`."))?;
                 config.set(&stage, key, value)?;
             }
-            if let Some(summary) = summary {
-                config.check_against_summary(summary.threshold_tokens)?;
-            }
+            config.check()?;
             Ok(Some(format!("Updated {stage}: {}.", settings.join(", "))))
         }
         _ => Err("I did not understand that pipeline command.".to_owned()),
@@ -196,71 +192,56 @@ mod tests {
     #[test]
     fn pipeline_commands_change_the_config() {
         let mut config = PipelineConfig::default();
-        let apply = |config: &mut PipelineConfig, words: &[&str]| apply(config, words, None);
         assert_eq!(
-            apply(&mut config, &["remove", "enrich"])
+            apply(&mut config, &["remove", "transform"])
                 .ok()
                 .flatten()
                 .as_deref(),
-            Some("Removed enrich.")
+            Some("Removed transform.")
         );
-        assert!(apply(&mut config, &["remove", "enrich"]).is_err());
-        assert!(apply(&mut config, &["add", "enrich"]).is_ok());
-        assert_eq!(config.stages.last().map(String::as_str), Some("enrich"));
-        assert!(apply(&mut config, &["reorder", "5", "1"]).is_ok());
-        assert_eq!(config.stages[0], "enrich");
+        assert!(apply(&mut config, &["remove", "transform"]).is_err());
+        assert!(apply(&mut config, &["add", "transform"]).is_ok());
+        assert_eq!(config.stages.last().map(String::as_str), Some("transform"));
+        assert!(apply(&mut config, &["reorder", "4", "1"]).is_ok());
+        assert_eq!(config.stages[0], "transform");
         assert!(apply(&mut config, &["reorder", "validate", "collect"]).is_ok());
         assert!(apply(&mut config, &["config", "filter", "token_budget=500"]).is_ok());
         assert!(config.describe(None).contains("token_budget=500"));
         assert!(apply(&mut config, &["config", "filter", "token_budget"]).is_err());
         assert!(apply(&mut config, &["add", "bogus"]).is_err());
+        assert!(
+            apply(&mut config, &["add", "enrich"]).is_err(),
+            "a retired stage"
+        );
         assert!(apply(&mut config, &["explode"]).is_err());
     }
 
     #[test]
-    fn a_budget_below_the_summary_threshold_is_refused_with_the_reason() {
+    fn a_budget_below_the_threshold_starts_summarising_there_and_a_low_ceiling_is_refused() {
         let summary = SummaryConfig {
             threshold_tokens: 6000,
             keep_messages: 6,
         };
         let mut config = PipelineConfig::default();
-        let refused = apply(
-            &mut config,
-            &["config", "filter", "token_budget=4000"],
-            Some(&summary),
-        )
-        .expect_err("a budget under the threshold");
-        assert!(refused.contains("6000"), "{refused}");
-        assert!(refused.contains("summary"), "{refused}");
-        assert!(
-            apply(
-                &mut PipelineConfig::default(),
-                &["config", "filter", "token_budget=9000"],
-                Some(&summary)
-            )
-            .is_ok()
-        );
-        let shown = PipelineConfig::default().describe(Some(&summary));
-        assert!(
-            shown.contains("Summarisation starts past 6000 tokens"),
-            "{shown}"
-        );
+        let shown = config.describe(Some(&summary));
+        assert!(shown.contains("Past 6000 tokens"), "{shown}");
         assert!(shown.contains("first request"), "{shown}");
         assert!(!shown.contains("Warning"), "{shown}");
-        // A budget stored before the check existed is pointed out.
-        let mut old = PipelineConfig::default();
-        old.set("filter", "token_budget", "3000").expect("valid");
-        let shown = old.describe(Some(&summary));
+
+        assert!(apply(&mut config, &["config", "filter", "token_budget=4000"]).is_ok());
+        let shown = config.describe(Some(&summary));
         assert!(
-            shown.contains("Warning: filter.token_budget=3000"),
+            shown.contains("Past 4000 tokens (this conversation's filter.token_budget)"),
             "{shown}"
         );
-    }
+        assert!(shown.contains("Nothing leaves the context but into a summary"));
 
-    #[test]
-    fn pin_commands_are_commands() {
-        assert!(is_command("/pin"));
-        assert!(is_command("/unpin"));
-        assert!(!is_command("/pinned is a word"));
+        let refused = apply(&mut config, &["config", "validate", "max_tokens=3000"])
+            .expect_err("a ceiling under the budget");
+        assert!(refused.contains("validate.max_tokens=3000"), "{refused}");
+        assert!(
+            refused.contains("summarised down to the budget"),
+            "{refused}"
+        );
     }
 }

@@ -34,16 +34,6 @@ pub struct Agent {
 impl Agent {
     pub fn new(config: &Config) -> anyhow::Result<Self> {
         let chain = middleware::Chain::from_names(&config.middleware)?;
-        let names = chain.names();
-        if names.contains(&"summarisation") && names.contains(&"context_pipeline") {
-            middleware::PipelineConfig::default()
-                .check_against_summary(config.summary.threshold_tokens)
-                .map_err(|problem| {
-                    anyhow::anyhow!(
-                        "TOOLGATE_SUMMARY_TOKENS does not fit the context pipeline's defaults: {problem}"
-                    )
-                })?;
-        }
         Ok(Agent {
             provider: providers::from_config(&config.llm),
             chain,

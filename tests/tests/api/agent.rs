@@ -669,11 +669,28 @@ async fn summarisation_replaces_old_turns_and_keeps_tool_pairs_whole() {
 
 #[tokio::test]
 async fn context_pipeline_commands_change_what_the_next_call_receives() {
-    let setup = with_mock_model(vec![], &[("TOOLGATE_MIDDLEWARE", "context_pipeline")]).await;
+    let setup = with_mock_model(
+        vec![],
+        &[("TOOLGATE_MIDDLEWARE", "summarisation,context_pipeline")],
+    )
+    .await;
     let server = &setup.server;
     let (_, token) = server.new_user("pipeline").await;
     let conversation = server.new_conversation(&token).await;
-    // The first request is pinned (never trimmed); the filler comes after it.
+    let chats = || -> Vec<Value> {
+        setup
+            .llm
+            .requests()
+            .into_iter()
+            .filter(|r| {
+                !r["messages"][0]
+                    .to_string()
+                    .contains("Summarise the conversation")
+            })
+            .collect()
+    };
+    let summaries = || setup.llm.requests().len() - chats().len();
+    // The first request is pinned (never summarised); the filler comes after it.
     let run = start(server, &token, &conversation, json!("Hi.")).await;
     server.run_finished(&token, &conversation, &run).await;
     let filler = "background story about sailing boats ".repeat(40);
@@ -689,18 +706,16 @@ async fn context_pipeline_commands_change_what_the_next_call_receives() {
         .unwrap_or_default()
         .to_owned();
     assert!(
-        shown.contains("3. filter (dedupe=true, token_budget=8000)"),
+        shown.contains("2. filter (dedupe=true, token_budget=8000)"),
         "{shown}"
     );
 
     let run = start(server, &token, &conversation, json!("What about invoices?")).await;
     server.run_finished(&token, &conversation, &run).await;
-    assert!(
-        setup.llm.requests()[2]["messages"]
-            .to_string()
-            .contains("sailing boats")
-    );
+    assert!(chats()[2]["messages"].to_string().contains("sailing boats"));
+    assert_eq!(summaries(), 0, "under the threshold nothing is summarised");
 
+    // A budget under the server's threshold: older turns go into a summary past it.
     let (status, changed) = server
         .post_message(
             &token,
@@ -709,12 +724,12 @@ async fn context_pipeline_commands_change_what_the_next_call_receives() {
         )
         .await;
     assert_eq!(status, StatusCode::OK);
-    assert!(
-        changed["reply"]["content"][0]["text"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("token_budget=120")
-    );
+    let changed = changed["reply"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(changed.contains("token_budget=120"), "{changed}");
+    assert!(changed.contains("Past 120 tokens"), "{changed}");
     let run = start(
         server,
         &token,
@@ -723,16 +738,32 @@ async fn context_pipeline_commands_change_what_the_next_call_receives() {
     )
     .await;
     server.run_finished(&token, &conversation, &run).await;
-    let third = setup.llm.requests()[3].clone();
+    assert_eq!(summaries(), 1, "the budget asked for a summary");
+    let summarised = setup
+        .llm
+        .requests()
+        .into_iter()
+        .find(|r| {
+            r["messages"][0]
+                .to_string()
+                .contains("Summarise the conversation")
+        })
+        .expect("a summary request");
     assert!(
-        !third["messages"].to_string().contains("sailing boats"),
-        "the budget dropped the old turn"
+        summarised["messages"].to_string().contains("sailing boats"),
+        "the old turn went into the summary"
+    );
+    let third = chats()[3].clone();
+    let sent = third["messages"].to_string();
+    assert!(
+        !sent.contains("sailing boats"),
+        "the old turn is still there"
     );
     assert!(
-        third["messages"]
-            .to_string()
-            .contains("What about invoices now?")
+        sent.contains("Summary of the earlier conversation"),
+        "{sent}"
     );
+    assert!(sent.contains("Hi.") && sent.contains("What about invoices now?"));
 
     let (_, bad) = server
         .post_message(
@@ -760,6 +791,7 @@ async fn context_pipeline_commands_change_what_the_next_call_receives() {
             .unwrap_or_default()
             .contains("Not in the pipeline: filter")
     );
+    // Without the filter's budget the summary stays: what it holds does not come back.
     let run = start(
         server,
         &token,
@@ -768,11 +800,10 @@ async fn context_pipeline_commands_change_what_the_next_call_receives() {
     )
     .await;
     server.run_finished(&token, &conversation, &run).await;
-    assert!(
-        setup.llm.requests()[4]["messages"]
-            .to_string()
-            .contains("sailing boats")
-    );
+    let fourth = chats()[4]["messages"].to_string();
+    assert!(!fourth.contains("sailing boats"));
+    assert!(fourth.contains("Summary of the earlier conversation"));
+    assert_eq!(summaries(), 1, "under the threshold no new summary");
 }
 
 #[tokio::test]

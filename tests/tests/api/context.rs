@@ -312,8 +312,8 @@ async fn a_misordered_configuration_is_refused_with_the_reason() {
             "`summarisation` must come first",
         ),
         (
-            ("TOOLGATE_SUMMARY_TOKENS", "9000"),
-            "TOOLGATE_SUMMARY_TOKENS does not fit",
+            ("TOOLGATE_MIDDLEWARE", "system_sections,context_pipeline"),
+            "has `context_pipeline` without `summarisation`",
         ),
     ];
     for ((name, value), expected) in cases {
@@ -334,22 +334,19 @@ async fn a_misordered_configuration_is_refused_with_the_reason() {
         .post_message(
             &token,
             &conversation,
-            json!("/context pipeline config filter token_budget=500"),
+            json!("/context pipeline config validate max_tokens=5000"),
         )
         .await;
     assert_eq!(status, StatusCode::OK, "{reply}");
     let text = reply["reply"].to_string();
-    assert!(text.contains("where summarisation starts"), "{text}");
+    assert!(text.contains("summarised down to the budget"), "{text}");
     let (_, shown) = server
         .post_message(&token, &conversation, json!("/context pipeline show"))
         .await;
     let shown = shown["reply"].to_string();
     assert!(
-        shown.contains("token_budget=8000"),
-        "the refused budget was kept: {shown}"
+        shown.contains("max_tokens=16000"),
+        "the refused ceiling was kept: {shown}"
     );
-    assert!(
-        shown.contains("Summarisation starts past 6000 tokens"),
-        "{shown}"
-    );
+    assert!(shown.contains("Past 6000 tokens"), "{shown}");
 }

@@ -1,13 +1,16 @@
-//! The context pipeline: ordered stages over what the model will receive, with a token
-//! budget, configured per conversation (`/context pipeline …` in the chat).
+//! The context pipeline: ordered stages over what the model will receive, configured
+//! per conversation (`/context pipeline …` in the chat).
 //!
 //! - collect: adds notes retrieved from the user's other conversations (full-text search)
-//! - enrich: scores each message's relevance to the user's request
-//! - filter: drops repeated exchanges, then the least relevant older exchanges past
-//!   `token_budget` — whole, so no question loses its answer and no result its call;
-//!   pinned requests and the newest version of each keyed artefact always stay
+//! - filter: drops an older exchange that repeats an earlier one word for word, whole;
+//!   its `token_budget` is the size summarisation keeps the request under (it runs
+//!   before the pipeline and reads the budget), so past it older exchanges go into a
+//!   summary
 //! - transform: tidies message text
-//! - validate: enforces `max_tokens`, trimming further or failing the step clearly
+//! - validate: fails the step clearly past `max_tokens`, the ceiling above the budget
+//!
+//! No stage drops a turn that no summary holds: a repeated exchange leaves its earlier
+//! copy behind, and the budget is kept by summarising, never by cutting.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -24,13 +27,12 @@ use crate::config::SummaryConfig;
 use crate::db::conversations;
 use crate::error::{Error, FieldErrors, Result};
 
-pub const STAGES: [&str; 5] = ["collect", "enrich", "filter", "transform", "validate"];
+pub const STAGES: [&str; 4] = ["collect", "filter", "transform", "validate"];
 
 /// Each stage's settings: name, kind, default.
 const SETTINGS: &[(&str, &str, Kind)] = &[
     ("collect", "retrieval", Kind::Bool(true)),
     ("collect", "retrieval_limit", Kind::Int(3, 0, 20)),
-    ("enrich", "recency_weight", Kind::Int(50, 0, 100)),
     ("filter", "dedupe", Kind::Bool(true)),
     ("filter", "token_budget", Kind::Int(8000, 50, 1_000_000)),
     ("transform", "trim", Kind::Bool(true)),
@@ -62,11 +64,16 @@ impl Default for PipelineConfig {
 
 impl PipelineConfig {
     /// The configuration as stored with the conversation; the defaults when none is, or
-    /// when what is stored no longer reads.
+    /// when what is stored no longer reads. A stage that no longer exists (an earlier
+    /// version's relevance stage) is left out.
     pub fn from_stored(stored: Option<Value>) -> Self {
-        stored
+        let mut config: PipelineConfig = stored
             .and_then(|value| serde_json::from_value(value).ok())
-            .unwrap_or_default()
+            .unwrap_or_default();
+        config
+            .stages
+            .retain(|stage| STAGES.contains(&stage.as_str()));
+        config
     }
 
     fn setting(&self, stage: &str, key: &str) -> Value {
@@ -86,6 +93,10 @@ impl PipelineConfig {
 
     fn number(&self, stage: &str, key: &str) -> i64 {
         self.setting(stage, key).as_i64().unwrap_or(0)
+    }
+
+    fn has(&self, stage: &str) -> bool {
+        self.stages.iter().any(|s| s == stage)
     }
 
     /// Sets `key=value` on a stage, checking the key and the value.
@@ -130,21 +141,35 @@ impl PipelineConfig {
     /// How many retrieved notes the collect stage wants, when it is on and retrieval
     /// with it.
     pub fn retrieval_limit(&self) -> Option<i64> {
-        (self.stages.iter().any(|s| s == "collect") && self.flag("collect", "retrieval"))
+        (self.has("collect") && self.flag("collect", "retrieval"))
             .then(|| self.number("collect", "retrieval_limit"))
             .filter(|limit| *limit > 0)
     }
 
-    /// Refuses a budget at or below the point where summarisation starts: the filter
-    /// (or validate) would drop content that should have gone into a summary.
-    pub fn check_against_summary(&self, threshold: usize) -> std::result::Result<(), String> {
-        for (stage, key) in [("filter", "token_budget"), ("validate", "max_tokens")] {
-            let value = self.number(stage, key);
-            if value <= threshold as i64 {
-                return Err(format!(
-                    "{stage}.{key}={value} is not above {threshold}, where summarisation starts: older turns must leave the context only into a summary, so keep it above {threshold}."
-                ));
-            }
+    /// The filter's token budget, when the filter is in the pipeline: summarisation
+    /// keeps the request under it.
+    pub fn token_budget(&self) -> Option<usize> {
+        self.has("filter")
+            .then(|| self.number("filter", "token_budget"))
+            .and_then(|budget| usize::try_from(budget).ok())
+    }
+
+    /// Where summarisation starts for this conversation: the server's threshold, or
+    /// the filter's budget when that is lower.
+    pub fn summary_start(&self, threshold: usize) -> usize {
+        self.token_budget()
+            .map_or(threshold, |budget| budget.min(threshold))
+    }
+
+    /// Refuses a ceiling at or below the budget: requests are summarised down to the
+    /// budget, and `max_tokens` is where a step that still does not fit fails.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        let budget = self.number("filter", "token_budget");
+        let max = self.number("validate", "max_tokens");
+        if max <= budget {
+            return Err(format!(
+                "validate.max_tokens={max} is not above filter.token_budget={budget}: requests are summarised down to the budget, and max_tokens is the ceiling above it where a step that still does not fit fails; keep it above {budget}."
+            ));
         }
         Ok(())
     }
@@ -161,30 +186,37 @@ impl PipelineConfig {
                 .collect();
             lines.push(format!("{}. {stage} ({})", index + 1, settings.join(", ")));
         }
-        let off: Vec<&str> = STAGES
-            .iter()
-            .filter(|s| !self.stages.iter().any(|x| x == *s))
-            .copied()
-            .collect();
+        let off: Vec<&str> = STAGES.iter().filter(|s| !self.has(s)).copied().collect();
         if !off.is_empty() {
             lines.push(format!("Not in the pipeline: {}", off.join(", ")));
         }
-        let budget = self.number("filter", "token_budget");
-        // A budget set before summarisation came first, or under a lower threshold.
-        if let Some(problem) =
-            summary.and_then(|s| self.check_against_summary(s.threshold_tokens).err())
-        {
+        // A ceiling stored before the check existed.
+        if let Err(problem) = self.check() {
             lines.push(format!("Warning: {problem}"));
         }
+        let max = self.number("validate", "max_tokens");
         lines.push(match summary {
-            Some(summary) => format!(
-                "Summarisation starts past {} tokens and keeps the newest exchanges (up to {} messages); the filter's budget of {budget} is above it, so older turns leave the context only into a summary.",
-                summary.threshold_tokens, summary.keep_messages
-            ),
-            None => format!(
-                "Summarisation is off: past the budget of {budget} tokens the least relevant older exchanges are dropped, each whole."
-            ),
+            Some(summary) => {
+                let start = self.summary_start(summary.threshold_tokens);
+                let why = match self.token_budget() {
+                    Some(budget) if budget < summary.threshold_tokens => {
+                        "this conversation's filter.token_budget".to_owned()
+                    }
+                    _ => "the server's summary threshold; a lower filter.token_budget starts it sooner"
+                        .to_owned(),
+                };
+                format!(
+                    "Past {start} tokens ({why}) older exchanges are summarised, keeping the newest (up to {} messages) word for word. Nothing leaves the context but into a summary: the filter drops only an exchange that repeats an earlier one.",
+                    summary.keep_messages
+                )
+            }
+            None => "Summarisation is off: nothing is summarised or dropped, and the budget is not kept.".to_owned(),
         });
+        if self.has("validate") {
+            lines.push(format!(
+                "A step whose request still needs more than {max} tokens fails with the reason."
+            ));
+        }
         lines.push("Never trimmed or summarised: your first request and the messages you pin (/pin), with their answers, and the newest version of each keyed artefact.".to_owned());
         lines.join("\n")
     }
@@ -215,7 +247,6 @@ impl Middleware for ContextPipeline {
             run_stages(
                 &ctx.inputs.pipeline,
                 request,
-                &ctx.run.original_user_request,
                 &ctx.inputs.retrieved,
                 &super::key_of(ctx),
             )
@@ -228,11 +259,9 @@ impl Middleware for ContextPipeline {
 pub fn run_stages(
     config: &PipelineConfig,
     request: &mut ModelRequest,
-    original_request: &str,
     retrieved: &[String],
     key_of: &dyn Fn(&str) -> Option<String>,
 ) -> Result<()> {
-    let mut scores: Vec<f64> = Vec::new();
     for stage in &config.stages {
         match stage.as_str() {
             "collect" if !retrieved.is_empty() => {
@@ -245,29 +274,15 @@ pub fn run_stages(
                     notes.join("\n")
                 ));
             }
-            "enrich" => {
-                scores = relevance(
-                    request,
-                    original_request,
-                    config.number("enrich", "recency_weight"),
-                )
-            }
-            "filter" => {
-                if config.flag("filter", "dedupe") {
-                    dedupe(request, &mut scores, key_of);
-                }
-                let budget = config.number("filter", "token_budget") as usize;
-                trim_to_budget(request, &mut scores, budget, key_of);
-            }
+            "filter" if config.flag("filter", "dedupe") => dedupe(request, key_of),
             "transform" if config.flag("transform", "trim") => tidy(request),
             "validate" => {
                 let max = config.number("validate", "max_tokens") as usize;
-                trim_to_budget(request, &mut scores, max, key_of);
                 let used = tokens::count_request(request);
                 if used > max {
                     return Err(Error::unprocessable(
                         format!(
-                            "the conversation needs {used} tokens, more than the context pipeline's limit of {max}"
+                            "the conversation needs {used} tokens, more than the context pipeline's limit of {max}; what must stay (the pinned requests, the current artefacts and this turn) does not fit: unpin a message or raise validate.max_tokens"
                         ),
                         FieldErrors::from([(
                             "validate.max_tokens".to_owned(),
@@ -282,34 +297,6 @@ pub fn run_stages(
     Ok(())
 }
 
-fn word_set(text: &str) -> HashSet<String> {
-    text.to_lowercase()
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| w.len() >= 3)
-        .map(str::to_owned)
-        .collect()
-}
-
-/// Word overlap with the request, plus a weight for recency (0–100).
-fn relevance(request: &ModelRequest, original: &str, recency_weight: i64) -> Vec<f64> {
-    let wanted = word_set(original);
-    let count = request.messages.len().max(1) as f64;
-    request
-        .messages
-        .iter()
-        .enumerate()
-        .map(|(index, message)| {
-            let words = word_set(&message.plain_text());
-            let overlap = if wanted.is_empty() {
-                0.0
-            } else {
-                words.intersection(&wanted).count() as f64 / wanted.len() as f64
-            };
-            overlap + (recency_weight as f64 / 100.0) * (index as f64 / count)
-        })
-        .collect()
-}
-
 /// The current turn (the last user message and everything after it) is never dropped.
 fn protected_from(request: &ModelRequest) -> usize {
     request
@@ -319,12 +306,9 @@ fn protected_from(request: &ModelRequest) -> usize {
         .unwrap_or(request.messages.len())
 }
 
-/// Drops an older exchange of plain text that repeats an earlier one word for word.
-fn dedupe(
-    request: &mut ModelRequest,
-    scores: &mut Vec<f64>,
-    key_of: &dyn Fn(&str) -> Option<String>,
-) {
+/// Drops an older exchange of plain text that repeats an earlier one word for word;
+/// the earlier copy stays, so nothing is lost.
+fn dedupe(request: &mut ModelRequest, key_of: &dyn Fn(&str) -> Option<String>) {
     let current = protected_from(request);
     let stay = history::must_stay(&request.messages, key_of);
     let mut seen = HashSet::new();
@@ -345,98 +329,12 @@ fn dedupe(
             keep[exchange].iter_mut().for_each(|k| *k = false);
         }
     }
-    retain_by(request, scores, &keep);
-}
-
-/// What trimming may drop, each piece whole: an exchange, or, in an exchange that must
-/// keep its request (pinned, or holding a current artefact), a unit that is neither the
-/// request, the artefact nor the final answer. Summaries are never dropped.
-fn droppable(
-    request: &ModelRequest,
-    key_of: &dyn Fn(&str) -> Option<String>,
-) -> Vec<std::ops::Range<usize>> {
-    let messages = &request.messages;
-    let current = protected_from(request);
-    let stay = history::must_stay(messages, key_of);
-    let mut pieces = Vec::new();
-    for exchange in history::exchanges(&messages[..current]) {
-        let whole = messages[exchange.start].role == Role::User
-            && !exchange
-                .clone()
-                .any(|i| stay[i] || messages[i].role == Role::System);
-        if whole {
-            pieces.push(exchange);
-            continue;
-        }
-        pieces.extend(
-            history::units(messages, exchange)
-                .into_iter()
-                .filter(|unit| {
-                    !unit
-                        .clone()
-                        .any(|i| stay[i] || messages[i].role == Role::System)
-                }),
-        );
-    }
-    pieces
-}
-
-/// Drops whole exchanges (or droppable units of exchanges that must stay), least
-/// relevant first, until the request fits `budget`.
-fn trim_to_budget(
-    request: &mut ModelRequest,
-    scores: &mut Vec<f64>,
-    budget: usize,
-    key_of: &dyn Fn(&str) -> Option<String>,
-) {
-    // Counted once: re-tokenising the whole request per dropped piece made long
-    // conversations quadratic.
-    let counts: Vec<usize> = request.messages.iter().map(tokens::count_message).collect();
-    let mut total = request
-        .system
-        .iter()
-        .map(|s| tokens::count_text(s))
-        .sum::<usize>()
-        + counts.iter().sum::<usize>();
-    if total <= budget {
-        return;
-    }
-    let score = |range: &std::ops::Range<usize>| -> f64 {
-        range
-            .clone()
-            .map(|i| scores.get(i).copied().unwrap_or(i as f64 / 1000.0))
-            .fold(f64::MIN, f64::max)
-    };
-    let mut candidates = droppable(request, key_of);
-    candidates.sort_by(|a, b| score(a).total_cmp(&score(b)).then(a.start.cmp(&b.start)));
-    let mut keep = vec![true; request.messages.len()];
-    for victim in candidates {
-        if total <= budget {
-            break;
-        }
-        for index in victim {
-            keep[index] = false;
-            total -= counts[index];
-        }
-    }
-    retain_by(request, scores, &keep);
-}
-
-fn retain_by(request: &mut ModelRequest, scores: &mut Vec<f64>, keep: &[bool]) {
     let mut index = 0;
     request.messages.retain(|_| {
-        let kept = keep.get(index).copied().unwrap_or(true);
+        let kept = keep[index];
         index += 1;
         kept
     });
-    if !scores.is_empty() {
-        let mut index = 0;
-        scores.retain(|_| {
-            let kept = keep.get(index).copied().unwrap_or(true);
-            index += 1;
-            kept
-        });
-    }
 }
 
 fn tidy(request: &mut ModelRequest) {
@@ -456,7 +354,7 @@ fn tidy(request: &mut ModelRequest) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::history::tests::{answer, call, result, user, write_file_key};
+    use crate::agent::history::tests::{answer, call, result, user};
     use crate::agent::model::{ChatMessage, Purpose};
     use serde_json::json;
 
@@ -475,35 +373,6 @@ mod tests {
             tools: vec![],
             purpose: Purpose::Chat,
         }
-    }
-
-    #[test]
-    fn the_budget_drops_least_relevant_older_turns_and_keeps_the_current_one() {
-        let filler = "unrelated chatter about the weather ".repeat(20);
-        let mut req = request(&[
-            (Role::User, &filler),
-            (Role::Assistant, &filler),
-            (Role::User, "invoice totals for acme please"),
-            (Role::Assistant, "acme invoice totals are 10"),
-            (Role::User, "and the acme invoice for march?"),
-        ]);
-        let mut config = PipelineConfig::default();
-        config.set("filter", "token_budget", "80").expect("valid");
-        run_stages(
-            &config,
-            &mut req,
-            "and the acme invoice for march?",
-            &[],
-            &no_keys,
-        )
-        .expect("fits");
-        let texts: Vec<String> = req.messages.iter().map(|m| m.plain_text()).collect();
-        assert!(!texts.iter().any(|t| t.contains("weather")), "{texts:?}");
-        assert_eq!(
-            texts.last().map(String::as_str),
-            Some("and the acme invoice for march?")
-        );
-        assert!(tokens::count_request(&req) <= 80);
     }
 
     /// No user message (but the current one) goes without an answer, no tool result
@@ -534,7 +403,7 @@ mod tests {
     }
 
     #[test]
-    fn trimming_drops_whole_exchanges_and_keeps_the_pinned_request_with_its_answer() {
+    fn over_its_budget_the_filter_drops_no_turn_that_no_summary_holds() {
         let filler = "unrelated chatter about the weather ".repeat(20);
         let mut task = user("Write a scraper; it must use only the standard library.");
         task.pinned = true;
@@ -550,55 +419,54 @@ mod tests {
         }
         messages.push(user("what next?"));
         let mut req = request(&[]);
-        req.messages = messages;
+        req.messages = messages.clone();
         let mut config = PipelineConfig::default();
         config.set("filter", "token_budget", "400").expect("valid");
-        run_stages(&config, &mut req, "what next?", &[], &no_keys).expect("fits");
+        // Only the filter and validate: transform's tidying is not at issue here.
+        config.stages = vec!["filter".into(), "validate".into()];
+        run_stages(&config, &mut req, &[], &no_keys).expect("under max_tokens");
 
-        assert_whole(&req.messages);
-        let texts: Vec<String> = req.messages.iter().map(|m| m.plain_text()).collect();
-        assert_eq!(
-            texts[0],
-            "Write a scraper; it must use only the standard library."
+        assert!(
+            tokens::count_request(&req) > 400,
+            "the request is over budget"
         );
-        assert_eq!(texts[1], "Started on the scraper.", "{texts:?}");
-        assert!(req.messages.iter().all(|m| m.tool_result_id().is_none()));
-        assert!(texts.iter().filter(|t| t.starts_with("question")).count() < 10);
-        assert_eq!(texts.last().map(String::as_str), Some("what next?"));
+        assert!(
+            req.messages == messages,
+            "the filter cut what no summary holds"
+        );
     }
 
     #[test]
-    fn trimming_keeps_the_newest_version_of_a_keyed_artefact() {
-        let filler = "unrelated chatter about the weather ".repeat(20);
-        let mut req = request(&[]);
-        for version in 1..=3 {
-            req.messages
-                .push(user(&format!("rewrite the script {filler}")));
-            req.messages.push(call(
-                &format!("w{version}"),
-                "write_file",
-                json!({"path": "/tmp/scraper.py", "text": format!("version {version} {filler}")}),
-            ));
-            req.messages
-                .push(result(&format!("w{version}"), "write_file", json!("saved")));
-            req.messages
-                .push(answer(&format!("wrote version {version}")));
-        }
-        req.messages.push(user("run it"));
+    fn the_budget_is_where_summarisation_starts_when_it_is_lower() {
         let mut config = PipelineConfig::default();
-        config.set("filter", "token_budget", "300").expect("valid");
-        config
-            .set("validate", "max_tokens", "100000")
-            .expect("valid");
-        run_stages(&config, &mut req, "run it", &[], &write_file_key).expect("fits");
+        assert_eq!(config.summary_start(6000), 6000);
+        config.set("filter", "token_budget", "900").expect("valid");
+        assert_eq!(config.summary_start(6000), 900);
+        config.stages.retain(|stage| stage != "filter");
+        assert_eq!(config.summary_start(6000), 6000, "the filter is out");
+    }
 
-        assert_whole(&req.messages);
-        let ids: Vec<&str> = req
-            .messages
-            .iter()
-            .flat_map(|m| m.tool_call_ids())
-            .collect();
-        assert_eq!(ids, vec!["w3"], "{:?}", req.messages);
+    #[test]
+    fn a_ceiling_at_or_below_the_budget_is_refused_and_a_stored_one_pointed_out() {
+        let mut config = PipelineConfig::default();
+        assert!(config.check().is_ok());
+        config.set("validate", "max_tokens", "8000").expect("valid");
+        let problem = config.check().expect_err("max_tokens = token_budget");
+        assert!(problem.contains("validate.max_tokens=8000"), "{problem}");
+        assert!(
+            config
+                .describe(None)
+                .contains("Warning: validate.max_tokens"),
+            "{}",
+            config.describe(None)
+        );
+    }
+
+    #[test]
+    fn a_stored_pipeline_with_a_retired_stage_reads_without_it() {
+        let stored = json!({"stages": ["collect", "enrich", "filter", "validate"], "config": {}});
+        let config = PipelineConfig::from_stored(Some(stored));
+        assert_eq!(config.stages, ["collect", "filter", "validate"]);
     }
 
     #[test]
@@ -610,7 +478,7 @@ mod tests {
             (Role::Assistant, "hi"),
             (Role::User, "hello"),
         ]);
-        run_stages(&PipelineConfig::default(), &mut req, "hello", &[], &no_keys).expect("fits");
+        run_stages(&PipelineConfig::default(), &mut req, &[], &no_keys).expect("fits");
         assert_eq!(req.messages.len(), 3);
         assert_whole(&req.messages);
     }
@@ -620,7 +488,7 @@ mod tests {
         let mut req = request(&[(Role::User, &"long ".repeat(400))]);
         let mut config = PipelineConfig::default();
         config.set("validate", "max_tokens", "100").expect("valid");
-        let err = run_stages(&config, &mut req, "long", &[], &no_keys).expect_err("too big");
+        let err = run_stages(&config, &mut req, &[], &no_keys).expect_err("too big");
         assert!(err.to_string().contains("validation failed"), "{err}");
     }
 

@@ -90,8 +90,8 @@ pub trait Middleware: Send + Sync {
 }
 
 /// The built-ins by name, in the default order: the history is cleaned (superseded
-/// calls, answered images) before it is summarised, and summarised before the context
-/// pipeline's budget would have to drop anything.
+/// calls, answered images) before it is summarised, and summarised down to the context
+/// pipeline's budget before the pipeline runs.
 pub const DEFAULT_ORDER: &[&str] = &[
     "user_context",
     "system_sections",
@@ -118,14 +118,28 @@ const MUST_PRECEDE: &[(&str, &str, &str)] = &[
     (
         "summarisation",
         "context_pipeline",
-        "content leaves the context only into a summary, before the budget would drop it",
+        "it keeps the pipeline's budget by summarising, so content leaves the context only into a summary",
     ),
 ];
 
+/// Middleware that needs another in the chain, with the reason.
+const NEEDS: &[(&str, &str, &str)] = &[(
+    "context_pipeline",
+    "summarisation",
+    "the pipeline's budget is kept by summarising older exchanges, never by dropping them",
+)];
+
 /// Refuses an order in which a middleware would see what an earlier one should have
-/// cleaned, or the budget would drop what summarisation should have kept.
+/// cleaned, or a chain whose budget nothing would keep.
 pub fn check_order(names: &[String]) -> anyhow::Result<()> {
     let position = |name: &str| names.iter().position(|n| n == name);
+    for (needing, needed, why) in NEEDS {
+        if position(needing).is_some() && position(needed).is_none() {
+            anyhow::bail!(
+                "TOOLGATE_MIDDLEWARE has `{needing}` without `{needed}`; add `{needed}` before it: {why}"
+            );
+        }
+    }
     for (first, then, why) in MUST_PRECEDE {
         if let (Some(a), Some(b)) = (position(first), position(then))
             && a > b
@@ -138,11 +152,14 @@ pub fn check_order(names: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn built_in(name: &str) -> Option<Box<dyn Middleware>> {
+/// The built-in called `name`, as it works in a chain of `names`.
+fn built_in(name: &str, names: &[String]) -> Option<Box<dyn Middleware>> {
     Some(match name {
         "user_context" => Box::new(user_context::UserContext),
         "system_sections" => Box::new(system_sections::SystemSections),
-        "summarisation" => Box::new(summarisation::Summarisation),
+        "summarisation" => Box::new(summarisation::Summarisation {
+            keeps_pipeline_budget: names.iter().any(|n| n == "context_pipeline"),
+        }),
         "superseded_calls" => Box::new(superseded_calls::SupersededCalls),
         "processed_images" => Box::new(processed_images::ProcessedImages),
         "context_pipeline" => Box::new(context_pipeline::ContextPipeline),
@@ -162,7 +179,7 @@ impl Chain {
         check_order(names)?;
         let mut middleware = Vec::new();
         for name in names {
-            let found = built_in(name).ok_or_else(|| {
+            let found = built_in(name, names).ok_or_else(|| {
                 anyhow::anyhow!(
                     "TOOLGATE_MIDDLEWARE names unknown middleware `{name}`; known: {}",
                     DEFAULT_ORDER.join(", ")
@@ -348,14 +365,15 @@ mod tests {
         }
     }
 
-    /// Runs one built-in's `before_model` on `history` with `inputs`, without a server.
+    /// Runs the `before_model` hooks of a chain of built-ins on `history` with `inputs`,
+    /// without a server.
     async fn before_model(
-        name: &str,
+        chain: &[&str],
         inputs: &StepInputs,
         summary: &SummaryConfig,
         model: &RecordingModel,
     ) -> (ModelRequest, StepOutputs) {
-        let chain = Chain::from_names(&[name.to_owned()]).expect("a built-in");
+        let chain = Chain::from_names(&names(chain)).expect("built-ins in order");
         let (run, tools, llm, outputs) = (
             run(),
             ToolRegistry::default(),
@@ -400,7 +418,7 @@ mod tests {
         };
         let model = RecordingModel::default();
         let (request, _) =
-            before_model("system_sections", &inputs, &summary_at(6000), &model).await;
+            before_model(&["system_sections"], &inputs, &summary_at(6000), &model).await;
         let system = request.system.join("");
         assert!(system.contains("- I prefer metric units"), "{system}");
         assert!(
@@ -417,8 +435,13 @@ mod tests {
             ..StepInputs::default()
         };
         let model = RecordingModel::default();
-        let (request, _) =
-            before_model("context_pipeline", &inputs, &summary_at(6000), &model).await;
+        let (request, _) = before_model(
+            &["summarisation", "context_pipeline"],
+            &inputs,
+            &summary_at(6000),
+            &model,
+        )
+        .await;
         assert!(request.system.join("").contains("- acme pays in euros"));
     }
 
@@ -436,7 +459,7 @@ mod tests {
         };
         let model = RecordingModel::default();
         let (request, outputs) =
-            before_model("summarisation", &inputs, &summary_at(300), &model).await;
+            before_model(&["summarisation"], &inputs, &summary_at(300), &model).await;
         let written = outputs.take_summary().expect("a summary to store");
         assert_eq!(written.text, "SUMMARY");
         assert_eq!(model.asked.lock().expect("lock").len(), 1);
@@ -452,7 +475,7 @@ mod tests {
         };
         let model = RecordingModel::default();
         let (request, outputs) =
-            before_model("summarisation", &again, &summary_at(300), &model).await;
+            before_model(&["summarisation"], &again, &summary_at(300), &model).await;
         assert!(outputs.take_summary().is_none());
         assert!(
             model.asked.lock().expect("lock").is_empty(),
@@ -481,7 +504,70 @@ mod tests {
             panic!("trimming before summarising was accepted");
         };
         assert!(err.to_string().contains("only into a summary"), "{err}");
-        // Either alone is fine.
+        let Err(err) = Chain::from_names(&names(&["system_sections", "context_pipeline"])) else {
+            panic!("a budget without summarisation was accepted");
+        };
+        assert!(
+            err.to_string()
+                .contains("has `context_pipeline` without `summarisation`"),
+            "{err}"
+        );
         assert!(Chain::from_names(&names(&["summarisation"])).is_ok());
+    }
+
+    #[tokio::test]
+    async fn past_the_pipelines_lower_budget_older_turns_go_into_a_summary_not_away() {
+        let filler = "words about the weather and other things ".repeat(30);
+        let mut history = vec![stored(1, Role::User, "the task")];
+        for n in 0..6 {
+            history.push(stored(2 + 2 * n, Role::Assistant, &filler));
+            history.push(stored(3 + 2 * n, Role::User, &format!("question {n}")));
+        }
+        let mut pipeline = PipelineConfig::default();
+        pipeline
+            .set("filter", "token_budget", "400")
+            .expect("valid");
+        let inputs = StepInputs {
+            history,
+            pipeline,
+            ..StepInputs::default()
+        };
+        let full = request_of(&inputs.history);
+        assert!(tokens_of(&full) > 400 && tokens_of(&full) < 6000);
+
+        // Summarisation alone keeps to the server's threshold: nothing happens.
+        let model = RecordingModel::default();
+        let (request, outputs) =
+            before_model(&["summarisation"], &inputs, &summary_at(6000), &model).await;
+        assert!(outputs.take_summary().is_none());
+        assert_eq!(request.messages, full.messages);
+
+        // With the pipeline after it, its budget is where summarising starts, and what
+        // leaves the request is what the summary was written from.
+        let model = RecordingModel::default();
+        let (request, outputs) = before_model(
+            &["summarisation", "context_pipeline"],
+            &inputs,
+            &summary_at(6000),
+            &model,
+        )
+        .await;
+        let written = outputs.take_summary().expect("a summary past the budget");
+        assert!(tokens_of(&request) <= 400, "{} tokens", tokens_of(&request));
+        let asked = format!("{:?}", model.asked.lock().expect("lock")[0].messages);
+        let kept = format!("{:?}", request.messages);
+        for message in &full.messages {
+            let text = message.plain_text();
+            assert!(
+                kept.contains(&text) || asked.contains(&text),
+                "`{text}` left the context without a summary"
+            );
+        }
+        assert!(written.through_seq >= 11, "{}", written.through_seq);
+        assert!(kept.contains("the task") && kept.contains("question 5"));
+    }
+
+    fn tokens_of(request: &ModelRequest) -> usize {
+        crate::agent::tokens::count_request(request)
     }
 }

@@ -1,10 +1,12 @@
 //! Past a token threshold, older exchanges are replaced by one summary the model
 //! writes. It runs after superseded calls and answered images are removed, so the
-//! summary is written from the cleaned history, and before the context pipeline's
-//! budget, so content leaves the context only into a summary. What must stay — the
-//! pinned requests with their answers, the newest version of every keyed artefact — is
-//! never summarised. The run loop loads the latest summary and stores a new one, so
-//! each stretch is summarised once; the middleware only asks the model.
+//! summary is written from the cleaned history, and before the context pipeline, whose
+//! budget it keeps: past the filter's `token_budget`, when that is lower than the
+//! server's threshold, it summarises too, so content leaves the context only into a
+//! summary. What must stay — the pinned requests with their answers, the newest version
+//! of every keyed artefact — is never summarised. The run loop loads the latest summary
+//! and stores a new one, so each stretch is summarised once; the middleware only asks
+//! the model.
 
 use futures::future::BoxFuture;
 use protocol::chat::{ContentBlock, Role};
@@ -15,10 +17,13 @@ use crate::agent::history;
 use crate::agent::model::{ChatMessage, ModelRequest, Purpose};
 use crate::agent::step_inputs::StoredSummary;
 use crate::agent::tokens;
-use crate::config::SummaryConfig;
 use crate::error::{Error, Result};
 
-pub struct Summarisation;
+pub struct Summarisation {
+    /// Set when the context pipeline follows in the chain: its budget, when lower,
+    /// is where summarising starts.
+    pub keeps_pipeline_budget: bool,
+}
 
 pub const SUMMARY_PREFIX: &str = "Summary of the earlier conversation:";
 
@@ -26,13 +31,21 @@ pub const SUMMARY_PREFIX: &str = "Summary of the earlier conversation:";
 pub const SUMMARY_PROMPT: &str = "Summarise the conversation so far for the assistant that continues it. Keep, as bullet points: every constraint and requirement the user stated (in their words where short), the decisions made, the questions still open, what the tools returned that still matters, and the names of current artefacts (files, scripts, ids). Keep names, numbers and ids exactly. An earlier summary, if any, comes first: carry its points over.";
 
 /// Where the kept tail starts: at an exchange, holding the current one and then whole
-/// earlier exchanges while it has fewer than `keep_messages` messages and stays within
-/// half the threshold (so that after summarising the request is well under it).
-pub fn cut_point(messages: &[ChatMessage], settings: &SummaryConfig) -> usize {
+/// earlier exchanges while it has fewer than `keep_messages` messages and fits in half
+/// of `start` less `fixed` — what stays however much is summarised (the system prompt,
+/// the pinned requests, the current artefacts) — so that after summarising the request
+/// is well under `start` and nothing further has to go.
+pub fn cut_point(
+    messages: &[ChatMessage],
+    start: usize,
+    keep_messages: usize,
+    fixed: usize,
+) -> usize {
     let exchanges = history::exchanges(messages);
     let Some(current) = exchanges.last() else {
         return 0;
     };
+    let room = (start / 2).saturating_sub(fixed);
     let mut cut = current.start;
     let mut tail_tokens: usize = messages[cut..].iter().map(tokens::count_message).sum();
     for exchange in exchanges.iter().rev().skip(1) {
@@ -40,9 +53,7 @@ pub fn cut_point(messages: &[ChatMessage], settings: &SummaryConfig) -> usize {
             .iter()
             .map(tokens::count_message)
             .sum();
-        if messages.len() - cut >= settings.keep_messages
-            || tail_tokens + size > settings.threshold_tokens / 2
-        {
+        if messages.len() - cut >= keep_messages || tail_tokens + size > room {
             break;
         }
         cut = exchange.start;
@@ -174,11 +185,28 @@ impl Middleware for Summarisation {
                     &key_of,
                 );
             }
-            if tokens::count_request(request) <= settings.threshold_tokens {
+            let start = if self.keeps_pipeline_budget {
+                ctx.inputs.pipeline.summary_start(settings.threshold_tokens)
+            } else {
+                settings.threshold_tokens
+            };
+            if tokens::count_request(request) <= start {
                 return Ok(());
             }
-            let cut = cut_point(&request.messages, settings);
             let stay = history::must_stay(&request.messages, &key_of);
+            let fixed = request
+                .system
+                .iter()
+                .map(|s| tokens::count_text(s))
+                .sum::<usize>()
+                + request
+                    .messages
+                    .iter()
+                    .zip(&stay)
+                    .filter(|(_, stays)| **stays)
+                    .map(|(message, _)| tokens::count_message(message))
+                    .sum::<usize>();
+            let cut = cut_point(&request.messages, start, settings.keep_messages, fixed);
             let older: Vec<ChatMessage> = request.messages[..cut]
                 .iter()
                 .zip(&stay)
@@ -225,13 +253,6 @@ mod tests {
         messages
     }
 
-    fn settings(threshold_tokens: usize, keep_messages: usize) -> SummaryConfig {
-        SummaryConfig {
-            threshold_tokens,
-            keep_messages,
-        }
-    }
-
     #[test]
     fn the_tail_starts_at_an_exchange_and_holds_the_current_one() {
         let messages = numbered(vec![
@@ -245,11 +266,13 @@ mod tests {
             call("d", "calculator", json!({})),
             result("d", "calculator", json!(2)),
         ]);
-        assert_eq!(cut_point(&messages, &settings(10_000, 4)), 4);
-        assert_eq!(cut_point(&messages, &settings(10_000, 1)), 6);
-        assert_eq!(cut_point(&messages, &settings(10_000, 100)), 0);
+        assert_eq!(cut_point(&messages, 10_000, 4, 0), 4);
+        assert_eq!(cut_point(&messages, 10_000, 1, 0), 6);
+        assert_eq!(cut_point(&messages, 10_000, 100, 0), 0);
         // A tiny threshold keeps only the current exchange, never less.
-        assert_eq!(cut_point(&messages, &settings(2, 100)), 6);
+        assert_eq!(cut_point(&messages, 2, 100, 0), 6);
+        // What stays whatever is summarised leaves less room for the tail.
+        assert_eq!(cut_point(&messages, 10_000, 100, 4_990), 6);
     }
 
     #[test]
