@@ -4,7 +4,7 @@
 # then the context replay (a long scripted conversation through the server and a mock
 # model: request sizes against the whole history, and what each request kept).
 # Prints one report (Markdown tables). `--quick` shortens each load; `--context` runs
-# only the context replay.
+# only the context replay, `--step` only the agent step.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -12,16 +12,18 @@ cd "$(dirname "$0")/.."
 source scripts/lib.sh
 
 context_only=0
+step_only=0
 bench_args=()
 for arg in "$@"; do
     case "$arg" in
         --context) context_only=1 ;;
+        --step) step_only=1; bench_args+=("$arg") ;;
         *) bench_args+=("$arg") ;;
     esac
 done
 
 ensure_postgres
-if [ "$context_only" = 0 ]; then
+if [ "$context_only" = 0 ] && [ "$step_only" = 0 ]; then
     ensure_pgbench
     ensure_wrk
     if [ ! -f frontend/dist/pkg/frontend_bg.wasm ]; then
@@ -37,6 +39,9 @@ bin="$(_target_dir)/release"
 if [ "$context_only" = 0 ]; then
     step "running the benchmark (a few minutes)"
     "$bin/bench" ${bench_args[@]+"${bench_args[@]}"}
+fi
+if [ "$step_only" = 1 ]; then
+    exit 0
 fi
 step "replaying a long conversation (under a minute)"
 exec "$bin/context-replay"

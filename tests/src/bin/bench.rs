@@ -3,7 +3,7 @@
 //! is read against a baseline from the same run; nothing here asserts a time.
 //!
 //! Run through `scripts/bench.sh` (it builds the release server and checks pgbench).
-//! `--quick` shortens every load for a smoke run.
+//! `--quick` shortens every load for a smoke run; `--step` prints only the agent step.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -520,6 +520,7 @@ fn baseline_scripts() -> BTreeMap<String, String> {
 async fn main() -> Result<()> {
     backend::install_tls_provider();
     let quick = std::env::args().any(|a| a == "--quick");
+    let step_only = std::env::args().any(|a| a == "--step");
     let seconds: u64 = if quick { 2 } else { 5 };
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
@@ -549,6 +550,11 @@ async fn main() -> Result<()> {
     .await?;
     let pid = server.pid().context("server pid")?;
     let url = server.database_url.clone();
+    if step_only {
+        let mut conn = sqlx::PgConnection::connect(&url).await?;
+        agent_step(&url, &tools_path, &mut conn).await?;
+        return Ok(());
+    }
     tokio::time::sleep(Duration::from_millis(500)).await;
     let idle_rss = rss_kib(pid, "VmRSS:");
     let tokens: Vec<String> = (0..USERS + WRITERS)
@@ -738,71 +744,7 @@ async fn main() -> Result<()> {
             large.p99_ms / small.p99_ms.max(1e-9)
         );
     }
-    // Agent step without the model, in process.
-    println!(
-        "\n## Agent step without the model (middleware chain, context pipeline with token counting, tool list)\n"
-    );
-    println!("| messages | µs per step |");
-    println!("| ---: | ---: |");
-    let config = backend::Config::from_lookup(|name| match name {
-        "DATABASE_URL" => Some(url.clone()),
-        "TOOLGATE_JWT_SECRET" => Some(JWT_SECRET.to_owned()),
-        "TOOLGATE_SECRET_KEY" => Some(tests::SECRET_KEY.to_owned()),
-        "TOOLGATE_TOOLS" => Some(tools_path.to_string_lossy().into_owned()),
-        _ => None,
-    })?;
-    let pool = backend::db::connect(&config).await?;
-    let (registry, mcp) =
-        backend::tools::registry::ToolRegistry::load(config.tools_file.as_deref(), None)?;
-    let agent = backend::agent::Agent::new(&config)?;
-    let state = backend::AppState::new(pool, config, registry, mcp, agent);
-    for count in [10usize, 100, 1000] {
-        let conversation = uuid::Uuid::new_v4();
-        let user = format!("agent-u{count}");
-        sqlx::query("insert into conversations (id, user_id, title) values ($1, $2, 'agent')")
-            .bind(conversation)
-            .bind(&user)
-            .execute(&mut conn)
-            .await?;
-        sqlx::query(
-            "insert into messages (id, conversation_id, user_id, seq, role, content, text_content)
-             select gen_random_uuid(), $1, $2, g, case when g % 2 = 1 then 'user' else 'assistant' end,
-                    jsonb_build_array(jsonb_build_object('type', 'text', 'text', 'Message ' || g || ' about the quarterly report for region eu and the invoices.')),
-                    'Message ' || g || ' about the quarterly report'
-             from generate_series(1, $3) g",
-        )
-        .bind(conversation)
-        .bind(&user)
-        .bind(count as i32)
-        .execute(&mut conn)
-        .await?;
-        let run = backend::agent::model::RunContext {
-            user_id: user.clone(),
-            conversation_id: conversation,
-            run_id: uuid::Uuid::new_v4(),
-            step: 0,
-            original_user_request: "How did the quarterly report for eu look?".into(),
-        };
-        let iterations = match count {
-            10 => 200,
-            100 => 100,
-            _ => 20,
-        };
-        let started = Instant::now();
-        for _ in 0..iterations {
-            let mut tx = backend::db::begin_as_user(&state.db, &user).await?;
-            let inputs =
-                backend::agent::step_inputs::StepInputs::load(&mut tx, conversation, None, None)
-                    .await?;
-            tx.commit().await?;
-            let outputs = backend::agent::step_inputs::StepOutputs::default();
-            let request = backend::agent::prepare_request(&state, &run, &inputs, &outputs).await?;
-            std::hint::black_box(request);
-        }
-        let per_step = started.elapsed().as_secs_f64() * 1e6 / iterations as f64;
-        println!("| {count} | {per_step:.0} |");
-    }
-
+    let state = agent_step(&url, &tools_path, &mut conn).await?;
     step_transactions(&state, &url).await?;
 
     flood_isolation(&bench, &tokens, seconds).await?;
@@ -840,6 +782,99 @@ async fn main() -> Result<()> {
         ),
     }
     Ok(())
+}
+
+/// The agent step without the model, in process: the run loop's load of the step's
+/// inputs (one transaction) and the middleware chain's transform, each timed apart,
+/// against an empty transaction as the same user (the floor of any load). Returns the
+/// server state it built, for the transaction count that follows.
+async fn agent_step(
+    url: &str,
+    tools_path: &Path,
+    conn: &mut sqlx::PgConnection,
+) -> Result<backend::AppState> {
+    println!(
+        "\n## Agent step without the model (load: one transaction; prepare: middleware chain, context pipeline with token counting, tool list)\n"
+    );
+    println!(
+        "| messages | empty transaction µs | load µs | load ÷ empty | prepare µs | step (load + prepare) µs |"
+    );
+    println!("| ---: | ---: | ---: | ---: | ---: | ---: |");
+    let config = backend::Config::from_lookup(|name| match name {
+        "DATABASE_URL" => Some(url.to_owned()),
+        "TOOLGATE_JWT_SECRET" => Some(JWT_SECRET.to_owned()),
+        "TOOLGATE_SECRET_KEY" => Some(tests::SECRET_KEY.to_owned()),
+        "TOOLGATE_TOOLS" => Some(tools_path.to_string_lossy().into_owned()),
+        _ => None,
+    })?;
+    let pool = backend::db::connect(&config).await?;
+    let (registry, mcp) =
+        backend::tools::registry::ToolRegistry::load(config.tools_file.as_deref(), None)?;
+    let agent = backend::agent::Agent::new(&config)?;
+    let state = backend::AppState::new(pool, config, registry, mcp, agent);
+    for count in [10usize, 100, 1000] {
+        let conversation = uuid::Uuid::new_v4();
+        let user = format!("agent-u{count}");
+        sqlx::query("insert into conversations (id, user_id, title) values ($1, $2, 'agent')")
+            .bind(conversation)
+            .bind(&user)
+            .execute(&mut *conn)
+            .await?;
+        sqlx::query(
+            "insert into messages (id, conversation_id, user_id, seq, role, content, text_content)
+             select gen_random_uuid(), $1, $2, g, case when g % 2 = 1 then 'user' else 'assistant' end,
+                    jsonb_build_array(jsonb_build_object('type', 'text', 'text', 'Message ' || g || ' about the quarterly report for region eu and the invoices.')),
+                    'Message ' || g || ' about the quarterly report'
+             from generate_series(1, $3) g",
+        )
+        .bind(conversation)
+        .bind(&user)
+        .bind(count as i32)
+        .execute(&mut *conn)
+        .await?;
+        let run = backend::agent::model::RunContext {
+            user_id: user.clone(),
+            conversation_id: conversation,
+            run_id: uuid::Uuid::new_v4(),
+            step: 0,
+            original_user_request: "How did the quarterly report for eu look?".into(),
+        };
+        let iterations: u32 = match count {
+            10 => 400,
+            100 => 200,
+            _ => 40,
+        };
+        let (mut empty, mut load, mut prepare) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+        // Interleaved, so that the machine's noise falls on all three alike.
+        for _ in 0..iterations {
+            let started = Instant::now();
+            let tx = backend::db::begin_as_user(&state.db, &user).await?;
+            tx.commit().await?;
+            empty += started.elapsed();
+
+            let started = Instant::now();
+            let mut tx = backend::db::begin_as_user(&state.db, &user).await?;
+            let inputs =
+                backend::agent::step_inputs::StepInputs::load(&mut tx, conversation, None, None)
+                    .await?;
+            tx.commit().await?;
+            load += started.elapsed();
+
+            let started = Instant::now();
+            let outputs = backend::agent::step_inputs::StepOutputs::default();
+            let request = backend::agent::prepare_request(&state, &run, &inputs, &outputs).await?;
+            std::hint::black_box(request);
+            prepare += started.elapsed();
+        }
+        let micros = |total: Duration| total.as_secs_f64() * 1e6 / f64::from(iterations);
+        let (empty, load, prepare) = (micros(empty), micros(load), micros(prepare));
+        println!(
+            "| {count} | {empty:.0} | {load:.0} | {:.1} | {prepare:.0} | {:.0} |",
+            load / empty,
+            load + prepare
+        );
+    }
+    Ok(state)
 }
 
 /// Transactions per model step, counted in process: runs of one step each (the offline
