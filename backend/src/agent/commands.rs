@@ -190,6 +190,13 @@ mod tests {
     use super::*;
 
     #[test]
+    fn pin_commands_are_commands() {
+        assert!(is_command("/pin"));
+        assert!(is_command("/unpin"));
+        assert!(!is_command("/pinned is a word"));
+    }
+
+    #[test]
     fn pipeline_commands_change_the_config() {
         let mut config = PipelineConfig::default();
         assert_eq!(

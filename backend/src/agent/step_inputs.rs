@@ -15,11 +15,14 @@ use super::skills::{self, Skill};
 use crate::db::{messages, step_context};
 use crate::error::Result;
 
-/// A summary as stored: it covers the messages up to `through_seq`.
-#[derive(Clone, Debug, PartialEq)]
+/// A summary as stored: it covers the messages up to `through_seq` but those in
+/// `kept_out`, which had to stay word for word when it was written and stay in the
+/// context until a later summary takes them in.
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct StoredSummary {
     pub through_seq: i32,
     pub text: String,
+    pub kept_out: Vec<i32>,
 }
 
 /// Everything a step's middleware reads.
@@ -55,7 +58,11 @@ impl StepInputs {
         let summary = stored
             .summary_through_seq
             .zip(stored.summary)
-            .map(|(through_seq, text)| StoredSummary { through_seq, text });
+            .map(|(through_seq, text)| StoredSummary {
+                through_seq,
+                text,
+                kept_out: stored.summary_kept_out,
+            });
         let mut inputs = StepInputs {
             history,
             memory_notes: stored.notes,

@@ -14,6 +14,8 @@ pub struct StepContextRow {
     /// The newest summary's last covered message, when one was written.
     pub summary_through_seq: Option<i32>,
     pub summary: Option<String>,
+    /// The messages the newest summary was not written from (none without one).
+    pub summary_kept_out: Vec<i32>,
     /// The conversation's context pipeline as stored (`None`: the defaults).
     pub pipeline: Option<Value>,
 }
@@ -24,10 +26,11 @@ pub async fn load(conn: &mut PgConnection, conversation_id: Uuid) -> sqlx::Resul
         r#"select array(select note from memory_notes order by id) as "notes!",
                   newest.through_seq as "summary_through_seq?",
                   newest.summary as "summary?",
+                  coalesce(newest.kept_out, '{}') as "summary_kept_out!",
                   (select context_pipeline from conversations where id = $1) as pipeline
            from (select) as step
            left join lateral (
-               select through_seq, summary from conversation_summaries
+               select through_seq, summary, kept_out from conversation_summaries
                where conversation_id = $1 order by through_seq desc limit 1
            ) as newest on true"#,
         conversation_id

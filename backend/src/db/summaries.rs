@@ -10,14 +10,16 @@ pub async fn insert(
     user_id: &str,
     through_seq: i32,
     summary: &str,
+    kept_out: &[i32],
 ) -> sqlx::Result<()> {
     sqlx::query!(
-        "insert into conversation_summaries (conversation_id, user_id, through_seq, summary)
-         values ($1, $2, $3, $4)",
+        "insert into conversation_summaries (conversation_id, user_id, through_seq, summary, kept_out)
+         values ($1, $2, $3, $4, $5)",
         conversation_id,
         user_id,
         through_seq,
-        summary
+        summary,
+        kept_out
     )
     .execute(conn)
     .await?;

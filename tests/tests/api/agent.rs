@@ -693,7 +693,7 @@ async fn context_pipeline_commands_change_what_the_next_call_receives() {
     // The first request is pinned (never summarised); the filler comes after it.
     let run = start(server, &token, &conversation, json!("Hi.")).await;
     server.run_finished(&token, &conversation, &run).await;
-    let filler = "background story about sailing boats ".repeat(40);
+    let filler = "background story about sailing boats ".repeat(100);
     let run = start(server, &token, &conversation, json!(filler)).await;
     server.run_finished(&token, &conversation, &run).await;
 
@@ -720,7 +720,7 @@ async fn context_pipeline_commands_change_what_the_next_call_receives() {
         .post_message(
             &token,
             &conversation,
-            json!("/context pipeline config filter token_budget=120"),
+            json!("/context pipeline config filter token_budget=500"),
         )
         .await;
     assert_eq!(status, StatusCode::OK);
@@ -728,8 +728,8 @@ async fn context_pipeline_commands_change_what_the_next_call_receives() {
         .as_str()
         .unwrap_or_default()
         .to_owned();
-    assert!(changed.contains("token_budget=120"), "{changed}");
-    assert!(changed.contains("Past 120 tokens"), "{changed}");
+    assert!(changed.contains("token_budget=500"), "{changed}");
+    assert!(changed.contains("Past 500 tokens"), "{changed}");
     let run = start(
         server,
         &token,

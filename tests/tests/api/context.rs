@@ -298,6 +298,24 @@ async fn a_pinned_message_stays_and_only_its_owner_can_pin_it() {
         .await;
     assert_eq!(status, StatusCode::OK, "{reply}");
     assert!(reply["reply"].to_string().contains("Question 8"), "{reply}");
+
+    // Unpinned, the deadline no longer has to stay; the summaries were written without
+    // it, so it stays until a summary takes it in.
+    let before = setup.llm.requests().len();
+    say(server, &token, &conversation, "Question 9: and now?").await;
+    let requests = setup.llm.requests();
+    let new = &requests[before..];
+    let chat = new
+        .iter()
+        .rfind(|r| !is_summary_request(r))
+        .expect("a chat request");
+    let summarised = new
+        .iter()
+        .any(|r| is_summary_request(r) && r["messages"].to_string().contains(deadline));
+    assert!(
+        chat["messages"].to_string().contains(deadline) || summarised,
+        "the unpinned message left the context without a summary"
+    );
 }
 
 #[tokio::test]

@@ -2,17 +2,17 @@
 //! per conversation (`/context pipeline …` in the chat).
 //!
 //! - collect: adds notes retrieved from the user's other conversations (full-text search)
-//! - filter: drops an older exchange that repeats an earlier one word for word, whole;
+//! - filter: drops an exchange that repeats the one just before it word for word, whole;
 //!   its `token_budget` is the size summarisation keeps the request under (it runs
 //!   before the pipeline and reads the budget), so past it older exchanges go into a
 //!   summary
 //! - transform: tidies message text
 //! - validate: fails the step clearly past `max_tokens`, the ceiling above the budget
 //!
-//! No stage drops a turn that no summary holds: a repeated exchange leaves its earlier
-//! copy behind, and the budget is kept by summarising, never by cutting.
+//! No stage drops a turn that no summary holds: a repeated exchange leaves its copy
+//! right before it, and the budget is kept by summarising, never by cutting.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 
 use futures::future::BoxFuture;
 use protocol::chat::{ContentBlock, Role};
@@ -34,7 +34,7 @@ const SETTINGS: &[(&str, &str, Kind)] = &[
     ("collect", "retrieval", Kind::Bool(true)),
     ("collect", "retrieval_limit", Kind::Int(3, 0, 20)),
     ("filter", "dedupe", Kind::Bool(true)),
-    ("filter", "token_budget", Kind::Int(8000, 50, 1_000_000)),
+    ("filter", "token_budget", Kind::Int(8000, 500, 1_000_000)),
     ("transform", "trim", Kind::Bool(true)),
     ("validate", "max_tokens", Kind::Int(16000, 50, 1_000_000)),
 ];
@@ -91,8 +91,14 @@ impl PipelineConfig {
         self.setting(stage, key).as_bool().unwrap_or(false)
     }
 
+    /// A whole-number setting, held to its range: a value stored under an earlier,
+    /// wider range reads as the nearest one allowed now.
     fn number(&self, stage: &str, key: &str) -> i64 {
-        self.setting(stage, key).as_i64().unwrap_or(0)
+        let value = self.setting(stage, key).as_i64().unwrap_or(0);
+        match SETTINGS.iter().find(|(s, k, _)| *s == stage && *k == key) {
+            Some((_, _, Kind::Int(_, min, max))) => value.clamp(*min, *max),
+            _ => value,
+        }
     }
 
     fn has(&self, stage: &str) -> bool {
@@ -154,11 +160,19 @@ impl PipelineConfig {
             .and_then(|budget| usize::try_from(budget).ok())
     }
 
-    /// Where summarisation starts for this conversation: the server's threshold, or
-    /// the filter's budget when that is lower.
+    /// Where summarisation starts for this conversation: the lowest of the server's
+    /// threshold, the filter's budget and half the validate stage's ceiling (so that a
+    /// summarised request is always well under the ceiling).
     pub fn summary_start(&self, threshold: usize) -> usize {
-        self.token_budget()
-            .map_or(threshold, |budget| budget.min(threshold))
+        let ceiling = self
+            .has("validate")
+            .then(|| usize::try_from(self.number("validate", "max_tokens") / 2).ok())
+            .flatten();
+        [Some(threshold), self.token_budget(), ceiling]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(threshold)
     }
 
     /// Refuses a ceiling at or below the budget: requests are summarised down to the
@@ -182,7 +196,10 @@ impl PipelineConfig {
             let settings: Vec<String> = SETTINGS
                 .iter()
                 .filter(|(s, _, _)| s == stage)
-                .map(|(s, k, _)| format!("{k}={}", self.setting(s, k)))
+                .map(|(s, k, kind)| match kind {
+                    Kind::Int(..) => format!("{k}={}", self.number(s, k)),
+                    Kind::Bool(_) => format!("{k}={}", self.setting(s, k)),
+                })
                 .collect();
             lines.push(format!("{}. {stage} ({})", index + 1, settings.join(", ")));
         }
@@ -197,16 +214,18 @@ impl PipelineConfig {
         let max = self.number("validate", "max_tokens");
         lines.push(match summary {
             Some(summary) => {
-                let start = self.summary_start(summary.threshold_tokens);
-                let why = match self.token_budget() {
-                    Some(budget) if budget < summary.threshold_tokens => {
-                        "this conversation's filter.token_budget".to_owned()
-                    }
-                    _ => "the server's summary threshold; a lower filter.token_budget starts it sooner"
-                        .to_owned(),
+                let threshold = summary.threshold_tokens;
+                let start = self.summary_start(threshold);
+                let why = if start == threshold {
+                    "the server's summary threshold; a lower filter.token_budget starts it sooner"
+                        .to_owned()
+                } else if self.token_budget() == Some(start) {
+                    "this conversation's filter.token_budget".to_owned()
+                } else {
+                    "half of validate.max_tokens".to_owned()
                 };
                 format!(
-                    "Past {start} tokens ({why}) older exchanges are summarised, keeping the newest (up to {} messages) word for word. Nothing leaves the context but into a summary: the filter drops only an exchange that repeats an earlier one.",
+                    "Past {start} tokens ({why}) older exchanges are summarised, keeping the newest (up to {} messages) word for word. Nothing leaves the context but into a summary: the filter drops only an exchange that repeats the one right before it.",
                     summary.keep_messages
                 )
             }
@@ -306,12 +325,13 @@ fn protected_from(request: &ModelRequest) -> usize {
         .unwrap_or(request.messages.len())
 }
 
-/// Drops an older exchange of plain text that repeats an earlier one word for word;
-/// the earlier copy stays, so nothing is lost.
+/// Drops an older exchange of plain text that repeats the exchange right before it word
+/// for word; that copy stays, so nothing is lost. (A repeat further back is kept: "yes"
+/// then "Done." can answer different questions.)
 fn dedupe(request: &mut ModelRequest, key_of: &dyn Fn(&str) -> Option<String>) {
     let current = protected_from(request);
     let stay = history::must_stay(&request.messages, key_of);
-    let mut seen = HashSet::new();
+    let mut previous: Option<Vec<(Role, String)>> = None;
     let mut keep = vec![true; request.messages.len()];
     for exchange in history::exchanges(&request.messages[..current]) {
         let messages = &request.messages[exchange.clone()];
@@ -322,12 +342,14 @@ fn dedupe(request: &mut ModelRequest, key_of: &dyn Fn(&str) -> Option<String>) {
                     .all(|b| matches!(b, ContentBlock::Text { .. }))
         });
         if !plain || exchange.clone().any(|i| stay[i]) {
+            previous = None;
             continue;
         }
         let key: Vec<(Role, String)> = messages.iter().map(|m| (m.role, m.plain_text())).collect();
-        if !seen.insert(key) {
+        if previous.as_ref() == Some(&key) {
             keep[exchange].iter_mut().for_each(|k| *k = false);
         }
+        previous = Some(key);
     }
     let mut index = 0;
     request.messages.retain(|_| {
@@ -421,13 +443,13 @@ mod tests {
         let mut req = request(&[]);
         req.messages = messages.clone();
         let mut config = PipelineConfig::default();
-        config.set("filter", "token_budget", "400").expect("valid");
+        config.set("filter", "token_budget", "500").expect("valid");
         // Only the filter and validate: transform's tidying is not at issue here.
         config.stages = vec!["filter".into(), "validate".into()];
         run_stages(&config, &mut req, &[], &no_keys).expect("under max_tokens");
 
         assert!(
-            tokens::count_request(&req) > 400,
+            tokens::count_request(&req) > 500,
             "the request is over budget"
         );
         assert!(
@@ -442,8 +464,12 @@ mod tests {
         assert_eq!(config.summary_start(6000), 6000);
         config.set("filter", "token_budget", "900").expect("valid");
         assert_eq!(config.summary_start(6000), 900);
-        config.stages.retain(|stage| stage != "filter");
-        assert_eq!(config.summary_start(6000), 6000, "the filter is out");
+        config.set("validate", "max_tokens", "1000").expect("valid");
+        assert_eq!(config.summary_start(6000), 500, "half the ceiling");
+        config
+            .stages
+            .retain(|stage| stage != "filter" && stage != "validate");
+        assert_eq!(config.summary_start(6000), 6000, "neither is in");
     }
 
     #[test]
@@ -467,6 +493,10 @@ mod tests {
         let stored = json!({"stages": ["collect", "enrich", "filter", "validate"], "config": {}});
         let config = PipelineConfig::from_stored(Some(stored));
         assert_eq!(config.stages, ["collect", "filter", "validate"]);
+        // A budget stored when 50 was allowed reads as today's least.
+        let stored = json!({"stages": ["filter"], "config": {"filter": {"token_budget": 50}}});
+        let config = PipelineConfig::from_stored(Some(stored));
+        assert_eq!(config.token_budget(), Some(500));
     }
 
     #[test]
@@ -481,6 +511,20 @@ mod tests {
         run_stages(&PipelineConfig::default(), &mut req, &[], &no_keys).expect("fits");
         assert_eq!(req.messages.len(), 3);
         assert_whole(&req.messages);
+
+        // Further back, the same words may answer something else: kept.
+        let turns = [
+            (Role::User, "yes"),
+            (Role::Assistant, "Done."),
+            (Role::User, "and delete the backup?"),
+            (Role::Assistant, "Shall I?"),
+            (Role::User, "yes"),
+            (Role::Assistant, "Done."),
+            (Role::User, "thanks"),
+        ];
+        let mut req = request(&turns);
+        run_stages(&PipelineConfig::default(), &mut req, &[], &no_keys).expect("fits");
+        assert_eq!(req.messages.len(), turns.len());
     }
 
     #[test]
@@ -489,7 +533,12 @@ mod tests {
         let mut config = PipelineConfig::default();
         config.set("validate", "max_tokens", "100").expect("valid");
         let err = run_stages(&config, &mut req, &[], &no_keys).expect_err("too big");
-        assert!(err.to_string().contains("validation failed"), "{err}");
+        let shown = format!("{err:?}");
+        assert!(shown.contains("validate.max_tokens"), "{shown}");
+        assert!(
+            shown.contains("more than the context pipeline's limit of 100"),
+            "{shown}"
+        );
     }
 
     #[test]

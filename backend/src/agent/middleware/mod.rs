@@ -152,14 +152,11 @@ pub fn check_order(names: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The built-in called `name`, as it works in a chain of `names`.
-fn built_in(name: &str, names: &[String]) -> Option<Box<dyn Middleware>> {
+fn built_in(name: &str) -> Option<Box<dyn Middleware>> {
     Some(match name {
         "user_context" => Box::new(user_context::UserContext),
         "system_sections" => Box::new(system_sections::SystemSections),
-        "summarisation" => Box::new(summarisation::Summarisation {
-            keeps_pipeline_budget: names.iter().any(|n| n == "context_pipeline"),
-        }),
+        "summarisation" => Box::new(summarisation::Summarisation),
         "superseded_calls" => Box::new(superseded_calls::SupersededCalls),
         "processed_images" => Box::new(processed_images::ProcessedImages),
         "context_pipeline" => Box::new(context_pipeline::ContextPipeline),
@@ -179,7 +176,7 @@ impl Chain {
         check_order(names)?;
         let mut middleware = Vec::new();
         for name in names {
-            let found = built_in(name, names).ok_or_else(|| {
+            let found = built_in(name).ok_or_else(|| {
                 anyhow::anyhow!(
                     "TOOLGATE_MIDDLEWARE names unknown middleware `{name}`; known: {}",
                     DEFAULT_ORDER.join(", ")
@@ -282,10 +279,21 @@ mod tests {
     use super::*;
     use crate::agent::model::{ChatMessage, ModelReply, Purpose, RunContext};
 
-    /// A model that answers every request with `SUMMARY` and keeps what it was asked.
+    /// A model that keeps what it was asked and answers every request with `SUMMARY`,
+    /// or with its `reply` (`Err`: the endpoint cannot be reached).
     #[derive(Default)]
     struct RecordingModel {
         asked: Mutex<Vec<ModelRequest>>,
+        reply: Option<std::result::Result<String, ()>>,
+    }
+
+    impl RecordingModel {
+        fn answering(reply: std::result::Result<String, ()>) -> Self {
+            RecordingModel {
+                reply: Some(reply),
+                ..RecordingModel::default()
+            }
+        }
     }
 
     impl ModelProvider for RecordingModel {
@@ -303,9 +311,11 @@ mod tests {
             _deltas: DeltaSink<'a>,
         ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
             self.asked.lock().expect("lock").push(request.clone());
-            Box::pin(async {
+            let reply = self.reply.clone().unwrap_or_else(|| Ok("SUMMARY".into()));
+            Box::pin(async move {
+                let text = reply.map_err(|()| ModelError::Unreachable("down".into()))?;
                 Ok(ModelReply {
-                    text: "SUMMARY".into(),
+                    text,
                     tool_calls: vec![],
                     model: "m".into(),
                 })
@@ -520,51 +530,90 @@ mod tests {
         let filler = "words about the weather and other things ".repeat(30);
         let mut history = vec![stored(1, Role::User, "the task")];
         for n in 0..6 {
-            history.push(stored(2 + 2 * n, Role::Assistant, &filler));
+            history.push(stored(
+                2 + 2 * n,
+                Role::Assistant,
+                &format!("answer {n}: {filler}"),
+            ));
             history.push(stored(3 + 2 * n, Role::User, &format!("question {n}")));
         }
         let mut pipeline = PipelineConfig::default();
         pipeline
-            .set("filter", "token_budget", "400")
+            .set("filter", "token_budget", "600")
             .expect("valid");
-        let inputs = StepInputs {
+        let mut inputs = StepInputs {
             history,
             pipeline,
             ..StepInputs::default()
         };
         let full = request_of(&inputs.history);
-        assert!(tokens_of(&full) > 400 && tokens_of(&full) < 6000);
+        assert!(tokens_of(&full) > 600 && tokens_of(&full) < 6000);
+        let chain = ["summarisation", "context_pipeline"];
 
-        // Summarisation alone keeps to the server's threshold: nothing happens.
+        // The budget is where summarising starts, and what leaves the request is what
+        // the summary was written from.
         let model = RecordingModel::default();
-        let (request, outputs) =
-            before_model(&["summarisation"], &inputs, &summary_at(6000), &model).await;
-        assert!(outputs.take_summary().is_none());
-        assert_eq!(request.messages, full.messages);
-
-        // With the pipeline after it, its budget is where summarising starts, and what
-        // leaves the request is what the summary was written from.
-        let model = RecordingModel::default();
-        let (request, outputs) = before_model(
-            &["summarisation", "context_pipeline"],
-            &inputs,
-            &summary_at(6000),
-            &model,
-        )
-        .await;
+        let (request, outputs) = before_model(&chain, &inputs, &summary_at(6000), &model).await;
         let written = outputs.take_summary().expect("a summary past the budget");
-        assert!(tokens_of(&request) <= 400, "{} tokens", tokens_of(&request));
+        assert!(tokens_of(&request) <= 600, "{} tokens", tokens_of(&request));
         let asked = format!("{:?}", model.asked.lock().expect("lock")[0].messages);
         let kept = format!("{:?}", request.messages);
         for message in &full.messages {
-            let text = message.plain_text();
+            // The pipeline's transform stage trims the text it keeps.
+            let text = message.plain_text().trim().to_owned();
             assert!(
                 kept.contains(&text) || asked.contains(&text),
-                "`{text}` left the context without a summary"
+                "`{}` left the context without a summary",
+                text.chars().take(20).collect::<String>()
             );
         }
-        assert!(written.through_seq >= 11, "{}", written.through_seq);
+        assert_eq!(written.through_seq, 12);
+        assert_eq!(written.kept_out, vec![1, 2], "the pinned exchange");
         assert!(kept.contains("the task") && kept.contains("question 5"));
+
+        // Without the filter in the pipeline, the server's threshold is where it starts.
+        inputs.pipeline.stages.retain(|stage| stage != "filter");
+        let model = RecordingModel::default();
+        let (request, outputs) = before_model(&chain, &inputs, &summary_at(6000), &model).await;
+        assert!(outputs.take_summary().is_none());
+        assert!(model.asked.lock().expect("lock").is_empty());
+        assert_eq!(request.messages.len(), full.messages.len());
+    }
+
+    #[tokio::test]
+    async fn a_failed_empty_or_oversized_summary_loses_nothing_and_is_capped() {
+        let filler = "words about the weather and other things ".repeat(30);
+        let mut history = vec![stored(1, Role::User, "the task")];
+        for n in 0..6 {
+            history.push(stored(
+                2 + 2 * n,
+                Role::Assistant,
+                &format!("answer {n}: {filler}"),
+            ));
+            history.push(stored(3 + 2 * n, Role::User, &format!("question {n}")));
+        }
+        let inputs = StepInputs {
+            history,
+            ..StepInputs::default()
+        };
+        let full = request_of(&inputs.history);
+        for reply in [Err(()), Ok(String::new()), Ok("   ".to_owned())] {
+            let model = RecordingModel::answering(reply);
+            let (request, outputs) =
+                before_model(&["summarisation"], &inputs, &summary_at(600), &model).await;
+            assert!(outputs.take_summary().is_none());
+            assert_eq!(request.messages, full.messages, "nothing went");
+        }
+        let model = RecordingModel::answering(Ok("SUMMARY ".repeat(5_000)));
+        let (request, outputs) =
+            before_model(&["summarisation"], &inputs, &summary_at(600), &model).await;
+        let written = outputs.take_summary().expect("a summary");
+        assert!(
+            written.text.chars().count() < 1_000,
+            "{}",
+            written.text.len()
+        );
+        assert!(tokens_of(&request) < 1_000, "{}", tokens_of(&request));
     }
 
     fn tokens_of(request: &ModelRequest) -> usize {

@@ -1,9 +1,9 @@
 //! Past a token threshold, older exchanges are replaced by one summary the model
 //! writes. It runs after superseded calls and answered images are removed, so the
 //! summary is written from the cleaned history, and before the context pipeline, whose
-//! budget it keeps: past the filter's `token_budget`, when that is lower than the
-//! server's threshold, it summarises too, so content leaves the context only into a
-//! summary. What must stay — the pinned requests with their answers, the newest version
+//! budget it keeps: it starts at the lowest of the server's threshold, the
+//! conversation's `filter.token_budget` and half its `validate.max_tokens`, so content
+//! leaves the context only into a summary. What must stay — the pinned requests with their answers, the newest version
 //! of every keyed artefact — is never summarised. The run loop loads the latest summary
 //! and stores a new one, so each stretch is summarised once; the middleware only asks
 //! the model.
@@ -17,13 +17,9 @@ use crate::agent::history;
 use crate::agent::model::{ChatMessage, ModelRequest, Purpose};
 use crate::agent::step_inputs::StoredSummary;
 use crate::agent::tokens;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
-pub struct Summarisation {
-    /// Set when the context pipeline follows in the chain: its budget, when lower,
-    /// is where summarising starts.
-    pub keeps_pipeline_budget: bool,
-}
+pub struct Summarisation;
 
 pub const SUMMARY_PREFIX: &str = "Summary of the earlier conversation:";
 
@@ -31,29 +27,35 @@ pub const SUMMARY_PREFIX: &str = "Summary of the earlier conversation:";
 pub const SUMMARY_PROMPT: &str = "Summarise the conversation so far for the assistant that continues it. Keep, as bullet points: every constraint and requirement the user stated (in their words where short), the decisions made, the questions still open, what the tools returned that still matters, and the names of current artefacts (files, scripts, ids). Keep names, numbers and ids exactly. An earlier summary, if any, comes first: carry its points over.";
 
 /// Where the kept tail starts: at an exchange, holding the current one and then whole
-/// earlier exchanges while it has fewer than `keep_messages` messages and fits in half
-/// of `start` less `fixed` — what stays however much is summarised (the system prompt,
-/// the pinned requests, the current artefacts) — so that after summarising the request
-/// is well under `start` and nothing further has to go.
+/// earlier exchanges while it has fewer than `keep_messages` messages and, with the
+/// system prompt (`system` tokens) and what must stay before it (`stay`: pinned
+/// requests, current artefacts — kept whatever is summarised), fits in half of `start`,
+/// so that after summarising the request is well under `start`.
 pub fn cut_point(
     messages: &[ChatMessage],
+    stay: &[bool],
+    system: usize,
     start: usize,
     keep_messages: usize,
-    fixed: usize,
 ) -> usize {
     let exchanges = history::exchanges(messages);
     let Some(current) = exchanges.last() else {
         return 0;
     };
-    let room = (start / 2).saturating_sub(fixed);
+    let counts: Vec<usize> = messages.iter().map(tokens::count_message).collect();
+    // Tokens of what must stay before each index.
+    let mut staying_before = Vec::with_capacity(messages.len() + 1);
+    staying_before.push(0);
+    for (count, stays) in counts.iter().zip(stay) {
+        let so_far = staying_before.last().copied().unwrap_or(0);
+        staying_before.push(so_far + if *stays { *count } else { 0 });
+    }
     let mut cut = current.start;
-    let mut tail_tokens: usize = messages[cut..].iter().map(tokens::count_message).sum();
+    let mut tail_tokens: usize = counts[cut..].iter().sum();
     for exchange in exchanges.iter().rev().skip(1) {
-        let size: usize = messages[exchange.clone()]
-            .iter()
-            .map(tokens::count_message)
-            .sum();
-        if messages.len() - cut >= keep_messages || tail_tokens + size > room {
+        let size: usize = counts[exchange.clone()].iter().sum();
+        let after = system + staying_before[exchange.start] + tail_tokens + size;
+        if messages.len() - cut >= keep_messages || after > start / 2 {
             break;
         }
         cut = exchange.start;
@@ -62,12 +64,12 @@ pub fn cut_point(
     cut
 }
 
-/// The request with a stored summary in place: what it covers goes, but for what must
-/// stay, which comes first, then the summary, then the newer messages.
+/// The request with a stored summary in place: what it covers goes — all up to its
+/// `through_seq` but what must stay now and what it was not written from (`kept_out`),
+/// which come first — then the summary, then the newer messages.
 pub fn apply_summary(
     messages: &mut Vec<ChatMessage>,
-    through_seq: i32,
-    summary: &str,
+    summary: &StoredSummary,
     key_of: &dyn Fn(&str) -> Option<String>,
 ) {
     let stay = history::must_stay(messages, key_of);
@@ -78,18 +80,28 @@ pub fn apply_summary(
         if message.role == Role::System && message.seq.is_none() {
             continue;
         }
-        if message.seq.is_none_or(|seq| seq > through_seq) {
-            newer.push(message);
-        } else if stays {
-            kept.push(message);
+        match message.seq {
+            Some(seq) if seq <= summary.through_seq => {
+                if stays || summary.kept_out.contains(&seq) {
+                    kept.push(message);
+                }
+            }
+            _ => newer.push(message),
         }
     }
     kept.push(ChatMessage::text(
         Role::System,
-        format!("{SUMMARY_PREFIX}\n{}", history::defused(summary)),
+        format!("{SUMMARY_PREFIX}\n{}", history::defused(&summary.text)),
     ));
     kept.extend(newer);
     *messages = kept;
+}
+
+/// A summary longer than this share of where summarising starts is cut: a verbose or
+/// hostile model must not undo what summarising is for.
+fn summary_cap_chars(start: usize) -> usize {
+    // About a quarter of `start` in tokens, at some four characters a token.
+    start.max(400)
 }
 
 /// The summary request for `older`, cut to `budget` tokens: images become stubs and,
@@ -178,42 +190,35 @@ impl Middleware for Summarisation {
             let settings = ctx.summary;
             let key_of = super::key_of(ctx);
             if let Some(stored) = &ctx.inputs.summary {
-                apply_summary(
-                    &mut request.messages,
-                    stored.through_seq,
-                    &stored.text,
-                    &key_of,
-                );
+                apply_summary(&mut request.messages, stored, &key_of);
             }
-            let start = if self.keeps_pipeline_budget {
-                ctx.inputs.pipeline.summary_start(settings.threshold_tokens)
-            } else {
-                settings.threshold_tokens
-            };
+            let start = ctx.inputs.pipeline.summary_start(settings.threshold_tokens);
             if tokens::count_request(request) <= start {
                 return Ok(());
             }
             let stay = history::must_stay(&request.messages, &key_of);
-            let fixed = request
-                .system
-                .iter()
-                .map(|s| tokens::count_text(s))
-                .sum::<usize>()
-                + request
-                    .messages
-                    .iter()
-                    .zip(&stay)
-                    .filter(|(_, stays)| **stays)
-                    .map(|(message, _)| tokens::count_message(message))
-                    .sum::<usize>();
-            let cut = cut_point(&request.messages, start, settings.keep_messages, fixed);
-            let older: Vec<ChatMessage> = request.messages[..cut]
+            let system = request.system.iter().map(|s| tokens::count_text(s)).sum();
+            let cut = cut_point(
+                &request.messages,
+                &stay,
+                system,
+                start,
+                settings.keep_messages,
+            );
+            let (older, kept_out): (Vec<_>, Vec<_>) = request.messages[..cut]
                 .iter()
                 .zip(&stay)
-                .filter(|(_, stays)| !**stays)
-                .map(|(message, _)| message.clone())
-                .collect();
-            if !older.iter().any(|m| m.role != Role::System) {
+                .partition(|(_, stays)| !**stays);
+            let older: Vec<ChatMessage> = older.into_iter().map(|(m, _)| m.clone()).collect();
+            let kept_out: Vec<i32> = kept_out.into_iter().filter_map(|(m, _)| m.seq).collect();
+            // Too little to be worth a model call: what must stay already fills the
+            // request, and summarising each new exchange alone would cost a call a turn.
+            let worth: usize = older
+                .iter()
+                .filter(|m| m.role != Role::System)
+                .map(tokens::count_message)
+                .sum();
+            if worth == 0 || worth < start / 8 {
                 return Ok(());
             }
             let Some(through_seq) = request.messages[..cut].iter().filter_map(|m| m.seq).max()
@@ -222,19 +227,28 @@ impl Middleware for Summarisation {
             };
             let summary_request = summary_request(&request.model, older, settings.threshold_tokens);
             let ignore = |_delta: String| {};
-            let reply = ctx
-                .provider
-                .complete(&summary_request, &ignore)
-                .await
-                .map_err(|err| {
-                    Error::Internal(anyhow::anyhow!("summarising the conversation: {err}"))
-                })?;
-            apply_summary(&mut request.messages, through_seq, &reply.text, &key_of);
-            // Stored by the run loop with the step's answer.
-            ctx.outputs.store_summary(StoredSummary {
+            let text = match ctx.provider.complete(&summary_request, &ignore).await {
+                Ok(reply) if !reply.text.trim().is_empty() => reply.text,
+                // The turns stay as they are, unsummarised, and the step goes on; the
+                // next step asks again.
+                Ok(_) => {
+                    tracing::warn!(conversation = %ctx.run.conversation_id, "the model wrote an empty summary; not summarising");
+                    return Ok(());
+                }
+                Err(err) => {
+                    tracing::warn!(conversation = %ctx.run.conversation_id, error = %err, "summarising failed; not summarising");
+                    return Ok(());
+                }
+            };
+            let text = shorten_text(&text, summary_cap_chars(start)).unwrap_or(text);
+            let summary = StoredSummary {
                 through_seq,
-                text: reply.text,
-            });
+                text,
+                kept_out,
+            };
+            apply_summary(&mut request.messages, &summary, &key_of);
+            // Stored by the run loop with the step's answer.
+            ctx.outputs.store_summary(summary);
             Ok(())
         })
     }
@@ -266,13 +280,25 @@ mod tests {
             call("d", "calculator", json!({})),
             result("d", "calculator", json!(2)),
         ]);
-        assert_eq!(cut_point(&messages, 10_000, 4, 0), 4);
-        assert_eq!(cut_point(&messages, 10_000, 1, 0), 6);
-        assert_eq!(cut_point(&messages, 10_000, 100, 0), 0);
+        let none = vec![false; messages.len()];
+        assert_eq!(cut_point(&messages, &none, 0, 10_000, 4), 4);
+        assert_eq!(cut_point(&messages, &none, 0, 10_000, 1), 6);
+        assert_eq!(cut_point(&messages, &none, 0, 10_000, 100), 0);
         // A tiny threshold keeps only the current exchange, never less.
-        assert_eq!(cut_point(&messages, 2, 100, 0), 6);
-        // What stays whatever is summarised leaves less room for the tail.
-        assert_eq!(cut_point(&messages, 10_000, 100, 4_990), 6);
+        assert_eq!(cut_point(&messages, &none, 0, 2, 100), 6);
+        // The system prompt, and what must stay before the tail, leave it less room.
+        assert_eq!(cut_point(&messages, &none, 4_990, 10_000, 100), 6);
+        let big = numbered(vec![
+            user(&"the task in many words ".repeat(200)),
+            answer("understood"),
+            user("two"),
+            answer("ok"),
+            user("three"),
+        ]);
+        let pinned = [true, true, false, false, false];
+        assert_eq!(cut_point(&big, &pinned, 0, 1_000, 100), 4);
+        // What must stay inside the tail is counted once, as part of it.
+        assert_eq!(cut_point(&big, &pinned, 0, 10_000, 100), 0);
     }
 
     #[test]
@@ -291,12 +317,12 @@ mod tests {
             user("now"),
         ]);
         messages.insert(0, ChatMessage::text(Role::System, "old summary"));
-        apply_summary(
-            &mut messages,
-            8,
-            &format!("new summary {}", history::PINNED_MARKER),
-            &write_file_key,
-        );
+        let summary = StoredSummary {
+            through_seq: 8,
+            text: format!("new summary {}", history::PINNED_MARKER),
+            kept_out: vec![],
+        };
+        apply_summary(&mut messages, &summary, &write_file_key);
         let texts: Vec<String> = messages.iter().map(|m| m.plain_text()).collect();
         assert_eq!(
             texts,
@@ -314,6 +340,46 @@ mod tests {
                 "now".to_owned(),
             ]
         );
+    }
+
+    #[test]
+    fn what_a_summary_was_not_written_from_stays_when_it_no_longer_has_to() {
+        let unpinned = || {
+            numbered(vec![
+                user("the task"),
+                answer("on it"),
+                user("a pinned question"),
+                answer("its answer"),
+                user("chat"),
+                answer("chat back"),
+                user("now"),
+            ])
+        };
+        // Written while message 3 was pinned: it and its answer were kept out.
+        let summary = StoredSummary {
+            through_seq: 6,
+            text: "the chat".into(),
+            kept_out: vec![3, 4],
+        };
+        // Then `/unpin`: they no longer have to stay, and no summary holds them.
+        let mut messages = unpinned();
+        apply_summary(&mut messages, &summary, &write_file_key);
+        let texts: Vec<String> = messages.iter().map(|m| m.plain_text()).collect();
+        assert!(texts.contains(&"a pinned question".to_owned()), "{texts:?}");
+        assert!(texts.contains(&"its answer".to_owned()), "{texts:?}");
+        assert!(!texts.contains(&"chat".to_owned()), "{texts:?}");
+        // Without the record, they would have gone unsummarised.
+        let mut messages = unpinned();
+        apply_summary(
+            &mut messages,
+            &StoredSummary {
+                kept_out: vec![],
+                ..summary
+            },
+            &write_file_key,
+        );
+        let texts: Vec<String> = messages.iter().map(|m| m.plain_text()).collect();
+        assert!(!texts.contains(&"its answer".to_owned()), "{texts:?}");
     }
 
     #[test]

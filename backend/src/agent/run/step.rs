@@ -209,6 +209,7 @@ pub(super) async fn drive(state: &AppState, user_id: &str, run_id: Uuid) -> Resu
                 user_id,
                 summary.through_seq,
                 &summary.text,
+                &summary.kept_out,
             )
             .await?;
         }
