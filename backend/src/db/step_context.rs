@@ -31,7 +31,7 @@ pub async fn load(conn: &mut PgConnection, conversation_id: Uuid) -> sqlx::Resul
            from (select) as step
            left join lateral (
                select through_seq, summary, kept_out from conversation_summaries
-               where conversation_id = $1 order by through_seq desc limit 1
+               where conversation_id = $1 order by through_seq desc, id desc limit 1
            ) as newest on true"#,
         conversation_id
     )

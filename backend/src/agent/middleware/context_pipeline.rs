@@ -217,7 +217,7 @@ impl PipelineConfig {
                 let threshold = summary.threshold_tokens;
                 let start = self.summary_start(threshold);
                 let why = if start == threshold {
-                    "the server's summary threshold; a lower filter.token_budget starts it sooner"
+                    "the server's summary threshold; a lower filter.token_budget, or half of validate.max_tokens, starts it sooner"
                         .to_owned()
                 } else if self.token_budget() == Some(start) {
                     "this conversation's filter.token_budget".to_owned()
@@ -301,7 +301,7 @@ pub fn run_stages(
                 if used > max {
                     return Err(Error::unprocessable(
                         format!(
-                            "the conversation needs {used} tokens, more than the context pipeline's limit of {max}; what must stay (the pinned requests, the current artefacts and this turn) does not fit: unpin a message or raise validate.max_tokens"
+                            "the conversation needs {used} tokens, more than the context pipeline's limit of {max}; what must stay (the pinned requests, the current artefacts, the summary and this turn) does not fit: unpin a message or raise validate.max_tokens"
                         ),
                         FieldErrors::from([(
                             "validate.max_tokens".to_owned(),

@@ -278,6 +278,7 @@ mod tests {
 
     use super::*;
     use crate::agent::model::{ChatMessage, ModelReply, Purpose, RunContext};
+    use crate::agent::step_inputs::StoredSummary;
 
     /// A model that keeps what it was asked and answers every request with `SUMMARY`,
     /// or with its `reply` (`Err`: the endpoint cannot be reached).
@@ -367,7 +368,7 @@ mod tests {
                     role: m.role,
                     content: m.content.clone(),
                     seq: Some(m.seq),
-                    pinned: m.seq == 1,
+                    pinned: m.seq == 1 || m.pinned,
                 })
                 .collect(),
             tools: vec![],
@@ -601,6 +602,7 @@ mod tests {
             let model = RecordingModel::answering(reply);
             let (request, outputs) =
                 before_model(&["summarisation"], &inputs, &summary_at(600), &model).await;
+            assert_eq!(model.asked.lock().expect("lock").len(), 1, "it asked");
             assert!(outputs.take_summary().is_none());
             assert_eq!(request.messages, full.messages, "nothing went");
         }
@@ -614,6 +616,92 @@ mod tests {
             written.text.len()
         );
         assert!(tokens_of(&request) < 1_000, "{}", tokens_of(&request));
+    }
+
+    #[tokio::test]
+    async fn a_second_summary_carries_the_first_and_what_it_left_out() {
+        let filler = "words about the weather and other things ".repeat(30);
+        let spec = "the spec: every report in euros, due on Fridays";
+        let mut history = vec![
+            stored(1, Role::User, "the task"),
+            stored(2, Role::Assistant, "on it"),
+            // Pinned when the first summary was written; unpinned since.
+            stored(3, Role::User, spec),
+            stored(4, Role::Assistant, "noted"),
+        ];
+        for n in 0..6 {
+            history.push(stored(5 + 2 * n, Role::User, &format!("question {n}")));
+            history.push(stored(
+                6 + 2 * n,
+                Role::Assistant,
+                &format!("answer {n}: {filler}"),
+            ));
+        }
+        history.push(stored(17, Role::User, "and now?"));
+        let inputs = StepInputs {
+            history,
+            summary: Some(StoredSummary {
+                through_seq: 8,
+                text: "FIRST SUMMARY".into(),
+                kept_out: vec![1, 2, 3, 4],
+            }),
+            ..StepInputs::default()
+        };
+        let model = RecordingModel::default();
+        let (request, outputs) =
+            before_model(&["summarisation"], &inputs, &summary_at(600), &model).await;
+        let written = outputs.take_summary().expect("a second summary");
+        let asked = format!("{:?}", model.asked.lock().expect("lock")[0].messages);
+        assert!(asked.contains("FIRST SUMMARY"), "the first is carried over");
+        assert!(asked.contains(spec), "what the first left out goes in");
+        assert!(written.through_seq >= 8, "{}", written.through_seq);
+        assert_eq!(written.kept_out, vec![1, 2], "only the task stays");
+        let kept = format!("{:?}", request.messages);
+        assert!(!kept.contains("FIRST SUMMARY") && kept.contains("SUMMARY"));
+        assert!(kept.contains("the task") && kept.contains("and now?"));
+    }
+
+    #[tokio::test]
+    async fn a_first_summary_in_the_kept_tail_still_goes_into_the_second() {
+        // The first summary sits after a pinned exchange short enough to be kept in
+        // the tail; the bulk before it (an unpinned spec) is what gets summarised.
+        let spec = format!(
+            "the spec: {}",
+            "words about the weather and other things ".repeat(90)
+        );
+        let mut pinned = stored(5, Role::User, "a pinned note");
+        pinned.pinned = true;
+        let inputs = StepInputs {
+            history: vec![
+                stored(1, Role::User, "the task"),
+                stored(2, Role::Assistant, "on it"),
+                stored(3, Role::User, &spec),
+                stored(4, Role::Assistant, "noted"),
+                pinned,
+                stored(6, Role::Assistant, "kept"),
+                stored(7, Role::User, "and now?"),
+            ],
+            summary: Some(StoredSummary {
+                through_seq: 6,
+                text: "FIRST SUMMARY".into(),
+                kept_out: vec![1, 2, 3, 4, 5, 6],
+            }),
+            ..StepInputs::default()
+        };
+        let settings = SummaryConfig {
+            threshold_tokens: 600,
+            keep_messages: 6,
+        };
+        let model = RecordingModel::default();
+        let (request, outputs) = before_model(&["summarisation"], &inputs, &settings, &model).await;
+        let written = outputs.take_summary().expect("a second summary");
+        let asked = format!("{:?}", model.asked.lock().expect("lock")[0].messages);
+        assert!(asked.contains("FIRST SUMMARY"), "the first was left behind");
+        assert!(asked.contains("the spec"));
+        assert_eq!(written.through_seq, 6);
+        let kept = format!("{:?}", request.messages);
+        assert!(kept.contains("a pinned note"), "{kept}");
+        assert!(!kept.contains("the spec"), "{kept}");
     }
 
     fn tokens_of(request: &ModelRequest) -> usize {

@@ -189,22 +189,44 @@ impl Middleware for Summarisation {
         Box::pin(async move {
             let settings = ctx.summary;
             let key_of = super::key_of(ctx);
-            if let Some(stored) = &ctx.inputs.summary {
-                apply_summary(&mut request.messages, stored, &key_of);
-            }
             let start = ctx.inputs.pipeline.summary_start(settings.threshold_tokens);
+            let previous = ctx.inputs.summary.as_ref();
+            if let Some(stored) = previous {
+                // Held to today's cap: one written under a larger budget (or before
+                // there was a cap) must not fill the request by itself.
+                let capped = StoredSummary {
+                    text: shorten_text(&stored.text, summary_cap_chars(start))
+                        .unwrap_or_else(|| stored.text.clone()),
+                    ..stored.clone()
+                };
+                apply_summary(&mut request.messages, &capped, &key_of);
+            }
             if tokens::count_request(request) <= start {
                 return Ok(());
             }
             let stay = history::must_stay(&request.messages, &key_of);
             let system = request.system.iter().map(|s| tokens::count_text(s)).sum();
-            let cut = cut_point(
+            let mut cut = cut_point(
                 &request.messages,
                 &stay,
                 system,
                 start,
                 settings.keep_messages,
             );
+            // The previous summary goes into the new one, never stays behind the cut:
+            // the new one replaces it.
+            let summary_at = request
+                .messages
+                .iter()
+                .rposition(|m| m.role == Role::System && m.seq.is_none());
+            let current = request
+                .messages
+                .iter()
+                .rposition(|m| m.role == Role::User)
+                .unwrap_or(request.messages.len());
+            if let Some(at) = summary_at {
+                cut = cut.max((at + 1).min(current));
+            }
             let (older, kept_out): (Vec<_>, Vec<_>) = request.messages[..cut]
                 .iter()
                 .zip(&stay)
@@ -221,7 +243,13 @@ impl Middleware for Summarisation {
             if worth == 0 || worth < start / 8 {
                 return Ok(());
             }
-            let Some(through_seq) = request.messages[..cut].iter().filter_map(|m| m.seq).max()
+            // Never short of the previous summary's reach, so the new one is the one
+            // read next time.
+            let Some(through_seq) = request.messages[..cut]
+                .iter()
+                .filter_map(|m| m.seq)
+                .chain(previous.map(|p| p.through_seq))
+                .max()
             else {
                 return Ok(());
             };
@@ -297,8 +325,9 @@ mod tests {
         ]);
         let pinned = [true, true, false, false, false];
         assert_eq!(cut_point(&big, &pinned, 0, 1_000, 100), 4);
-        // What must stay inside the tail is counted once, as part of it.
-        assert_eq!(cut_point(&big, &pinned, 0, 10_000, 100), 0);
+        // What must stay inside the tail is counted once, as part of it (twice, it
+        // would not fit in half of 3,000).
+        assert_eq!(cut_point(&big, &pinned, 0, 3_000, 100), 0);
     }
 
     #[test]
