@@ -526,8 +526,9 @@ mod tests {
         assert!(Chain::from_names(&names(&["summarisation"])).is_ok());
     }
 
-    #[tokio::test]
-    async fn past_the_pipelines_lower_budget_older_turns_go_into_a_summary_not_away() {
+    /// The task, then six long answers each followed by a short question (some 1,500
+    /// tokens), every message's text its own.
+    fn long_chat() -> Vec<Message> {
         let filler = "words about the weather and other things ".repeat(30);
         let mut history = vec![stored(1, Role::User, "the task")];
         for n in 0..6 {
@@ -538,6 +539,12 @@ mod tests {
             ));
             history.push(stored(3 + 2 * n, Role::User, &format!("question {n}")));
         }
+        history
+    }
+
+    #[tokio::test]
+    async fn past_the_pipelines_lower_budget_older_turns_go_into_a_summary_not_away() {
+        let history = long_chat();
         let mut pipeline = PipelineConfig::default();
         pipeline
             .set("filter", "token_budget", "600")
@@ -583,16 +590,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_failed_empty_or_oversized_summary_loses_nothing_and_is_capped() {
-        let filler = "words about the weather and other things ".repeat(30);
-        let mut history = vec![stored(1, Role::User, "the task")];
-        for n in 0..6 {
-            history.push(stored(
-                2 + 2 * n,
-                Role::Assistant,
-                &format!("answer {n}: {filler}"),
-            ));
-            history.push(stored(3 + 2 * n, Role::User, &format!("question {n}")));
-        }
+        let history = long_chat();
         let inputs = StepInputs {
             history,
             ..StepInputs::default()
