@@ -409,6 +409,28 @@ fn call(id: &str, name: &str, arguments: Value) -> (String, String, Value) {
 
 /// Starts a run whose model calls `tool`, and returns the conversation and run once
 /// the server's question is on a card.
+/// Waits for the card `card` to end and asserts it was abandoned with a message that
+/// says `why`.
+async fn assert_card_abandoned(
+    server: &TestServer,
+    token: &str,
+    conversation: &str,
+    card: &str,
+    why: &str,
+) {
+    let events = server
+        .events_until(token, conversation, 0, Duration::from_secs(10), |e| {
+            e["type"] == "input_resolved" && e["request"]["tool_call_id"] == card
+        })
+        .await;
+    let ended = &events.last().expect("resolved")["request"];
+    assert_eq!(ended["status"], "abandoned", "{ended}");
+    assert!(
+        ended["message"].as_str().unwrap_or_default().contains(why),
+        "{ended}"
+    );
+}
+
 async fn run_until_card(server: &TestServer, token: &str) -> (String, String, Value) {
     let conversation = server.new_conversation(token).await;
     let (status, started) = server
@@ -493,20 +515,7 @@ async fn a_crash_while_a_card_is_open_ends_the_card_and_the_call_cleanly() {
     let done = server.run_finished(&token, &conversation, &run).await;
     assert_eq!(done["status"], "completed", "{done}\n{}", server.logs());
     // The card says why it ended; answering it now is a conflict, not a hang.
-    let events = server
-        .events_until(&token, &conversation, 0, Duration::from_secs(10), |e| {
-            e["type"] == "input_resolved" && e["request"]["tool_call_id"] == card
-        })
-        .await;
-    let ended = &events.last().expect("resolved")["request"];
-    assert_eq!(ended["status"], "abandoned", "{ended}");
-    assert!(
-        ended["message"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("`t`"),
-        "{ended}"
-    );
+    assert_card_abandoned(server, &token, &conversation, &card, "`t`").await;
     let (status, _) = server
         .action(
             &token,
@@ -1174,20 +1183,14 @@ async fn a_live_sessions_question_ends_when_toolgate_stops_and_stays_ended_after
     .await;
     let token = second.token(&user).await;
     assert!(pending(&second, &token, &conversation).await.is_empty());
-    let events = second
-        .events_until(&token, &conversation, 0, Duration::from_secs(10), |e| {
-            e["type"] == "input_resolved" && e["request"]["tool_call_id"] == card
-        })
-        .await;
-    let ended = &events.last().expect("resolved")["request"];
-    assert_eq!(ended["status"], "abandoned", "{ended}");
-    assert!(
-        ended["message"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("while this was open, so the tool did not finish"),
-        "{ended}"
-    );
+    assert_card_abandoned(
+        &second,
+        &token,
+        &conversation,
+        &card,
+        "while this was open, so the tool did not finish",
+    )
+    .await;
     let (status, body) = second
         .action(
             &token,
