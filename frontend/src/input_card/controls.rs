@@ -207,7 +207,7 @@ pub(super) fn control(
                                 disabled=move || locked.get()
                                 on:change=move |ev| {
                                     let on = event_target_checked(&ev);
-                                    let mut picked: Vec<String> = form
+                                    let before: Vec<String> = form
                                         .values
                                         .with_untracked(|v| match v.get(&name) {
                                             Some(Value::Array(items)) => {
@@ -215,11 +215,16 @@ pub(super) fn control(
                                             }
                                             _ => Vec::new(),
                                         });
-                                    picked.retain(|p| *p != value);
-                                    if on {
-                                        picked.push(value.clone());
-                                    }
-                                    picked.sort_by_key(|p| order.iter().position(|o| o == p));
+                                    // Values that are not options first, then the options
+                                    // picked, in the options' order.
+                                    let mut picked: Vec<String> = before
+                                        .iter()
+                                        .filter(|p| !order.contains(p))
+                                        .cloned()
+                                        .collect();
+                                    picked.extend(order.iter().filter(|o| {
+                                        if **o == value { on } else { before.contains(o) }
+                                    }).cloned());
                                     form.set(
                                         &name,
                                         Value::Array(picked.into_iter().map(Value::String).collect()),

@@ -178,12 +178,14 @@ impl ChatStore {
         }
         let assistant_arrived = incoming.iter().any(|m| m.role == Role::Assistant);
         self.messages.update(|messages| {
+            // Inserted in place rather than sorted: each sort instantiation costs the
+            // bundle kilobytes.
             for message in incoming {
                 if !messages.iter().any(|m| m.id == message.id) {
-                    messages.push(message);
+                    let at = messages.partition_point(|m| m.seq <= message.seq);
+                    messages.insert(at, message);
                 }
             }
-            messages.sort_by_key(|m| m.seq);
         });
         let known = self
             .messages
