@@ -1,18 +1,18 @@
-//! What one model step reads — the history, memory notes, skills, the latest summary,
-//! the conversation's context pipeline and what retrieval finds — loaded by the run loop
-//! in one transaction, and what the middleware hands back for the run loop to write (a
+//! What one model step reads — the run, the history, memory notes, skills, the latest
+//! summary, the conversation's context pipeline and what retrieval finds — loaded by the
+//! run loop in one round trip, and what the middleware hands back for the run loop to write (a
 //! new summary). The middleware itself does no I/O but the model call a summary needs.
 
 use std::path::Path;
 use std::sync::Mutex;
 
-use protocol::chat::{Message, Role};
-use sqlx::PgConnection;
+use protocol::chat::{Message, Role, RunStatus};
+use sqlx::PgPool;
 use uuid::Uuid;
 
-use super::middleware::PipelineConfig;
+use super::middleware::{MAX_RETRIEVAL_LIMIT, PipelineConfig};
 use super::skills::{self, Skill};
-use crate::db::{messages, step_context};
+use crate::db::step_context;
 use crate::error::Result;
 
 /// A summary as stored: it covers the messages up to `through_seq` but those in
@@ -43,18 +43,41 @@ pub struct StepInputs {
     pub retrieved: Vec<String>,
 }
 
+/// The run a step belongs to, as read with its inputs.
+#[derive(Clone, Copy, Debug)]
+pub struct StepRun {
+    pub conversation_id: Uuid,
+    pub status: RunStatus,
+    /// The steps the run has taken.
+    pub step: i32,
+    /// The user message the run answers.
+    pub user_message_id: Option<Uuid>,
+}
+
 impl StepInputs {
-    /// Loads a step's inputs on `conn` (one transaction, as the user). `request_id` is
-    /// the run's user message, whose words retrieval searches for; without it, the last
-    /// user message's.
+    /// Loads run `run_id` and its step's inputs as `user_id`, in one round trip; with
+    /// `retrieve`, what the conversation's pipeline retrieves from the user's other
+    /// conversations too. `None` when the run is not the caller's.
     pub async fn load(
-        conn: &mut PgConnection,
-        conversation_id: Uuid,
-        request_id: Option<Uuid>,
+        pool: &PgPool,
+        user_id: &str,
+        run_id: Uuid,
         skills_dir: Option<&Path>,
-    ) -> Result<Self> {
-        let history = messages::list(&mut *conn, conversation_id).await?;
-        let stored = step_context::load(&mut *conn, conversation_id).await?;
+        retrieve: bool,
+    ) -> Result<Option<(StepRun, Self)>> {
+        // The pipeline's own limit is only known once its row is read, so the statement
+        // retrieves as many as any pipeline may ask for and the limit trims them.
+        let max_retrieved = if retrieve { MAX_RETRIEVAL_LIMIT } else { 0 };
+        let Some(stored) = step_context::load_as(pool, user_id, run_id, max_retrieved).await?
+        else {
+            return Ok(None);
+        };
+        let run = StepRun {
+            conversation_id: stored.conversation_id,
+            status: stored.status,
+            step: stored.step,
+            user_message_id: stored.user_message_id,
+        };
         let summary = stored
             .summary_through_seq
             .zip(stored.summary)
@@ -63,27 +86,23 @@ impl StepInputs {
                 text,
                 kept_out: stored.summary_kept_out,
             });
-        let mut inputs = StepInputs {
-            history,
+        let pipeline = PipelineConfig::from_stored(stored.pipeline);
+        let mut retrieved = stored.retrieved;
+        retrieved.truncate(
+            pipeline
+                .retrieval_limit()
+                .and_then(|limit| usize::try_from(limit).ok())
+                .unwrap_or(0),
+        );
+        let inputs = StepInputs {
+            history: stored.messages.0,
             memory_notes: stored.notes,
             skills: skills_dir.map(skills::list).unwrap_or_default(),
             summary,
-            pipeline: PipelineConfig::from_stored(stored.pipeline),
-            retrieved: Vec::new(),
+            pipeline,
+            retrieved,
         };
-        if let Some(limit) = inputs.pipeline.retrieval_limit() {
-            let query = inputs.request_text(request_id);
-            if !query.trim().is_empty() {
-                inputs.retrieved = messages::search_other_conversations(
-                    &mut *conn,
-                    conversation_id,
-                    &query,
-                    limit,
-                )
-                .await?;
-            }
-        }
-        Ok(inputs)
+        Ok(Some((run, inputs)))
     }
 
     /// The words of the run's request: the message `request_id`, or the last user

@@ -138,26 +138,3 @@ pub async fn set_pinned(
     .await?;
     Ok(row.map(Into::into))
 }
-
-/// Text of the caller's messages in other conversations that matches `query`, best
-/// first: retrieval for the context pipeline.
-pub async fn search_other_conversations(
-    conn: &mut PgConnection,
-    conversation_id: Uuid,
-    query: &str,
-    limit: i64,
-) -> sqlx::Result<Vec<String>> {
-    sqlx::query_scalar!(
-        "select text_content from messages
-         where conversation_id <> $1 and role in ('user', 'assistant') and text_content <> ''
-           and to_tsvector('english', text_content) @@ plainto_tsquery('english', $2)
-         order by ts_rank(to_tsvector('english', text_content), plainto_tsquery('english', $2)) desc,
-                  created_at desc
-         limit $3",
-        conversation_id,
-        query,
-        limit
-    )
-    .fetch_all(conn)
-    .await
-}

@@ -68,17 +68,21 @@ pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
 
 static USER_TRANSACTIONS: AtomicU64 = AtomicU64::new(0);
 
-/// How many user transactions this process has begun: the benchmark's count of the
-/// database work one model step does.
+/// How many user transactions this process has begun, explicit or the implicit one of a
+/// one-round-trip read: the benchmark's count of the database work one model step does.
 pub fn user_transactions_begun() -> u64 {
     USER_TRANSACTIONS.load(Ordering::Relaxed)
+}
+
+fn count_user_transaction() {
+    USER_TRANSACTIONS.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Starts the transaction an API request runs in: switched to the `toolgate_app` role,
 /// with row-level security keyed on `user_id`. Role and user id are set in one
 /// statement, since each round trip here costs every request.
 pub async fn begin_as_user(pool: &PgPool, user_id: &str) -> sqlx::Result<Tx> {
-    USER_TRANSACTIONS.fetch_add(1, Ordering::Relaxed);
+    count_user_transaction();
     let mut tx = begin_whole(pool).await?;
     sqlx::query!(
         r#"select set_config('role', 'toolgate_app', true) as "role",

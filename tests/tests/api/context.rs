@@ -368,3 +368,71 @@ async fn a_misordered_configuration_is_refused_with_the_reason() {
     );
     assert!(shown.contains("Past 6000 tokens"), "{shown}");
 }
+
+/// Retrieval reads the caller's other conversations in the step's own read: what the
+/// user said elsewhere reaches the model, trimmed to the pipeline's limit, and another
+/// user's words on the same subject never do.
+#[tokio::test]
+async fn retrieval_brings_the_callers_other_conversations_and_never_another_users() {
+    let script = (0..6)
+        .map(|n| MockReply::Text(format!("Reply {n}.")))
+        .collect();
+    let setup = with_mock_model(script, &[]).await;
+    let server = &setup.server;
+    let (_, alice) = server.new_user("retrieval-alice").await;
+    let (_, bob) = server.new_user("retrieval-bob").await;
+    let earlier = server.new_conversation(&alice).await;
+    say(
+        server,
+        &alice,
+        &earlier,
+        "The zephyrine budget for Lisbon is 4000 euros.",
+    )
+    .await;
+    say(
+        server,
+        &alice,
+        &earlier,
+        "Also: the zephyrine budget for Porto is 2500 euros.",
+    )
+    .await;
+    let bobs = server.new_conversation(&bob).await;
+    say(
+        server,
+        &bob,
+        &bobs,
+        "The zephyrine budget for Oslo is 9000 kroner.",
+    )
+    .await;
+
+    let now = server.new_conversation(&alice).await;
+    say(server, &alice, &now, "What was the zephyrine budget?").await;
+    let sent = setup.llm.requests().last().expect("a model request")["messages"].to_string();
+    assert!(sent.contains("earlier conversations"), "{sent}");
+    assert!(sent.contains("Lisbon") && sent.contains("Porto"), "{sent}");
+    assert!(
+        !sent.contains("Oslo"),
+        "another user's words were retrieved: {sent}"
+    );
+
+    let (status, reply) = server
+        .post_message(
+            &alice,
+            &now,
+            json!("/context pipeline config collect retrieval_limit=1"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{reply}");
+    say(server, &alice, &now, "And the zephyrine budget again?").await;
+    let sent = setup.llm.requests().last().expect("a model request")["messages"].to_string();
+    let notes = sent
+        .split("earlier conversations")
+        .nth(1)
+        .expect("the retrieved notes")
+        .to_owned();
+    let found = ["Lisbon", "Porto"]
+        .iter()
+        .filter(|city| notes.contains(*city))
+        .count();
+    assert_eq!(found, 1, "a limit of one brings one note: {notes}");
+}

@@ -371,3 +371,119 @@ async fn only_the_servers_login_may_read_as_someone_else_through_the_one_trip_re
         tx.rollback().await.expect("rollback");
     }
 }
+
+/// Inserts, as the owner would, a run, two messages, a memory note and a summary in
+/// `conversation` of `user`, plus a message of theirs in another conversation.
+async fn seed_step(conn: &mut PgConnection, user: &str, conversation: Uuid) -> Uuid {
+    let run = Uuid::new_v4();
+    let other = Uuid::new_v4();
+    let mut tx = as_user(conn, user).await;
+    for statement in [
+        "insert into conversations (id, user_id, title) values ($3, $2, 'other')",
+        "insert into agent_runs (id, conversation_id, user_id, status, model)
+         values ($1, $4, $2, 'running', 'offline')",
+        "insert into messages (id, conversation_id, user_id, seq, role, content, text_content)
+         values (gen_random_uuid(), $4, $2, 1, 'user',
+                 '[{\"type\": \"text\", \"text\": \"invoice\"}]', 'invoice'),
+                (gen_random_uuid(), $4, $2, 2, 'assistant',
+                 '[{\"type\": \"text\", \"text\": \"noted\"}]', 'noted'),
+                (gen_random_uuid(), $3, $2, 1, 'user',
+                 '[{\"type\": \"text\", \"text\": \"an invoice\"}]', 'an invoice for ' || $2)",
+        "insert into memory_notes (user_id, note) values ($2, 'note of ' || $2)",
+        "insert into conversation_summaries (conversation_id, user_id, through_seq, summary)
+         values ($4, $2, 1, 'summary of ' || $2)",
+    ] {
+        sqlx::query(statement)
+            .bind(run)
+            .bind(user)
+            .bind(other)
+            .bind(conversation)
+            .execute(&mut *tx)
+            .await
+            .unwrap_or_else(|err| panic!("{statement}: {err}"));
+    }
+    tx.commit().await.expect("commit");
+    run
+}
+
+/// A model step reads its run, messages, notes and summary in one statement that names
+/// the caller. Named as someone else, it reads nothing of the run's owner; afterwards the
+/// connection carries no identity; and the app role cannot call it to name anyone.
+#[tokio::test]
+async fn a_steps_one_trip_read_is_the_callers_alone_and_leaves_no_identity_behind() {
+    let mut conn = migrated_connection().await;
+    let alice = unique("alice");
+    let bob = unique("bob");
+    let (alice_conversation, _) = seed_request(&mut conn, &alice).await;
+    let alice_run = seed_step(&mut conn, &alice, alice_conversation).await;
+    let (bob_conversation, _) = seed_request(&mut conn, &bob).await;
+    seed_step(&mut conn, &bob, bob_conversation).await;
+
+    // Retrieval searches the caller's other conversations: Alice's, never Bob's.
+    let read = "select conversation_id, json_array_length(messages) as messages,
+                       array_to_string(notes, '|') as notes, summary,
+                       array_to_string(retrieved, '|') as retrieved
+                from toolgate_step_inputs($1, $2, 20)";
+    let (conversation, messages, notes, summary, retrieved): (
+        Uuid,
+        i32,
+        String,
+        Option<String>,
+        String,
+    ) = sqlx::query_as(read)
+        .bind(&alice)
+        .bind(alice_run)
+        .fetch_one(&mut conn)
+        .await
+        .expect("Alice's step");
+    assert_eq!(conversation, alice_conversation);
+    assert_eq!(messages, 2);
+    assert_eq!(notes, format!("note of {alice}"), "her notes alone");
+    assert_eq!(summary, Some(format!("summary of {alice}")));
+    assert_eq!(retrieved, format!("an invoice for {alice}"));
+
+    // Named as Bob (whose own run reads), Alice's run is not there at all.
+    let bob_run: Uuid = sqlx::query_scalar("select id from agent_runs where conversation_id = $1")
+        .bind(bob_conversation)
+        .fetch_one(&mut conn)
+        .await
+        .expect("Bob's run");
+    let own = sqlx::query(read)
+        .bind(&bob)
+        .bind(bob_run)
+        .fetch_all(&mut conn)
+        .await
+        .expect("Bob's read of his run");
+    assert_eq!(own.len(), 1);
+    let stolen = sqlx::query(read)
+        .bind(&bob)
+        .bind(alice_run)
+        .fetch_all(&mut conn)
+        .await
+        .expect("Bob's read of Alice's run");
+    assert!(stolen.is_empty(), "Bob reads Alice's step");
+
+    // The identity ended with the statement: the connection is the server's login again.
+    let (role, who): (String, Option<String>) = sqlx::query_as(
+        "select current_user::text, nullif(current_setting('toolgate.user_id', true), '')",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .expect("after the reads");
+    assert_ne!(role, "toolgate_app");
+    assert_eq!(who, None, "the caller's id outlived the read");
+
+    // As the app role, the function cannot be called to name another user.
+    let mut tx = as_user(&mut conn, &bob).await;
+    let refused = sqlx::query("select * from toolgate_step_inputs($1, $2, 20)")
+        .bind(&alice)
+        .bind(alice_run)
+        .fetch_all(&mut *tx)
+        .await
+        .expect_err("the app role may not name a caller");
+    assert!(
+        refused.to_string().contains("permission denied"),
+        "{refused}"
+    );
+    tx.rollback().await.expect("rollback");
+}

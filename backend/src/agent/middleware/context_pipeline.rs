@@ -29,10 +29,17 @@ use crate::error::{Error, FieldErrors, Result};
 
 pub const STAGES: [&str; 4] = ["collect", "filter", "transform", "validate"];
 
+/// The most notes retrieval may bring (the collect stage's `retrieval_limit`).
+pub const MAX_RETRIEVAL_LIMIT: i32 = 20;
+
 /// Each stage's settings: name, kind, default.
 const SETTINGS: &[(&str, &str, Kind)] = &[
     ("collect", "retrieval", Kind::Bool(true)),
-    ("collect", "retrieval_limit", Kind::Int(3, 0, 20)),
+    (
+        "collect",
+        "retrieval_limit",
+        Kind::Int(3, 0, MAX_RETRIEVAL_LIMIT as i64),
+    ),
     ("filter", "dedupe", Kind::Bool(true)),
     ("filter", "token_budget", Kind::Int(8000, 500, 1_000_000)),
     ("transform", "trim", Kind::Bool(true)),

@@ -13,7 +13,9 @@ mod system_sections;
 mod tool_call_log;
 mod user_context;
 
-pub use context_pipeline::{PipelineConfig, STAGES, load as context_pipeline_config};
+pub use context_pipeline::{
+    MAX_RETRIEVAL_LIMIT, PipelineConfig, STAGES, load as context_pipeline_config,
+};
 
 use futures::future::BoxFuture;
 use protocol::api::ToolOutcome;
@@ -185,6 +187,14 @@ impl Chain {
             middleware.push(found);
         }
         Ok(Chain { middleware })
+    }
+
+    /// Whether a middleware of the chain reads what retrieval finds (the context
+    /// pipeline's collect stage), so a step's load searches for it.
+    pub fn retrieves(&self) -> bool {
+        self.middleware
+            .iter()
+            .any(|middleware| middleware.name() == "context_pipeline")
     }
 
     pub fn names(&self) -> Vec<&'static str> {

@@ -103,8 +103,8 @@ pub async fn prepare_request(
     Ok(request)
 }
 
-/// Drives a run step by step. Each step reads in one transaction (the run and
-/// everything the middleware needs) and writes its answer in one more — with the model
+/// Drives a run step by step. Each step reads in one round trip (the run and
+/// everything the middleware needs; one more when its pipeline retrieves) and writes its answer in one more — with the model
 /// that answered and a new summary, if one was written; tool calls and streamed text
 /// add their own.
 pub(super) async fn drive(state: &AppState, user_id: &str, run_id: Uuid) -> Result<()> {
@@ -113,24 +113,23 @@ pub(super) async fn drive(state: &AppState, user_id: &str, run_id: Uuid) -> Resu
         if state.is_shutting_down() {
             return hand_over(state, user_id, run_id).await;
         }
-        let mut tx = db::begin_as_user(&state.db, user_id).await?;
-        let Some(run) = runs::find(&mut tx, run_id).await? else {
+        let Some((run, inputs)) = StepInputs::load(
+            &state.db,
+            user_id,
+            run_id,
+            state.config.skills_dir.as_deref(),
+            state.agent.chain.retrieves(),
+        )
+        .await?
+        else {
             return Ok(());
         };
-        if run.status() != RunStatus::Running {
+        if run.status != RunStatus::Running {
             return Ok(());
         }
         if run.step >= state.config.max_steps {
             return Err(Error::Internal(StepLimit(state.config.max_steps).into()));
         }
-        let inputs = StepInputs::load(
-            &mut tx,
-            run.conversation_id,
-            run.user_message_id,
-            state.config.skills_dir.as_deref(),
-        )
-        .await?;
-        tx.commit().await?;
         let run_context = RunContext {
             user_id: user_id.to_owned(),
             conversation_id: run.conversation_id,
