@@ -1,6 +1,7 @@
 -- What one model step reads, in one round trip: the run (is it still running, which
--- step, which message asked), the conversation's messages in order (as one JSON
--- array: a single row carries the step's whole input), the caller's memory notes, the
+-- step, which message asked), the conversation's messages in order (column by column,
+-- as arrays, so a single row carries the step's whole input in Postgres's binary
+-- format; building JSON instead cost ten times as much), the caller's memory notes, the
 -- newest summary, the conversation's context pipeline and, for retrieval, up to
 -- `max_retrieved` texts of the caller's other conversations that match the run's request
 -- (best first; the pipeline's own limit, read from the row, trims them). Like the
@@ -15,7 +16,14 @@ RETURNS TABLE (
     status text,
     step integer,
     user_message_id uuid,
-    messages json,
+    message_ids uuid[],
+    message_seqs integer[],
+    message_roles text[],
+    message_contents jsonb[],
+    message_models text[],
+    message_run_ids uuid[],
+    message_pinned boolean[],
+    message_created_at timestamptz[],
     notes text[],
     summary_through_seq integer,
     summary text,
@@ -31,14 +39,10 @@ BEGIN
             set_config('toolgate.user_id', caller, true);
     RETURN QUERY
         SELECT r.conversation_id, r.status, r.step, r.user_message_id,
-               coalesce((SELECT json_agg(json_build_object(
-                                    'id', m.id, 'seq', m.seq, 'role', m.role,
-                                    'content', m.content, 'model', m.model,
-                                    'run_id', m.run_id, 'pinned', m.pinned,
-                                    'created_at', m.created_at)
-                                 ORDER BY m.seq)
-                         FROM messages m WHERE m.conversation_id = r.conversation_id),
-                        '[]'::json),
+               coalesce(history.ids, '{}'), coalesce(history.seqs, '{}'),
+               coalesce(history.roles, '{}'), coalesce(history.contents, '{}'),
+               coalesce(history.models, '{}'), coalesce(history.run_ids, '{}'),
+               coalesce(history.pinned, '{}'), coalesce(history.created_at, '{}'),
                array(SELECT n.note FROM memory_notes n ORDER BY n.id),
                newest.through_seq, newest.summary, coalesce(newest.kept_out, '{}'),
                c.context_pipeline,
@@ -64,6 +68,16 @@ BEGIN
                  ORDER BY m.seq DESC LIMIT 1),
                 '') AS words
         ) AS request
+        -- Aggregated in the order of a sorted subquery: one sort where eight
+        -- `array_agg(... ORDER BY seq)` would each sort (the server checks the order).
+        CROSS JOIN LATERAL (
+            SELECT array_agg(m.id) AS ids, array_agg(m.seq) AS seqs,
+                   array_agg(m.role) AS roles, array_agg(m.content) AS contents,
+                   array_agg(m.model) AS models, array_agg(m.run_id) AS run_ids,
+                   array_agg(m.pinned) AS pinned, array_agg(m.created_at) AS created_at
+            FROM (SELECT * FROM messages o
+                  WHERE o.conversation_id = r.conversation_id ORDER BY o.seq) AS m
+        ) AS history
         LEFT JOIN LATERAL (
             SELECT s.through_seq, s.summary, s.kept_out FROM conversation_summaries s
             WHERE s.conversation_id = r.conversation_id

@@ -4,7 +4,7 @@
 
 use sqlx::encode::IsNull;
 use sqlx::error::BoxDynError;
-use sqlx::postgres::{PgArgumentBuffer, PgTypeInfo, PgValueRef};
+use sqlx::postgres::{PgArgumentBuffer, PgHasArrayType, PgTypeInfo, PgValueRef};
 use sqlx::{Decode, Encode, Postgres, Type};
 
 use crate::api::{RequestKind, RequestStatus};
@@ -25,6 +25,16 @@ macro_rules! stored_as_text {
         impl Encode<'_, Postgres> for $name {
             fn encode_by_ref(&self, buf: &mut PgArgumentBuffer) -> Result<IsNull, BoxDynError> {
                 <&str as Encode<Postgres>>::encode_by_ref(&self.as_str(), buf)
+            }
+        }
+
+        impl PgHasArrayType for $name {
+            fn array_type_info() -> PgTypeInfo {
+                <&str as PgHasArrayType>::array_type_info()
+            }
+
+            fn array_compatible(ty: &PgTypeInfo) -> bool {
+                <&str as PgHasArrayType>::array_compatible(ty)
             }
         }
 

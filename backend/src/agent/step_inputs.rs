@@ -68,10 +68,11 @@ impl StepInputs {
         // The pipeline's own limit is only known once its row is read, so the statement
         // retrieves as many as any pipeline may ask for and the limit trims them.
         let max_retrieved = if retrieve { MAX_RETRIEVAL_LIMIT } else { 0 };
-        let Some(stored) = step_context::load_as(pool, user_id, run_id, max_retrieved).await?
+        let Some(mut stored) = step_context::load_as(pool, user_id, run_id, max_retrieved).await?
         else {
             return Ok(None);
         };
+        let history = stored.take_messages()?;
         let run = StepRun {
             conversation_id: stored.conversation_id,
             status: stored.status,
@@ -95,7 +96,7 @@ impl StepInputs {
                 .unwrap_or(0),
         );
         let inputs = StepInputs {
-            history: stored.messages.0,
+            history,
             memory_notes: stored.notes,
             skills: skills_dir.map(skills::list).unwrap_or_default(),
             summary,

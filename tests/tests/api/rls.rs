@@ -420,7 +420,7 @@ async fn a_steps_one_trip_read_is_the_callers_alone_and_leaves_no_identity_behin
     seed_step(&mut conn, &bob, bob_conversation).await;
 
     // Retrieval searches the caller's other conversations: Alice's, never Bob's.
-    let read = "select conversation_id, json_array_length(messages) as messages,
+    let read = "select conversation_id, cardinality(message_ids) as messages,
                        array_to_string(notes, '|') as notes, summary,
                        array_to_string(retrieved, '|') as retrieved
                 from toolgate_step_inputs($1, $2, 20)";
