@@ -893,7 +893,8 @@ async fn agent_step(
 
 /// Transactions per model step, counted in process: runs of one step each (the offline
 /// model answers without a tool), less the transaction that starts each run, with the
-/// text-delta flushes (one per 60 ms of streamed text) counted apart.
+/// text-delta flushes of their own (one per 60 ms of streamed text; what is left when
+/// the model finishes goes with the answer) counted apart.
 async fn step_transactions(state: &backend::AppState, url: &str) -> Result<()> {
     println!("\n## Database transactions per model step (no tool call)\n");
     let user = "agent-transactions";
@@ -933,8 +934,14 @@ async fn step_transactions(state: &backend::AppState, url: &str) -> Result<()> {
     // The run's last transaction commits before its task lets go of the run.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let begun = backend::db::user_transactions_begun() - before;
+    // A flush of its own is a text delta not written in the answer's transaction (whose
+    // events share one `now()`).
     let flushes: i64 = sqlx::query_scalar(
-        "select count(*) from run_events where conversation_id = $1 and kind = 'text_delta'",
+        "select count(*) from run_events delta
+         where delta.conversation_id = $1 and delta.kind = 'text_delta'
+           and not exists (select 1 from run_events answer
+                           where answer.run_id = delta.run_id and answer.kind = 'message_added'
+                             and answer.created_at = delta.created_at)",
     )
     .bind(conversation)
     .fetch_one(&mut watcher)
@@ -942,7 +949,9 @@ async fn step_transactions(state: &backend::AppState, url: &str) -> Result<()> {
     let steps = runs as f64;
     let per_step = (begun - runs) as f64 / steps;
     let flush_per_step = flushes as f64 / steps;
-    println!("| transactions per step | of which text-delta flushes | besides those |");
+    println!(
+        "| transactions per step | of which text-delta flushes of their own | besides those |"
+    );
     println!("| ---: | ---: | ---: |");
     println!(
         "| {per_step:.1} | {flush_per_step:.1} | {:.1} |",

@@ -1116,3 +1116,45 @@ async fn a_run_left_waiting_with_nothing_to_wait_for_is_resumed() {
         "{text}"
     );
 }
+
+/// The text streamed since the last flush is written with the answer: the last
+/// `text_delta` and the answer's `message_added` share one transaction (Postgres's
+/// `now()` is the transaction's start, so they carry the same time), and the deltas
+/// still add up to the answer, in order before it.
+#[tokio::test]
+async fn the_last_streamed_text_is_written_in_the_answers_transaction() {
+    let server = offline_server(&[]).await;
+    let (_, token) = server.new_user("last-delta").await;
+    let conversation = server.new_conversation(&token).await;
+    let run = start(&server, &token, &conversation, json!("hello there")).await;
+    let done = server.run_finished(&token, &conversation, &run).await;
+    assert_eq!(done["status"], "completed", "{done}");
+
+    let mut db = server.db().await;
+    let events: Vec<(i64, String, chrono::DateTime<chrono::Utc>, Value)> = sqlx::query_as(
+        "select id, kind, created_at, data from run_events where run_id = $1::uuid order by id",
+    )
+    .bind(&run)
+    .fetch_all(&mut db)
+    .await
+    .expect("the run's events");
+    let deltas: Vec<_> = events.iter().filter(|e| e.1 == "text_delta").collect();
+    let answer = events
+        .iter()
+        .rfind(|e| e.1 == "message_added" && e.3["message"]["role"] == "assistant")
+        .expect("the answer's event");
+    let last = deltas.last().expect("streamed text");
+    assert!(last.0 < answer.0, "the text comes before the answer");
+    assert_eq!(
+        last.2, answer.2,
+        "the last text delta was written in a transaction of its own"
+    );
+    let streamed: String = deltas
+        .iter()
+        .filter_map(|e| e.3["delta"].as_str())
+        .collect();
+    assert_eq!(
+        streamed,
+        answer.3["message"]["content"][0]["text"].as_str().unwrap_or_default()
+    );
+}

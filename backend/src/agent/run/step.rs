@@ -155,9 +155,24 @@ pub(super) async fn drive(state: &AppState, user_id: &str, run_id: Uuid) -> Resu
         };
         let reply = state.agent.chain.call_model(&ctx, request, &sink).await;
         drop(sink);
-        let _ = writer.await;
-        let mut reply = reply.map_err(|err| Error::Internal(err.into()))?;
-        state.agent.chain.after_model(&ctx, &mut reply).await?;
+        // The text streamed since the last flush goes out with the answer, in its
+        // transaction; should the step fail before that, in a flush of its own.
+        let unflushed = writer.await.ok().flatten();
+        let answered = async {
+            let mut reply = reply.map_err(|err| Error::Internal(err.into()))?;
+            state.agent.chain.after_model(&ctx, &mut reply).await?;
+            Ok::<_, Error>(reply)
+        }
+        .await;
+        let mut reply = match answered {
+            Ok(reply) => reply,
+            Err(err) => {
+                if let Some(delta) = unflushed {
+                    write_delta(state, user_id, run.conversation_id, run_id, delta).await;
+                }
+                return Err(err);
+            }
+        };
 
         let mut content = Vec::new();
         if !reply.text.is_empty() {
@@ -180,6 +195,16 @@ pub(super) async fn drive(state: &AppState, user_id: &str, run_id: Uuid) -> Resu
             });
         }
         let mut tx = db::begin_as_user(&state.db, user_id).await?;
+        if let Some(delta) = unflushed {
+            emit(
+                &mut tx,
+                run.conversation_id,
+                user_id,
+                Some(run_id),
+                EventKind::TextDelta { delta },
+            )
+            .await?;
+        }
         let answer = messages::append(
             &mut tx,
             NewMessage {
@@ -342,40 +367,56 @@ const DELTA_FLUSH_EVERY: std::time::Duration = std::time::Duration::from_millis(
 const DELTA_FLUSH_BYTES: usize = 4096;
 
 /// Streams the model's text into `text_delta` events, flushed on a short timer or when
-/// enough has gathered; what is left is flushed when the model finishes.
+/// enough has gathered. What gathers after the last flush, until the model finishes, is
+/// handed back for the step to write with the answer, so an answer streamed within one
+/// flush interval costs no transaction of its own.
 async fn write_deltas(
     state: AppState,
     user_id: String,
     conversation_id: Uuid,
     run_id: Uuid,
     mut receiver: mpsc::UnboundedReceiver<String>,
-) {
+) -> Option<String> {
     while let Some(first) = receiver.recv().await {
         let mut delta = first;
         let flush_at = tokio::time::Instant::now() + DELTA_FLUSH_EVERY;
         while delta.len() < DELTA_FLUSH_BYTES {
             match tokio::time::timeout_at(flush_at, receiver.recv()).await {
                 Ok(Some(more)) => delta.push_str(&more),
-                Ok(None) | Err(_) => break,
+                Ok(None) => return Some(delta),
+                Err(_) => break,
             }
         }
-        let written = async {
-            let mut tx = db::begin_as_user(&state.db, &user_id).await?;
-            emit(
-                &mut tx,
-                conversation_id,
-                &user_id,
-                Some(run_id),
-                EventKind::TextDelta { delta },
-            )
-            .await?;
-            tx.commit().await?;
-            Ok::<_, Error>(())
-        }
-        .await;
-        if let Err(err) = written {
-            tracing::warn!(%run_id, error = %err, "could not store a text delta");
-        }
+        write_delta(&state, &user_id, conversation_id, run_id, delta).await;
+    }
+    None
+}
+
+/// Writes one `text_delta` event in a transaction of its own; a failure is logged, the
+/// answer itself is written with the step.
+async fn write_delta(
+    state: &AppState,
+    user_id: &str,
+    conversation_id: Uuid,
+    run_id: Uuid,
+    delta: String,
+) {
+    let written = async {
+        let mut tx = db::begin_as_user(&state.db, user_id).await?;
+        emit(
+            &mut tx,
+            conversation_id,
+            user_id,
+            Some(run_id),
+            EventKind::TextDelta { delta },
+        )
+        .await?;
+        tx.commit().await?;
+        Ok::<_, Error>(())
+    }
+    .await;
+    if let Err(err) = written {
+        tracing::warn!(%run_id, error = %err, "could not store a text delta");
     }
 }
 
