@@ -4,7 +4,7 @@
 # then the context replay (a long scripted conversation through the server and a mock
 # model: request sizes against the whole history, and what each request kept).
 # Prints one report (Markdown tables). `--quick` shortens each load; `--context` runs
-# only the context replay, `--step` only the agent step.
+# only the context replay, `--step` only the agent step (its time and its transactions).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."

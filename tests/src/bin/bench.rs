@@ -3,7 +3,8 @@
 //! is read against a baseline from the same run; nothing here asserts a time.
 //!
 //! Run through `scripts/bench.sh` (it builds the release server and checks pgbench).
-//! `--quick` shortens every load for a smoke run; `--step` prints only the agent step.
+//! `--quick` shortens every load for a smoke run; `--step` prints only the agent step
+//! (its time and its transactions).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -552,7 +553,8 @@ async fn main() -> Result<()> {
     let url = server.database_url.clone();
     if step_only {
         let mut conn = sqlx::PgConnection::connect(&url).await?;
-        agent_step(&url, &tools_path, &mut conn).await?;
+        let state = agent_step(&url, &tools_path, &mut conn).await?;
+        step_transactions(&state, &url).await?;
         return Ok(());
     }
     tokio::time::sleep(Duration::from_millis(500)).await;

@@ -1155,6 +1155,8 @@ async fn the_last_streamed_text_is_written_in_the_answers_transaction() {
         .collect();
     assert_eq!(
         streamed,
-        answer.3["message"]["content"][0]["text"].as_str().unwrap_or_default()
+        answer.3["message"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
     );
 }
