@@ -20,6 +20,7 @@ const SESSION: &str = "it changes the session's settings";
 const OUTSIDE: &str = "it reaches files, large objects or other servers outside the tables";
 const HIDDEN_SQL: &str = "it runs SQL text of its own, which cannot be checked";
 const SERVER: &str = "it acts on the server or on other sessions";
+const AS_ANOTHER_USER: &str = "it reads as a caller it names, through toolgate's own functions";
 
 /// Functions a query may not call, by name (`*` ends a prefix), with the reason the
 /// model is told. Everything else is left to the login's privileges and the read-only
@@ -62,6 +63,10 @@ const REFUSED_FUNCTIONS: &[(&str, &str)] = &[
     ("pg_logical_*", SERVER),
     ("pg_stat_reset*", SERVER),
     ("pg_stat_statements_reset", SERVER),
+    // toolgate's one-round-trip reads take the caller as an argument; should a tool's
+    // database ever be toolgate's own, under the server's login, they would read any
+    // user's requests, values and history.
+    ("toolgate_*", AS_ANOTHER_USER),
 ];
 
 const ONE_QUERY: &str = "send exactly one read-only query (SELECT, WITH … SELECT or VALUES)";
@@ -406,6 +411,8 @@ mod tests {
             "select pg_terminate_backend(123)",
             "select count(*) filter (where pg_sleep(1) is null) from orders",
             "with x as (select pg_advisory_lock(2)) select * from x",
+            "select * from toolgate_step_inputs('someone-else', gen_random_uuid(), 20)",
+            "select * from public.TOOLGATE_PENDING_REQUESTS('someone-else', gen_random_uuid())",
         ] {
             assert!(refusal(sql).contains("is not allowed"), "{sql}");
         }
