@@ -54,8 +54,8 @@ BEGIN
                            @@ plainto_tsquery('english', request.words)
                      ORDER BY ts_rank(to_tsvector('english', o.text_content),
                                       plainto_tsquery('english', request.words)) DESC,
-                              o.created_at DESC
-                     LIMIT max_retrieved)
+                              o.created_at DESC, o.id
+                     LIMIT greatest(max_retrieved, 0))
         FROM agent_runs r
         JOIN conversations c ON c.id = r.conversation_id
         -- The request's words: the run's message, or the conversation's last user message.

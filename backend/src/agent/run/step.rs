@@ -104,9 +104,10 @@ pub async fn prepare_request(
 }
 
 /// Drives a run step by step. Each step reads in one round trip (the run and
-/// everything the middleware needs; one more when its pipeline retrieves) and writes its answer in one more — with the model
-/// that answered and a new summary, if one was written; tool calls and streamed text
-/// add their own.
+/// everything the middleware needs, retrieval included) and writes its answer in one
+/// transaction — with the model that answered, a new summary if one was written, and
+/// the text streamed since the last flush; tool calls and longer streamed text add
+/// their own.
 pub(super) async fn drive(state: &AppState, user_id: &str, run_id: Uuid) -> Result<()> {
     let executor = state.executor();
     loop {
@@ -156,7 +157,7 @@ pub(super) async fn drive(state: &AppState, user_id: &str, run_id: Uuid) -> Resu
         let reply = state.agent.chain.call_model(&ctx, request, &sink).await;
         drop(sink);
         // The text streamed since the last flush goes out with the answer, in its
-        // transaction; should the step fail before that, in a flush of its own.
+        // transaction; should the step fail before that commits, in a flush of its own.
         let unflushed = writer.await.ok().flatten();
         let answered = async {
             let mut reply = reply.map_err(|err| Error::Internal(err.into()))?;
@@ -194,65 +195,82 @@ pub(super) async fn drive(state: &AppState, user_id: &str, run_id: Uuid) -> Resu
                 arguments: call.arguments.clone(),
             });
         }
-        let mut tx = db::begin_as_user(&state.db, user_id).await?;
-        if let Some(delta) = unflushed {
+        // The answer's transaction; it tells whether the run is done (no tool calls).
+        let written = async {
+            let mut tx = db::begin_as_user(&state.db, user_id).await?;
+            if let Some(delta) = &unflushed {
+                emit(
+                    &mut tx,
+                    run.conversation_id,
+                    user_id,
+                    Some(run_id),
+                    EventKind::TextDelta {
+                        delta: delta.clone(),
+                    },
+                )
+                .await?;
+            }
+            let answer = messages::append(
+                &mut tx,
+                NewMessage {
+                    conversation_id: run.conversation_id,
+                    user_id,
+                    role: Role::Assistant,
+                    content: &content,
+                    model: Some(&reply.model),
+                    run_id: Some(run_id),
+                },
+            )
+            .await?;
             emit(
                 &mut tx,
                 run.conversation_id,
                 user_id,
                 Some(run_id),
-                EventKind::TextDelta { delta },
+                EventKind::MessageAdded { message: answer },
             )
             .await?;
-        }
-        let answer = messages::append(
-            &mut tx,
-            NewMessage {
-                conversation_id: run.conversation_id,
-                user_id,
-                role: Role::Assistant,
-                content: &content,
-                model: Some(&reply.model),
-                run_id: Some(run_id),
-            },
-        )
-        .await?;
-        emit(
-            &mut tx,
-            run.conversation_id,
-            user_id,
-            Some(run_id),
-            EventKind::MessageAdded { message: answer },
-        )
-        .await?;
-        runs::renew_lease(&mut tx, run_id, lease(state), Some(&model)).await?;
-        if let Some(summary) = outputs.take_summary() {
-            summaries::insert(
-                &mut tx,
-                run.conversation_id,
-                user_id,
-                summary.through_seq,
-                &summary.text,
-                &summary.kept_out,
-            )
-            .await?;
-        }
-        if reply.tool_calls.is_empty() {
-            move_run(
-                &mut tx,
-                user_id,
-                run_id,
-                &[RunStatus::Running],
-                RunStatus::Completed,
-                Some(run.step + 1),
-                None,
-                None,
-            )
-            .await?;
+            runs::renew_lease(&mut tx, run_id, lease(state), Some(&model)).await?;
+            if let Some(summary) = outputs.take_summary() {
+                summaries::insert(
+                    &mut tx,
+                    run.conversation_id,
+                    user_id,
+                    summary.through_seq,
+                    &summary.text,
+                    &summary.kept_out,
+                )
+                .await?;
+            }
+            if reply.tool_calls.is_empty() {
+                move_run(
+                    &mut tx,
+                    user_id,
+                    run_id,
+                    &[RunStatus::Running],
+                    RunStatus::Completed,
+                    Some(run.step + 1),
+                    None,
+                    None,
+                )
+                .await?;
+            }
             tx.commit().await?;
+            Ok::<_, Error>(reply.tool_calls.is_empty())
+        }
+        .await;
+        let finished = match written {
+            Ok(finished) => finished,
+            Err(err) => {
+                if let Some(delta) = unflushed {
+                    write_delta(state, user_id, run.conversation_id, run_id, delta).await;
+                }
+                return Err(err);
+            }
+        };
+        if finished {
             return Ok(());
         }
-        tx.commit().await?;
 
         let calls = reply.tool_calls.iter().map(|call| {
             let tool_call = ToolCall {
