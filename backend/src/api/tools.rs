@@ -14,9 +14,10 @@ use crate::tools::executor::{self, ToolCall};
 #[utoipa::path(get, path = "/api/tools", tag = "tools", security(("bearer" = [])),
     responses((status = 200, body = ToolList), (status = 401, body = protocol::api::ErrorBody)))]
 pub async fn list_tools(State(state): State<AppState>, _user: AuthUser) -> Json<ToolList> {
+    let (tools, servers) = state.tools.listing();
     Json(ToolList {
-        tools: state.tools.all().iter().map(|tool| tool.info()).collect(),
-        servers: state.tools.servers(),
+        tools: tools.iter().map(|tool| tool.info()).collect(),
+        servers,
     })
 }
 

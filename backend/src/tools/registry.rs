@@ -364,9 +364,16 @@ impl ToolRegistry {
         all
     }
 
-    /// The MCP servers of the tools file, reached or not.
-    pub fn servers(&self) -> Vec<McpServerInfo> {
-        self.catalogs().values().map(|c| c.info.clone()).collect()
+    /// Every tool and every MCP server of the tools file (reached or not), read at one
+    /// moment: a server marked down
+    /// between two separate reads would otherwise be listed down beside its tools still
+    /// listed available.
+    pub fn listing(&self) -> (Vec<Arc<Tool>>, Vec<McpServerInfo>) {
+        let catalogs = self.catalogs();
+        let mut tools = self.tools.clone();
+        tools.extend(catalogs.values().flat_map(|c| c.tools.iter().cloned()));
+        let servers = catalogs.values().map(|c| c.info.clone()).collect();
+        (tools, servers)
     }
 
     /// Replaces what is known of one MCP server: its state and its tools.
