@@ -21,6 +21,8 @@ use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
 use web_sys::{Headers, RequestInit, Response};
 
+use crate::wire;
+
 /// Why a call did not give its answer.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ApiError {
@@ -88,7 +90,7 @@ async fn call<T: DeserializeOwned>(
     } else {
         &text
     };
-    serde_json::from_str(text).map_err(|err| ApiError::Decode(err.to_string()))
+    wire::decode(text).map_err(ApiError::Decode)
 }
 
 async fn call_text(
@@ -128,7 +130,7 @@ async fn call_text(
     if (200..300).contains(&status) {
         return Ok(text);
     }
-    let detail = serde_json::from_str::<ErrorBody>(&text)
+    let detail = wire::decode::<ErrorBody>(&text)
         .map(|body| body.error)
         .unwrap_or_else(|_| ErrorDetail {
             code: format!("http_{status}"),

@@ -44,7 +44,7 @@ pub fn load_session() -> Stored {
     let Some(text) = storage().and_then(|s| s.get_item(STORAGE_KEY).ok().flatten()) else {
         return Stored::Nothing;
     };
-    match serde_json::from_str::<Session>(&text) {
+    match crate::wire::decode::<Session>(&text) {
         Ok(session) if !session.expired() => Stored::Session(session),
         Ok(_) => {
             clear_session();

@@ -12,6 +12,7 @@ mod saved_values;
 mod state;
 mod stream;
 mod util;
+mod wire;
 
 fn main() {
     console_error_panic_hook::set_once();

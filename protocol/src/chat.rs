@@ -8,7 +8,12 @@ use uuid::Uuid;
 use crate::api::{InputRequest, ToolOutcome};
 
 /// One block of a message's content, as chat APIs use them.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+///
+/// Read by hand ([`ContentBlock::deserialize`]) in one pass over the block's fields:
+/// serde's derived reader for an internally tagged enum buffers each block whole before
+/// reading it, which costs time on every stored message a step loads and code size in
+/// the web chat.
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
 // Wire types stay flat for readable (de)serialisation; messages are not hot enough in
@@ -36,6 +41,60 @@ pub enum ContentBlock {
         name: String,
         outcome: ToolOutcome,
     },
+}
+
+impl<'de> Deserialize<'de> for ContentBlock {
+    /// Reads `{"type": …, …the variant's fields}` as the derived reader would: an
+    /// unknown `type` or a missing field is an error naming it; other fields are ignored.
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(rename_all = "snake_case")]
+        enum Kind {
+            Text,
+            Image,
+            ImageStub,
+            ToolCall,
+            ToolResult,
+        }
+        /// Every field of every kind of block.
+        #[derive(Deserialize)]
+        struct Fields {
+            #[serde(rename = "type")]
+            kind: Kind,
+            text: Option<String>,
+            url: Option<String>,
+            id: Option<String>,
+            name: Option<String>,
+            arguments: Option<Map<String, Value>>,
+            tool_call_id: Option<String>,
+            outcome: Option<ToolOutcome>,
+        }
+        fn required<T, E: serde::de::Error>(value: Option<T>, field: &'static str) -> Result<T, E> {
+            value.ok_or_else(|| E::missing_field(field))
+        }
+        let fields = Fields::deserialize(deserializer)?;
+        Ok(match fields.kind {
+            Kind::Text => ContentBlock::Text {
+                text: required(fields.text, "text")?,
+            },
+            Kind::Image => ContentBlock::Image {
+                url: required(fields.url, "url")?,
+            },
+            Kind::ImageStub => ContentBlock::ImageStub {
+                text: required(fields.text, "text")?,
+            },
+            Kind::ToolCall => ContentBlock::ToolCall {
+                id: required(fields.id, "id")?,
+                name: required(fields.name, "name")?,
+                arguments: required(fields.arguments, "arguments")?,
+            },
+            Kind::ToolResult => ContentBlock::ToolResult {
+                tool_call_id: required(fields.tool_call_id, "tool_call_id")?,
+                name: required(fields.name, "name")?,
+                outcome: required(fields.outcome, "outcome")?,
+            },
+        })
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -507,5 +566,60 @@ mod tests {
         let mut names = EventKind::NAMES.to_vec();
         names.dedup();
         assert_eq!(names.len(), EventKind::NAMES.len());
+    }
+
+    /// The hand-written reader of a content block reads what it writes, refuses what the
+    /// derived one refused, and ignores the fields of other kinds.
+    #[test]
+    fn content_blocks_read_back_what_they_write() {
+        let blocks = vec![
+            ContentBlock::Text { text: "hi".into() },
+            ContentBlock::Image {
+                url: "https://example.com/a.png".into(),
+            },
+            ContentBlock::ImageStub {
+                text: "[image]".into(),
+            },
+            ContentBlock::ToolCall {
+                id: "c1".into(),
+                name: "lookup".into(),
+                arguments: serde_json::json!({"q": [1, {"type": "text"}]})
+                    .as_object()
+                    .cloned()
+                    .expect("object"),
+            },
+            ContentBlock::ToolResult {
+                tool_call_id: "c1".into(),
+                name: "lookup".into(),
+                outcome: ToolOutcome::ok(serde_json::json!({"n": 2})),
+            },
+        ];
+        let text = serde_json::to_string(&blocks).expect("json");
+        let read: Vec<ContentBlock> = serde_json::from_str(&text).expect("read back");
+        assert_eq!(read, blocks);
+        let read: Vec<ContentBlock> =
+            serde_json::from_value(serde_json::from_str(&text).expect("value")).expect("value");
+        assert_eq!(read, blocks);
+
+        let extra: ContentBlock =
+            serde_json::from_str(r#"{"text": "a", "url": "b", "type": "text", "later": 1}"#)
+                .expect("extra fields are ignored");
+        assert_eq!(extra, ContentBlock::Text { text: "a".into() });
+        for (text, names) in [
+            (r#"{"text": "a"}"#, "missing field `type`"),
+            (
+                r#"{"type": "video", "url": "a"}"#,
+                "unknown variant `video`",
+            ),
+            (r#"{"type": "image", "text": "a"}"#, "missing field `url`"),
+            (
+                r#"{"type": "tool_call", "id": "c", "name": "t"}"#,
+                "missing field `arguments`",
+            ),
+            (r#"{"type": "text", "text": 5}"#, "invalid type"),
+        ] {
+            let err = serde_json::from_str::<ContentBlock>(text).expect_err(text);
+            assert!(err.to_string().contains(names), "{text}: {err}");
+        }
     }
 }

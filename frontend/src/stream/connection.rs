@@ -7,7 +7,7 @@ use std::rc::Rc;
 use futures::channel::oneshot;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use protocol::chat::{EventKind, StreamEvent};
+use protocol::chat::EventKind;
 use send_wrapper::SendWrapper;
 use wasm_bindgen::JsCast;
 use wasm_bindgen::closure::Closure;
@@ -16,7 +16,7 @@ use web_sys::{EventSource, MessageEvent};
 use super::store::{ChatStore, Link};
 use crate::api::{self, ApiError};
 use crate::state::AppState;
-use crate::util;
+use crate::{util, wire};
 
 /// `EventSource` only delivers named events to listeners registered for their name:
 /// every name the server sends (from `protocol`, so none is missed), and the unnamed
@@ -157,7 +157,7 @@ fn attach(connection: &Rc<Connection>, source: &EventSource, store: ChatStore, a
             let Some(data) = event.data().as_string() else {
                 return;
             };
-            let Ok(event) = serde_json::from_str::<StreamEvent>(&data) else {
+            let Ok(event) = wire::event(&data) else {
                 return;
             };
             if event.id <= connection.last_event.get() {

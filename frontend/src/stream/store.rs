@@ -358,7 +358,7 @@ mod tests {
         if let (Value::Object(body), Value::Object(kind)) = (&mut body, kind) {
             body.extend(kind);
         }
-        serde_json::from_value(body).expect("event")
+        crate::wire::event(&body.to_string()).expect("event")
     }
 
     fn message(conversation: Uuid, seq: i32, role: &str, content: Value) -> Value {
