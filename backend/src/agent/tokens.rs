@@ -4,7 +4,7 @@
 //! remembered by a hash of the text: hashing is far cheaper than tokenizing.
 
 use std::collections::HashMap;
-use std::hash::{DefaultHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 use std::sync::{LazyLock, Mutex};
 
 use protocol::chat::ContentBlock;
@@ -19,6 +19,8 @@ const CACHE_ENTRIES: usize = 50_000;
 /// Counts by (hash, length) of the text.
 static COUNTS: LazyLock<Mutex<HashMap<(u64, usize), usize>>> =
     LazyLock::new(|| Mutex::new(HashMap::new()));
+/// The texts' hash, seeded per process so that no one can aim texts at one entry.
+static TEXT_HASH: LazyLock<foldhash::quality::RandomState> = LazyLock::new(Default::default);
 
 fn tokenize(text: &str) -> usize {
     tiktoken_rs::cl100k_base_singleton()
@@ -36,9 +38,7 @@ pub fn count_text(text: &str) -> usize {
     if text.len() < CACHED_FROM_BYTES {
         return tokenize(text);
     }
-    let mut hasher = DefaultHasher::new();
-    text.hash(&mut hasher);
-    let key = (hasher.finish(), text.len());
+    let key = (TEXT_HASH.hash_one(text), text.len());
     let lock = || {
         COUNTS
             .lock()

@@ -788,8 +788,11 @@ async fn main() -> Result<()> {
 
 /// The agent step without the model, in process: the run loop's load of the step's
 /// inputs (one round trip) and the middleware chain's transform, each timed apart,
-/// against an empty transaction as the same user (the floor of any load). Returns the
-/// server state it built, for the transaction count that follows.
+/// against an empty transaction as the same user (the floor of any load). Where the
+/// history is past the summary threshold, the step that writes the summary (the
+/// offline model summarising in process) is timed apart from the steps after it, which
+/// apply the stored one. Returns the server state it built, for the transaction count
+/// that follows.
 async fn agent_step(
     url: &str,
     tools_path: &Path,
@@ -799,9 +802,9 @@ async fn agent_step(
         "\n## Agent step without the model (load: one round trip; prepare: middleware chain, context pipeline with token counting, tool list)\n"
     );
     println!(
-        "| messages | empty transaction µs | load µs | load ÷ empty | prepare µs | step (load + prepare) µs |"
+        "| messages | empty transaction µs | load µs | load ÷ empty | prepare µs | step (load + prepare) µs | prepare writing a summary µs |"
     );
-    println!("| ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     let config = backend::Config::from_lookup(|name| match name {
         "DATABASE_URL" => Some(url.to_owned()),
         "TOOLGATE_JWT_SECRET" => Some(JWT_SECRET.to_owned()),
@@ -851,13 +854,17 @@ async fn agent_step(
             step: 0,
             original_user_request: "How did the quarterly report for eu look?".into(),
         };
+        // The step that crosses the summary threshold stores the summary it had written,
+        // as the run loop does; the steps after it read and apply that summary.
+        let summarised = store_first_summary(&state, &run).await?;
         let iterations: u32 = match count {
             10 => 400,
             100 => 200,
             _ => 40,
         };
         let (mut empty, mut load, mut prepare) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
-        // Interleaved, so that the machine's noise falls on all three alike.
+        let mut summarising = Duration::ZERO;
+        // Interleaved, so that the machine's noise falls on all of them alike.
         for _ in 0..iterations {
             let started = Instant::now();
             let tx = backend::db::begin_as_user(&state.db, &user).await?;
@@ -881,16 +888,69 @@ async fn agent_step(
             let request = backend::agent::prepare_request(&state, &run, &inputs, &outputs).await?;
             std::hint::black_box(request);
             prepare += started.elapsed();
+
+            if summarised {
+                let unsummarised = backend::agent::step_inputs::StepInputs {
+                    summary: None,
+                    ..inputs
+                };
+                let started = Instant::now();
+                let outputs = backend::agent::step_inputs::StepOutputs::default();
+                let request =
+                    backend::agent::prepare_request(&state, &run, &unsummarised, &outputs).await?;
+                std::hint::black_box((request, outputs.take_summary()));
+                summarising += started.elapsed();
+            }
         }
         let micros = |total: Duration| total.as_secs_f64() * 1e6 / f64::from(iterations);
         let (empty, load, prepare) = (micros(empty), micros(load), micros(prepare));
+        let summarising = if summarised {
+            format!("{:.0}", micros(summarising))
+        } else {
+            "–".to_owned()
+        };
         println!(
-            "| {count} | {empty:.0} | {load:.0} | {:.1} | {prepare:.0} | {:.0} |",
+            "| {count} | {empty:.0} | {load:.0} | {:.1} | {prepare:.0} | {:.0} | {summarising} |",
             load / empty,
             load + prepare
         );
     }
     Ok(state)
+}
+
+/// Prepares one step of `run` and stores the summary it wrote, if it wrote one, in a
+/// transaction as the run's user (what the run loop does with a step's outputs).
+/// Returns whether there was one.
+async fn store_first_summary(
+    state: &backend::AppState,
+    run: &backend::agent::model::RunContext,
+) -> Result<bool> {
+    let (_, inputs) = backend::agent::step_inputs::StepInputs::load(
+        &state.db,
+        &run.user_id,
+        run.run_id,
+        None,
+        state.agent.chain.retrieves(),
+    )
+    .await?
+    .context("the benchmark's run is its user's")?;
+    let outputs = backend::agent::step_inputs::StepOutputs::default();
+    backend::agent::prepare_request(state, run, &inputs, &outputs).await?;
+    let Some(summary) = outputs.take_summary() else {
+        return Ok(false);
+    };
+    let mut tx = backend::db::begin_as_user(&state.db, &run.user_id).await?;
+    backend::db::summaries::insert(
+        &mut tx,
+        run.conversation_id,
+        &run.user_id,
+        summary.through_seq,
+        &summary.text,
+        &summary.kept_out,
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(true)
 }
 
 /// Transactions per model step, counted in process: runs of one step each (the offline
