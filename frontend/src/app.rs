@@ -8,7 +8,7 @@ use crate::auth::{Session, SignIn};
 use crate::chat::{ChatView, NewChat};
 use crate::conversations::ConversationList;
 use crate::state::{AppState, InfoState, load_info};
-use crate::util;
+use crate::{address, clock};
 
 #[component]
 pub fn App() -> impl IntoView {
@@ -25,14 +25,14 @@ pub fn App() -> impl IntoView {
     });
     let _ = window_event_listener(leptos::ev::offline, move |_| app.online.set(false));
     let _ = window_event_listener(leptos::ev::hashchange, move |_| {
-        let id = util::conversation_from_hash();
+        let id = address::conversation();
         if app.current.get_untracked() != id {
             app.current.set(id);
         }
     });
     set_interval(
         move || {
-            app.now_ms.set(util::now_ms());
+            app.now_ms.set(clock::now_ms());
             // A token that runs out while the page is open signs the user out.
             if app
                 .session

@@ -15,7 +15,7 @@ use uuid::Uuid;
 use crate::api::{self, ApiError};
 use crate::state::AppState;
 use crate::stream::{ChatStore, ToolState};
-use crate::util;
+use crate::{focus, value_text};
 
 /// What the pending card is showing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,7 +68,7 @@ fn label_of(fields: &[FieldSpec], name: &str) -> String {
 fn shown(value: &Value) -> (String, bool) {
     match value {
         Value::String(text) => (text.clone(), false),
-        other => (util::pretty(other), true),
+        other => (value_text::pretty(other), true),
     }
 }
 
@@ -99,7 +99,7 @@ fn describe(request: &InputRequest) -> Vec<Arg> {
                         || field.is_some_and(|f| f.kind == protocol::FieldType::Textarea),
                 },
                 (other, _) => Editor::Json {
-                    multiline: util::pretty(other).contains('\n'),
+                    multiline: value_text::pretty(other).contains('\n'),
                 },
             };
             Arg {
@@ -265,7 +265,7 @@ pub fn ApprovalCard(request_id: Uuid) -> impl IntoView {
 
     let focus = move |id: String| {
         request_animation_frame(move || {
-            util::focus_id(&id);
+            focus::move_to(&id);
         });
     };
     let focus_card = move || focus(format!("card-{}", request_id.simple()));
@@ -462,7 +462,7 @@ pub fn ApprovalCard(request_id: Uuid) -> impl IntoView {
         let card_id = card_id.clone();
         let call = first.tool_call_id.clone();
         request_animation_frame(move || {
-            let elsewhere = util::active_element()
+            let elsewhere = focus::active()
                 .and_then(|el| {
                     el.closest(".input-card[data-status=pending]")
                         .ok()
@@ -473,7 +473,7 @@ pub fn ApprovalCard(request_id: Uuid) -> impl IntoView {
                         && card.get_attribute("data-tool-call-id").as_deref() != Some(&call)
                 });
             if !elsewhere {
-                util::focus_id(&approve_id);
+                focus::move_to(&approve_id);
             }
         });
     }

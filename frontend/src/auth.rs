@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::api::{self, ApiError};
 use crate::state::{AppState, InfoState};
-use crate::util;
+use crate::{clock, focus};
 
 const STORAGE_KEY: &str = "toolgate.session";
 
@@ -24,7 +24,7 @@ pub struct Session {
 
 impl Session {
     pub fn expired(&self) -> bool {
-        self.expires_at_ms.is_some_and(|at| at <= util::now_ms())
+        self.expires_at_ms.is_some_and(|at| at <= clock::now_ms())
     }
 }
 
@@ -161,7 +161,7 @@ fn DevSignIn() -> impl IntoView {
         let user_id = name.get_untracked().trim().to_owned();
         if user_id.is_empty() {
             error.set(Some("Enter a user name.".into()));
-            util::focus_id("user-name");
+            focus::move_to("user-name");
             return;
         }
         busy.set(true);
@@ -171,12 +171,12 @@ fn DevSignIn() -> impl IntoView {
                 Ok(issued) => app.sign_in(Session {
                     token: issued.token,
                     user_id: issued.user_id,
-                    expires_at_ms: Some(util::millis(&issued.expires_at)),
+                    expires_at_ms: Some(clock::millis(&issued.expires_at)),
                 }),
                 Err(err) => {
                     let field = err.fields().remove("user_id");
                     error.set(Some(field.unwrap_or_else(|| sign_in_problem(&err))));
-                    util::focus_id("user-name");
+                    focus::move_to("user-name");
                 }
             }
             busy.set(false);

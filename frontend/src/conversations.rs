@@ -6,7 +6,7 @@ use protocol::api::Conversation;
 
 use crate::api;
 use crate::state::AppState;
-use crate::util;
+use crate::{clock, focus};
 
 /// Loads the caller's conversations again (after a new one, or a run that named one).
 pub fn refresh_conversations(app: AppState) {
@@ -62,7 +62,7 @@ pub fn ConversationList() -> impl IntoView {
         open.set(false);
         app.select(None);
         request_animation_frame(|| {
-            util::focus_id("composer-input");
+            focus::move_to("composer-input");
         });
     };
 
@@ -127,7 +127,7 @@ fn ConversationItem(conversation: Conversation, open: RwSignal<bool>) -> impl In
             >
                 <span class="conversation-title">{conversation.title.clone()}</span>
                 <time class="conversation-time" datetime=conversation.created_at.to_rfc3339()>
-                    {util::short_time(&conversation.created_at)}
+                    {clock::short_time(&conversation.created_at)}
                 </time>
             </button>
         </li>

@@ -1,17 +1,20 @@
 //! toolgate's web chat, rendered in the browser.
 
+mod address;
 mod api;
 mod app;
 mod approval_card;
 mod auth;
 mod chat;
+mod clock;
 mod conversations;
+mod focus;
 mod input_card;
 mod local_time;
 mod saved_values;
 mod state;
 mod stream;
-mod util;
+mod value_text;
 mod wire;
 
 fn main() {

@@ -8,7 +8,7 @@ use protocol::api::{SavedScope, SavedValue};
 use crate::api;
 use crate::state::AppState;
 use crate::stream::ChatStore;
-use crate::util;
+use crate::value_text;
 
 /// Who receives a remembered value: every tool sharing its key, or the one tool it was
 /// given to. Neither means an old value no single tool claims, which nothing uses.
@@ -182,7 +182,7 @@ pub fn SavedValuesPanel(store: ChatStore) -> impl IntoView {
                                         {if saved.is_secret {
                                             protocol::fields::MASKED.to_owned()
                                         } else {
-                                            util::plain(&saved.value)
+                                            value_text::plain(&saved.value)
                                         }}
                                     </span>
                                     <span class="scope">

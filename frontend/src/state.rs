@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use crate::api::{self, ApiError};
 use crate::auth::{self, Session};
-use crate::util;
+use crate::{address, clock};
 
 /// What the server said about itself.
 #[derive(Clone, Debug)]
@@ -81,9 +81,9 @@ impl AppState {
             signed_out_reason: RwSignal::new(reason),
             reload: RwSignal::new(0),
             online: RwSignal::new(online),
-            now_ms: RwSignal::new(util::now_ms()),
+            now_ms: RwSignal::new(clock::now_ms()),
             conversations: RwSignal::new(Vec::new()),
-            current: RwSignal::new(util::conversation_from_hash()),
+            current: RwSignal::new(address::conversation()),
             tool_servers: RwSignal::new(None),
         }
     }
@@ -189,7 +189,7 @@ impl AppState {
         if self.current.get_untracked() != id {
             self.current.set(id);
         }
-        util::set_hash_conversation(id);
+        address::set_conversation(id);
     }
 }
 

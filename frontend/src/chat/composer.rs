@@ -6,9 +6,9 @@ use protocol::chat::RunStatus;
 use uuid::Uuid;
 
 use crate::api::{self, ApiError};
+use crate::focus;
 use crate::state::AppState;
 use crate::stream::{ChatStore, RunView};
-use crate::util;
 
 /// A conversation's title: the first line of its first message, shortened.
 fn title_from(text: &str) -> String {
@@ -98,7 +98,7 @@ pub(super) fn Composer(store: Option<ChatStore>) -> impl IntoView {
                         None => {
                             app.select(Some(id));
                             request_animation_frame(|| {
-                                util::focus_id("composer-input");
+                                focus::move_to("composer-input");
                             });
                         }
                     }

@@ -13,7 +13,7 @@ use crate::approval_card::ApprovalCard;
 use crate::input_card::InputCard;
 use crate::state::{AppState, InfoState};
 use crate::stream::{ChatStore, ToolState, stored_call_ids};
-use crate::util;
+use crate::{clock, value_text};
 
 #[component]
 pub(super) fn Timeline() -> impl IntoView {
@@ -181,7 +181,7 @@ fn MessageView(message: Message) -> impl IntoView {
             _ => None,
         })
         .collect();
-    let time = util::short_time(&message.created_at);
+    let time = clock::short_time(&message.created_at);
     let model = message.model.clone();
     let (class, testid, who) = match role {
         Role::User => ("msg user", "message-user", "You"),
@@ -247,7 +247,7 @@ fn ToolCallView(id: String, name: String, arguments: Map<String, Value>) -> impl
                 .collect::<Vec<Uuid>>()
         })
     };
-    let arguments = util::pretty(&arguments);
+    let arguments = value_text::pretty(&arguments);
     let tool = name.clone();
     let app = expect_context::<AppState>();
     app.want_tool_servers();
@@ -294,7 +294,7 @@ fn ToolCallView(id: String, name: String, arguments: Map<String, Value>) -> impl
                         view! {
                             <details class="tool-result">
                                 <summary>"Result"</summary>
-                                <pre>{util::pretty(&result)}</pre>
+                                <pre>{value_text::pretty(&result)}</pre>
                             </details>
                         }
                             .into_any(),

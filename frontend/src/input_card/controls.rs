@@ -6,7 +6,7 @@ use protocol::{FieldSpec, FieldType};
 use serde_json::Value;
 
 use super::form::{CardForm, RequiredMark};
-use crate::{local_time, util};
+use crate::{local_time, value_text};
 
 /// The input element for a field's type. Inputs start from the card's values and write
 /// back on every keystroke; they are never overwritten while the user types.
@@ -180,7 +180,7 @@ pub(super) fn control(
         }
         FieldType::Multiselect => {
             let chosen: Vec<String> = match &initial {
-                Value::Array(items) => items.iter().map(util::plain).collect(),
+                Value::Array(items) => items.iter().map(value_text::plain).collect(),
                 _ => Vec::new(),
             };
             let order: Vec<String> = field.options.iter().map(|o| o.value.clone()).collect();
@@ -211,7 +211,7 @@ pub(super) fn control(
                                         .values
                                         .with_untracked(|v| match v.get(&name) {
                                             Some(Value::Array(items)) => {
-                                                items.iter().map(util::plain).collect()
+                                                items.iter().map(value_text::plain).collect()
                                             }
                                             _ => Vec::new(),
                                         });

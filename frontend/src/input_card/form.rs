@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use super::controls::control;
-use crate::util;
+use crate::focus;
 
 /// The words under a field that will be remembered.
 pub(super) fn remember_note(scope: SaveFor) -> Option<&'static str> {
@@ -109,9 +109,9 @@ impl CardForm {
 
     pub(super) fn focus_field(&self, name: &str) {
         let id = input_id(self.request_id, name);
-        if !util::focus_id(&id) {
+        if !focus::move_to(&id) {
             // A multiselect: its first checkbox.
-            util::focus_id(&format!("{id}-0"));
+            focus::move_to(&format!("{id}-0"));
         }
     }
 }

@@ -15,7 +15,7 @@ use uuid::Uuid;
 use crate::api::{self, ApiError};
 use crate::state::AppState;
 use crate::stream::ChatStore;
-use crate::util;
+use crate::{focus, value_text};
 
 mod controls;
 mod form;
@@ -93,11 +93,11 @@ pub fn InputCard(request_id: Uuid) -> impl IntoView {
                         // The focus stays where it is when a card that followed this
                         // one (an approval) has already taken it.
                         let card_id = format!("card-{}", request_id.simple());
-                        let moved_on = util::active_element().is_some_and(|el| {
+                        let moved_on = focus::active().is_some_and(|el| {
                             el.closest(&format!("#{card_id}")).ok().flatten().is_none()
                         });
                         if !moved_on {
-                            util::focus_id(&card_id);
+                            focus::move_to(&card_id);
                         }
                     }
                     Err(err) => {
@@ -134,7 +134,7 @@ pub fn InputCard(request_id: Uuid) -> impl IntoView {
                     Ok(ended) => {
                         app.reached();
                         store.upsert_request(ended);
-                        util::focus_id(&format!("card-{}", request_id.simple()));
+                        focus::move_to(&format!("card-{}", request_id.simple()));
                     }
                     Err(err) => {
                         if !app.report(&err) {
@@ -159,7 +159,7 @@ pub fn InputCard(request_id: Uuid) -> impl IntoView {
     // in another card.
     if first.status == RequestStatus::Pending {
         request_animation_frame(move || {
-            let elsewhere = util::active_element()
+            let elsewhere = focus::active()
                 .and_then(|el| el.closest(".input-card").ok().flatten())
                 .is_some();
             if !elsewhere && let Some(name) = form.first_to_fill(None) {
@@ -469,7 +469,7 @@ fn Completed(request: Memo<Option<InputRequest>>) -> impl IntoView {
             let shown = if field.is_secret() {
                 "hidden".to_owned()
             } else {
-                util::plain(value)
+                value_text::plain(value)
             };
             Some((field.label().to_owned(), shown, field.is_secret()))
         })

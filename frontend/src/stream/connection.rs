@@ -16,7 +16,7 @@ use web_sys::{EventSource, MessageEvent};
 use super::store::{ChatStore, Link};
 use crate::api::{self, ApiError};
 use crate::state::AppState;
-use crate::{util, wire};
+use crate::{clock, wire};
 
 /// `EventSource` only delivers named events to listeners registered for their name:
 /// every name the server sends (from `protocol`, so none is missed), and the unnamed
@@ -107,7 +107,7 @@ async fn run(connection: Rc<Connection>, store: ChatStore, app: AppState) {
                         break;
                     }
                     _ => {
-                        util::sleep(failed(&connection)).await;
+                        clock::sleep(failed(&connection)).await;
                         continue;
                     }
                 }
@@ -118,7 +118,7 @@ async fn run(connection: Rc<Connection>, store: ChatStore, app: AppState) {
         }
         let url = api::events_url(store.id, &stream_token.token, connection.last_event.get());
         let Ok(source) = EventSource::new(&url) else {
-            util::sleep(failed(&connection)).await;
+            clock::sleep(failed(&connection)).await;
             continue;
         };
         let (closed_tx, closed_rx) = oneshot::channel();
@@ -131,7 +131,7 @@ async fn run(connection: Rc<Connection>, store: ChatStore, app: AppState) {
             break;
         }
         store.link.set(Link::Reconnecting);
-        util::sleep(failed(&connection)).await;
+        clock::sleep(failed(&connection)).await;
         // A fresh stream may have missed requests made outside any run.
         if connection.alive.get() {
             refresh_pending(store, app);

@@ -149,7 +149,7 @@ impl ChatStore {
                 return RequestStatus::Expired;
             };
             if request.status == RequestStatus::Pending
-                && crate::util::millis(&request.expires_at) <= now_ms.get()
+                && crate::clock::millis(&request.expires_at) <= now_ms.get()
             {
                 RequestStatus::Expired
             } else {
