@@ -813,4 +813,60 @@ url = "{env.LOOKUP_BASE}/accounts/{account}?q={q}"
             .remove(0);
         assert!(registry.add(tool).is_err());
     }
+
+    /// A listing is one moment: while a server goes down and comes back again and
+    /// again, no listing shows it down beside its tool listed available, or up beside
+    /// it unavailable.
+    #[test]
+    fn a_listing_never_shows_a_server_and_its_tools_at_different_moments() {
+        use protocol::api::McpServerStatus;
+        let info = |status| McpServerInfo {
+            name: "t".into(),
+            transport: "stdio".into(),
+            status,
+            reason: None,
+            protocol_version: None,
+            tools: 1,
+        };
+        let tool = Arc::new(
+            Tool::assemble(ToolParts {
+                name: "t__echo".into(),
+                description: "Echoes".into(),
+                parameters: json!({"type": "object"}),
+                input_spec: None,
+                enabled: true,
+                key_argument: None,
+                approval: None,
+                origin: ToolOrigin::Mcp { server: "t".into() },
+                runner: Runner::Mcp(mcp::McpTarget {
+                    server: "t".into(),
+                    remote_name: "echo".into(),
+                }),
+            })
+            .expect("tool"),
+        );
+        let registry = Arc::new(ToolRegistry::default());
+        registry.set_mcp_server(info(McpServerStatus::Connected), vec![tool.clone()]);
+        let flipping = {
+            let registry = registry.clone();
+            std::thread::spawn(move || {
+                for _ in 0..20_000 {
+                    registry.mark_mcp_server_down("t", info(McpServerStatus::Unavailable), "gone");
+                    registry.set_mcp_server(info(McpServerStatus::Connected), vec![tool.clone()]);
+                }
+            })
+        };
+        let mut listings = 0;
+        while !flipping.is_finished() || listings == 0 {
+            let (tools, servers) = registry.listing();
+            let up = servers[0].status == McpServerStatus::Connected;
+            let available = tools
+                .iter()
+                .find(|tool| tool.name == "t__echo")
+                .map(|tool| tool.unavailable_reason().is_none());
+            assert_eq!(available, Some(up), "listing {listings}");
+            listings += 1;
+        }
+        flipping.join().expect("the flipping thread");
+    }
 }
