@@ -18,7 +18,7 @@ pub fn decode<T: DeserializeOwned>(text: &str) -> Result<T, String> {
 }
 
 /// Reads a `T` from an already parsed value.
-pub fn from_value<T: DeserializeOwned>(value: Value) -> Result<T, String> {
+fn from_value<T: DeserializeOwned>(value: Value) -> Result<T, String> {
     T::deserialize(value).map_err(|err| err.to_string())
 }
 
