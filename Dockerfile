@@ -8,10 +8,11 @@ FROM rust:1.95-bookworm AS builder
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
 # npm: build_frontend takes wasm-opt from npm's binaryen, because Debian's binaryen
-# produces wasm that Chromium rejects. Versions come with the pinned base image.
+# produces wasm that Chromium rejects; zopfli writes the gzip files served beside the
+# bundle. Versions come with the pinned base image.
 # hadolint ignore=DL3008
 RUN apt-get update \
- && apt-get install -y --no-install-recommends npm \
+ && apt-get install -y --no-install-recommends npm zopfli \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /src

@@ -503,6 +503,25 @@ _good_wasm_opt() {
     return 1
 }
 
+# _precompress_static DIR: a .gz beside each page file. zopfli (Debian's package) writes
+# ordinary gzip about 4 % smaller than gzip -9, which every browser reads as is; without
+# it, gzip -9.
+_precompress_static() {
+    local dir="$1" tool
+    if ! command -v zopfli >/dev/null 2>&1; then
+        apt_install zopfli || note "zopfli could not be installed; using gzip -9"
+    fi
+    if command -v zopfli >/dev/null 2>&1; then
+        tool=(zopfli --gzip)
+        step "zopfli the bundle (gzip format)"
+    else
+        tool=(gzip -9 -k -f)
+        step "gzip -9 the bundle"
+    fi
+    find "$dir" -type f \( -name '*.wasm' -o -name '*.js' -o -name '*.css' -o -name '*.html' \) \
+        -exec "${tool[@]}" {} \; || return 1
+}
+
 build_frontend() {
     local kind="${1:-release}" profile_args=() profile_dir
     case "$kind" in
@@ -552,9 +571,7 @@ build_frontend() {
     fi
     if [ "$kind" = release ]; then
         # Served as is to browsers that accept gzip, so nothing is compressed per request.
-        step "gzip -9 the bundle"
-        find "$dist" -type f \( -name '*.wasm' -o -name '*.js' -o -name '*.css' -o -name '*.html' \) \
-            -exec gzip -9 -k -f {} \;
+        _precompress_static "$dist"
     fi
     note "bundle: $(du -sh "$dist" | cut -f1) in frontend/dist"
 }
