@@ -11,6 +11,7 @@ mod conversations;
 mod focus;
 mod input_card;
 mod local_time;
+mod ordered;
 mod saved_values;
 mod state;
 mod stream;

@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use crate::api::{self, ApiError};
 use crate::auth::{self, Session};
-use crate::{address, clock};
+use crate::{address, clock, ordered};
 
 /// What the server said about itself.
 #[derive(Clone, Debug)]
@@ -109,11 +109,11 @@ impl AppState {
             if let Ok(list) = api::list_tools(&token).await
                 && !servers.is_disposed()
             {
-                let map = list
-                    .tools
-                    .into_iter()
-                    .filter_map(|tool| tool.server.map(|server| (tool.name, server)))
-                    .collect();
+                let map = ordered::map_of(
+                    list.tools
+                        .into_iter()
+                        .filter_map(|tool| tool.server.map(|server| (tool.name, server))),
+                );
                 servers.set(Some(map));
             }
         });

@@ -14,9 +14,9 @@ use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use crate::api::{self, ApiError};
-use crate::focus;
 use crate::state::AppState;
 use crate::stream::{ChatStore, ToolState};
+use crate::{focus, ordered};
 
 use arguments::{
     ArgInput, arg_input_id, argument_key, arguments_of, describe, draft_of, label_of, parse_draft,
@@ -91,23 +91,20 @@ pub fn ApprovalCard(request_id: Uuid) -> impl IntoView {
     let args = StoredValue::new(describe(&first));
     let names: Vec<String> = args.with_value(|a| a.iter().map(|a| a.name.clone()).collect());
     let names = StoredValue::new(names);
-    let drafts = RwSignal::new(
+    let drafts = RwSignal::new(ordered::map_of(
         arguments_of(&first)
             .into_iter()
-            .map(|(name, value)| (name, draft_of(&value)))
-            .collect::<BTreeMap<String, String>>(),
-    );
+            .map(|(name, value)| (name, draft_of(&value))),
+    ));
     let parse_errors = Memo::new(move |_| {
         drafts.with(|drafts| {
             args.with_value(|args| {
-                args.iter()
-                    .filter_map(|arg| {
-                        let text = drafts.get(&arg.name)?;
-                        parse_draft(&arg.editor, text)
-                            .err()
-                            .map(|e| (arg.name.clone(), e))
-                    })
-                    .collect::<BTreeMap<String, String>>()
+                ordered::map_of(args.iter().filter_map(|arg| {
+                    let text = drafts.get(&arg.name)?;
+                    parse_draft(&arg.editor, text)
+                        .err()
+                        .map(|e| (arg.name.clone(), e))
+                }))
             })
         })
     });
@@ -133,12 +130,11 @@ pub fn ApprovalCard(request_id: Uuid) -> impl IntoView {
             let described = describe(&now);
             names.set_value(described.iter().map(|a| a.name.clone()).collect());
             args.set_value(described);
-            drafts.set(
+            drafts.set(ordered::map_of(
                 arguments_of(&now)
                     .into_iter()
-                    .map(|(name, value)| (name, draft_of(&value)))
-                    .collect(),
-            );
+                    .map(|(name, value)| (name, draft_of(&value))),
+            ));
             server_errors.set(BTreeMap::new());
             if mode.get_untracked() == Mode::Edit {
                 mode.set(Mode::Choose);

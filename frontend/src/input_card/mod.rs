@@ -15,7 +15,7 @@ use uuid::Uuid;
 use crate::api::{self, ApiError};
 use crate::state::AppState;
 use crate::stream::ChatStore;
-use crate::{focus, value_text};
+use crate::{focus, ordered, value_text};
 
 mod controls;
 mod form;
@@ -474,12 +474,13 @@ fn Completed(request: Memo<Option<InputRequest>>) -> impl IntoView {
             Some((field.label().to_owned(), shown, field.is_secret()))
         })
         .collect();
-    let scopes: BTreeSet<&'static str> = request
-        .fields
-        .iter()
-        .filter(|f| inputs.contains_key(&f.name))
-        .filter_map(|f| remember_note(f.save_for.unwrap_or(request.save_for)))
-        .collect();
+    let scopes = ordered::set_of(
+        request
+            .fields
+            .iter()
+            .filter(|f| inputs.contains_key(&f.name))
+            .filter_map(|f| remember_note(f.save_for.unwrap_or(request.save_for))),
+    );
     view! {
         <div class="card-outcome card-done" data-testid="card-completed">
             <p>
