@@ -78,11 +78,13 @@ impl ApiError {
 
 pub type ApiResult<T> = Result<T, ApiError>;
 
+/// One call: `body` is JSON text already, so the fetch itself is compiled once rather
+/// than once per request type.
 async fn call<T: DeserializeOwned>(
     method: &str,
     path: &str,
     token: Option<&str>,
-    body: Option<&impl Serialize>,
+    body: Option<String>,
 ) -> ApiResult<T> {
     let text = call_text(method, path, token, body).await?;
     let text = if text.trim().is_empty() {
@@ -93,11 +95,18 @@ async fn call<T: DeserializeOwned>(
     wire::decode(text).map_err(ApiError::Decode)
 }
 
+/// A request body as JSON text.
+fn json_body(body: &impl Serialize) -> ApiResult<Option<String>> {
+    serde_json::to_string(body)
+        .map(Some)
+        .map_err(|err| ApiError::Decode(err.to_string()))
+}
+
 async fn call_text(
     method: &str,
     path: &str,
     token: Option<&str>,
-    body: Option<&impl Serialize>,
+    body: Option<String>,
 ) -> ApiResult<String> {
     let window = web_sys::window().ok_or(ApiError::Network)?;
     let headers = Headers::new().map_err(|_| ApiError::Network)?;
@@ -107,8 +116,7 @@ async fn call_text(
     }
     let init = RequestInit::new();
     init.set_method(method);
-    if let Some(body) = body {
-        let text = serde_json::to_string(body).map_err(|err| ApiError::Decode(err.to_string()))?;
+    if let Some(text) = body {
         let _ = headers.set("Content-Type", "application/json");
         init.set_body(&JsValue::from_str(&text));
     }
@@ -145,42 +153,40 @@ async fn call_text(
     Err(ApiError::Status { status, detail })
 }
 
-const NO_BODY: Option<&()> = None;
-
 pub async fn server_info() -> ApiResult<ServerInfo> {
-    call("GET", "/api/info", None, NO_BODY).await
+    call("GET", "/api/info", None, None).await
 }
 
 pub async fn dev_token(user_id: &str) -> ApiResult<DevTokenResponse> {
     let body = DevTokenRequest {
         user_id: user_id.to_owned(),
     };
-    call("POST", "/api/dev/token", None, Some(&body)).await
+    call("POST", "/api/dev/token", None, json_body(&body)?).await
 }
 
 /// The tools the assistant may call, and the MCP servers they come from.
 pub async fn list_tools(token: &str) -> ApiResult<ToolList> {
-    call("GET", "/api/tools", Some(token), NO_BODY).await
+    call("GET", "/api/tools", Some(token), None).await
 }
 
 pub async fn list_conversations(token: &str) -> ApiResult<Vec<Conversation>> {
-    let list: ConversationList = call("GET", "/api/conversations", Some(token), NO_BODY).await?;
+    let list: ConversationList = call("GET", "/api/conversations", Some(token), None).await?;
     Ok(list.conversations)
 }
 
 pub async fn create_conversation(token: &str, title: Option<String>) -> ApiResult<Conversation> {
     let body = NewConversation { title };
-    call("POST", "/api/conversations", Some(token), Some(&body)).await
+    call("POST", "/api/conversations", Some(token), json_body(&body)?).await
 }
 
 pub async fn conversation_detail(token: &str, id: Uuid) -> ApiResult<ConversationDetail> {
     let path = format!("/api/conversations/{id}");
-    call("GET", &path, Some(token), NO_BODY).await
+    call("GET", &path, Some(token), None).await
 }
 
 pub async fn list_messages(token: &str, id: Uuid) -> ApiResult<MessageList> {
     let path = format!("/api/conversations/{id}/messages");
-    call("GET", &path, Some(token), NO_BODY).await
+    call("GET", &path, Some(token), None).await
 }
 
 pub async fn post_message(token: &str, id: Uuid, text: &str) -> ApiResult<PostMessageResponse> {
@@ -188,7 +194,7 @@ pub async fn post_message(token: &str, id: Uuid, text: &str) -> ApiResult<PostMe
     let body = PostMessage {
         content: PostContent::Text(text.to_owned()),
     };
-    call("POST", &path, Some(token), Some(&body)).await
+    call("POST", &path, Some(token), json_body(&body)?).await
 }
 
 pub async fn pin_message(
@@ -198,12 +204,18 @@ pub async fn pin_message(
     pinned: bool,
 ) -> ApiResult<Message> {
     let path = format!("/api/conversations/{conversation_id}/messages/{message_id}/pin");
-    call("PUT", &path, Some(token), Some(&PinMessage { pinned })).await
+    call(
+        "PUT",
+        &path,
+        Some(token),
+        json_body(&PinMessage { pinned })?,
+    )
+    .await
 }
 
 pub async fn stream_token(token: &str, id: Uuid) -> ApiResult<StreamToken> {
     let path = format!("/api/conversations/{id}/stream-token");
-    call("POST", &path, Some(token), NO_BODY).await
+    call("POST", &path, Some(token), None).await
 }
 
 /// The event stream's address; `EventSource` sends no headers, so the short-lived
@@ -214,7 +226,13 @@ pub fn events_url(id: Uuid, stream_token: &str, after: i64) -> String {
 }
 
 async fn action<T: DeserializeOwned>(token: &str, body: Value) -> ApiResult<T> {
-    call("POST", "/api/tool-user-input", Some(token), Some(&body)).await
+    call(
+        "POST",
+        "/api/tool-user-input",
+        Some(token),
+        json_body(&body)?,
+    )
+    .await
 }
 
 pub async fn get_pending(token: &str, conversation_id: Uuid) -> ApiResult<Vec<InputRequest>> {
