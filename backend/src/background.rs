@@ -25,8 +25,9 @@ pub async fn sweep_once(state: &AppState) -> anyhow::Result<(usize, usize)> {
     end_orphaned_questions(state).await?;
     state.mcp.close_idle_sessions(MCP_IDLE).await;
     state.limits.forget_idle();
-    let failed = agent::fail_abandoned_runs(state).await?;
-    agent::resume_stranded_runs(state).await?;
+    let runner = state.runner();
+    let failed = agent::fail_abandoned_runs(&runner).await?;
+    agent::resume_stranded_runs(&runner).await?;
     prune_events(state).await?;
     Ok((expired, failed))
 }
@@ -53,6 +54,7 @@ async fn expire_overdue(state: &AppState) -> anyhow::Result<usize> {
     let mut tx = db::begin_background(&state.db).await?;
     let overdue = input_requests::overdue(&mut tx).await?;
     tx.commit().await?;
+    let runner = state.runner();
     let mut expired = 0;
     for (id, conversation_id) in overdue {
         let mut tx = db::begin_background(&state.db).await?;
@@ -61,7 +63,7 @@ async fn expire_overdue(state: &AppState) -> anyhow::Result<usize> {
         tx.commit().await?;
         let Some(row) = row else { continue };
         expired += 1;
-        if let Err(err) = requests::follow_up(&state.executor(), state, &row.user_id, &row).await {
+        if let Err(err) = requests::follow_up(&runner.executor, &runner, &row.user_id, &row).await {
             tracing::warn!(request = %row.id, error = %err, "could not resume the run of an expired request");
         }
     }
@@ -99,6 +101,7 @@ async fn end_orphaned_questions(state: &AppState) -> anyhow::Result<()> {
     let orphaned =
         input_requests::orphaned(&mut tx, instances::interval(instances::GONE_AFTER)).await?;
     tx.commit().await?;
+    let runner = state.runner();
     for (id, conversation_id) in orphaned {
         let mut tx = db::begin_background(&state.db).await?;
         conversations::lock_for_writing(&mut tx, conversation_id).await?;
@@ -111,7 +114,7 @@ async fn end_orphaned_questions(state: &AppState) -> anyhow::Result<()> {
         tx.commit().await?;
         if let Some(row) = ended
             && let Err(err) =
-                requests::follow_up(&state.executor(), state, &row.user_id, &row).await
+                requests::follow_up(&runner.executor, &runner, &row.user_id, &row).await
         {
             tracing::warn!(request = %row.id, error = %err, "could not tell a run its MCP tool ended");
         }

@@ -107,7 +107,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         .await
         .context("serving HTTP")?;
     sweeper.abort();
-    agent::wind_down(&state).await;
+    agent::wind_down(&state.runner()).await;
     state.mcp.stop().await;
     background::leave(&state).await;
     pool.close().await;

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use sqlx::PgPool;
 
-use crate::agent::{ActiveRuns, Agent};
+use crate::agent::{ActiveRuns, Agent, Runner, deliver_mcp_outcomes};
 use crate::api::limits::UserLimits;
 use crate::auth::JwtKeys;
 use crate::config::Config;
@@ -79,7 +79,7 @@ impl AppState {
             config: Arc::new(config),
             db,
         };
-        tokio::spawn(deliver_mcp_outcomes(state.clone(), deliveries));
+        tokio::spawn(deliver_mcp_outcomes(state.runner(), deliveries));
         state
     }
 
@@ -93,6 +93,19 @@ impl AppState {
         *self.shutdown.borrow()
     }
 
+    /// What the run loop reaches of this server.
+    pub fn runner(&self) -> Runner {
+        Runner {
+            pool: self.db.clone(),
+            agent: self.agent.clone(),
+            tools: self.tools.clone(),
+            executor: self.executor(),
+            config: self.config.clone(),
+            active_runs: self.active_runs.clone(),
+            shutdown: self.shutdown.clone(),
+        }
+    }
+
     /// What the tool executor reaches of this server.
     pub fn executor(&self) -> Executor {
         Executor {
@@ -101,25 +114,6 @@ impl AppState {
             vault: self.vault.clone(),
             mcp: self.mcp.clone(),
             input_ttl: self.config.input_ttl,
-        }
-    }
-}
-
-/// Hands each run the outcome of its MCP call that finished after waiting for the user.
-async fn deliver_mcp_outcomes(
-    state: AppState,
-    mut deliveries: tokio::sync::mpsc::UnboundedReceiver<mcp::Delivery>,
-) {
-    while let Some(delivery) = deliveries.recv().await {
-        if let Err(err) = crate::agent::deliver_outcome(
-            &state,
-            &delivery.user_id,
-            &delivery.call,
-            delivery.outcome,
-        )
-        .await
-        {
-            tracing::warn!(error = %err, tool_call_id = %delivery.call.tool_call_id, "could not hand a run its MCP call's outcome");
         }
     }
 }

@@ -165,7 +165,8 @@ pub async fn post_message(
             }),
         ));
     }
-    let started = agent::start_run(&state, &user.user_id, conversation_id, content).await?;
+    let started =
+        agent::start_run(&state.runner(), &user.user_id, conversation_id, content).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(PostMessageResponse {

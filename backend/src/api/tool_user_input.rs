@@ -240,7 +240,8 @@ pub async fn dispatch_action(
         Settled::WithResult(row) => (row, true),
         Settled::Request(row) => (row, false),
     };
-    let tool_result = requests::follow_up(&state.executor(), &state, user_id, &row).await?;
+    let tool_result =
+        requests::follow_up(&state.executor(), &state.runner(), user_id, &row).await?;
     let request = describe(&row, &state.tools);
     Ok(if with_result {
         Json(SubmitResponseResult {

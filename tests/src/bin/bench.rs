@@ -857,6 +857,7 @@ async fn agent_step(
         // The step that crosses the summary threshold stores the summary it had written,
         // as the run loop does; the steps after it read and apply that summary.
         let summarised = store_first_summary(&state, &run).await?;
+        let runner = state.runner();
         let iterations: u32 = match count {
             10 => 400,
             100 => 200,
@@ -885,7 +886,7 @@ async fn agent_step(
 
             let started = Instant::now();
             let outputs = backend::agent::step_inputs::StepOutputs::default();
-            let request = backend::agent::prepare_request(&state, &run, &inputs, &outputs).await?;
+            let request = backend::agent::prepare_request(&runner, &run, &inputs, &outputs).await?;
             std::hint::black_box(request);
             prepare += started.elapsed();
 
@@ -897,7 +898,7 @@ async fn agent_step(
                 let started = Instant::now();
                 let outputs = backend::agent::step_inputs::StepOutputs::default();
                 let request =
-                    backend::agent::prepare_request(&state, &run, &unsummarised, &outputs).await?;
+                    backend::agent::prepare_request(&runner, &run, &unsummarised, &outputs).await?;
                 std::hint::black_box((request, outputs.take_summary()));
                 summarising += started.elapsed();
             }
@@ -935,7 +936,7 @@ async fn store_first_summary(
     .await?
     .context("the benchmark's run is its user's")?;
     let outputs = backend::agent::step_inputs::StepOutputs::default();
-    backend::agent::prepare_request(state, run, &inputs, &outputs).await?;
+    backend::agent::prepare_request(&state.runner(), run, &inputs, &outputs).await?;
     let Some(summary) = outputs.take_summary() else {
         return Ok(false);
     };
@@ -968,11 +969,12 @@ async fn step_transactions(state: &backend::AppState, url: &str) -> Result<()> {
         .execute(&mut watcher)
         .await?;
     let runs = 20u64;
+    let runner = state.runner();
     let before = backend::db::user_transactions_begun();
     for n in 0..runs {
         let text = format!("hello number {n}");
         let started = backend::agent::start_run(
-            state,
+            &runner,
             user,
             conversation,
             vec![protocol::chat::ContentBlock::Text { text }],

@@ -9,6 +9,7 @@ use protocol::chat::{ContentBlock, EventKind, Message, Role, Run, RunStatus};
 use sqlx::PgConnection;
 use uuid::Uuid;
 
+use super::Runner;
 use super::step::{StepLimit, drive, record_tool_result};
 use crate::agent::model::ModelError;
 use crate::db::input_requests;
@@ -16,7 +17,6 @@ use crate::db::messages::{self, NewMessage};
 use crate::db::{self, conversations, events, runs};
 use crate::error::{Error, Result, ResultExt};
 use crate::requests::endings;
-use crate::state::AppState;
 use crate::tools::CallRef;
 
 pub struct StartedRun {
@@ -24,8 +24,8 @@ pub struct StartedRun {
     pub message: Message,
 }
 
-pub(super) fn lease(state: &AppState) -> chrono::Duration {
-    chrono::Duration::from_std(state.config.run_lease).unwrap_or(chrono::Duration::seconds(30))
+pub(super) fn lease(runner: &Runner) -> chrono::Duration {
+    chrono::Duration::from_std(runner.config.run_lease).unwrap_or(chrono::Duration::seconds(30))
 }
 
 pub(super) async fn emit(
@@ -42,12 +42,12 @@ pub(super) async fn emit(
 /// Stores the user's message, starts a run for it and drives the run in the
 /// background. Refused with 409 while another run of the conversation is active.
 pub async fn start_run(
-    state: &AppState,
+    runner: &Runner,
     user_id: &str,
     conversation_id: Uuid,
     content: Vec<ContentBlock>,
 ) -> Result<StartedRun> {
-    let mut tx = db::begin_as_user(&state.db, user_id).await?;
+    let mut tx = db::begin_as_user(&runner.pool, user_id).await?;
     if !conversations::exists(&mut tx, conversation_id).await? {
         return Err(Error::NotFound("conversation"));
     }
@@ -57,7 +57,7 @@ pub async fn start_run(
     {
         return Err(run_active());
     }
-    let most = state.config.limits.active_runs;
+    let most = runner.config.limits.active_runs;
     if runs::count_active(&mut tx).await? >= i64::from(most) {
         return Err(Error::TooManyRequests {
             message: format!(
@@ -79,7 +79,7 @@ pub async fn start_run(
         },
     )
     .await?;
-    let model = state.agent.default_model();
+    let model = runner.agent.default_model();
     let run = runs::insert(
         &mut tx,
         run_id,
@@ -87,7 +87,7 @@ pub async fn start_run(
         user_id,
         message.id,
         &model,
-        lease(state),
+        lease(runner),
     )
     .await
     .on_constraint("agent_runs_one_active", |_| run_active())?;
@@ -110,7 +110,7 @@ pub async fn start_run(
     )
     .await?;
     tx.commit().await?;
-    spawn_drive(state.clone(), user_id.to_owned(), run_id);
+    spawn_drive(runner.clone(), user_id.to_owned(), run_id);
     Ok(StartedRun {
         run: run.to_api(),
         message,
@@ -124,17 +124,17 @@ fn run_active() -> Error {
     )
 }
 
-pub(super) fn spawn_drive(state: AppState, user_id: String, run_id: Uuid) {
-    let driving = state.active_runs.enter(run_id, &user_id);
+pub(super) fn spawn_drive(runner: Runner, user_id: String, run_id: Uuid) {
+    let driving = runner.active_runs.enter(run_id, &user_id);
     tokio::spawn(async move {
         let _driving = driving;
-        let keeper = tokio::spawn(keep_lease(state.clone(), user_id.clone(), run_id));
-        let result = drive(&state, &user_id, run_id).await;
+        let keeper = tokio::spawn(keep_lease(runner.clone(), user_id.clone(), run_id));
+        let result = drive(&runner, &user_id, run_id).await;
         keeper.abort();
         if let Err(err) = result {
             tracing::warn!(%run_id, error = ?err, "run failed");
             let message = public_failure(&err);
-            if let Err(err) = fail_run(&state, &user_id, run_id, &message).await {
+            if let Err(err) = fail_run(&runner, &user_id, run_id, &message).await {
                 tracing::error!(%run_id, error = %err, "could not mark the run failed");
             }
         }
@@ -162,13 +162,13 @@ fn public_failure(err: &Error) -> String {
 }
 
 /// Renews the run's lease while this server drives it.
-async fn keep_lease(state: AppState, user_id: String, run_id: Uuid) {
-    let every = (state.config.run_lease / 3).max(Duration::from_millis(200));
+async fn keep_lease(runner: Runner, user_id: String, run_id: Uuid) {
+    let every = (runner.config.run_lease / 3).max(Duration::from_millis(200));
     loop {
         tokio::time::sleep(every).await;
         let renewed = async {
-            let mut tx = db::begin_as_user(&state.db, &user_id).await?;
-            runs::renew_lease(&mut tx, run_id, lease(&state), None).await?;
+            let mut tx = db::begin_as_user(&runner.pool, &user_id).await?;
+            runs::renew_lease(&mut tx, run_id, lease(&runner), None).await?;
             tx.commit().await
         }
         .await;
@@ -199,12 +199,12 @@ pub(super) async fn move_run(
 }
 
 pub(super) async fn fail_run(
-    state: &AppState,
+    runner: &Runner,
     user_id: &str,
     run_id: Uuid,
     message: &str,
 ) -> Result<()> {
-    let mut tx = db::begin_as_user(&state.db, user_id).await?;
+    let mut tx = db::begin_as_user(&runner.pool, user_id).await?;
     let Some(run) = runs::find(&mut tx, run_id).await? else {
         return Ok(());
     };
@@ -228,7 +228,7 @@ pub(super) async fn fail_run(
 }
 
 /// The agent's runs take the outcomes of their settled requests.
-impl crate::requests::RunInbox for AppState {
+impl crate::requests::RunInbox for Runner {
     fn deliver<'a>(
         &'a self,
         user_id: &'a str,
@@ -245,7 +245,7 @@ impl crate::requests::RunInbox for AppState {
 /// last request it waited for. The run row is locked first, so two requests of one run
 /// settled at once cannot both think the other is still open.
 pub async fn deliver_outcome(
-    state: &AppState,
+    runner: &Runner,
     user_id: &str,
     call: &CallRef,
     outcome: ToolOutcome,
@@ -253,7 +253,7 @@ pub async fn deliver_outcome(
     let Some(run_id) = call.run_id else {
         return Ok(());
     };
-    let mut tx = db::begin_as_user(&state.db, user_id).await?;
+    let mut tx = db::begin_as_user(&runner.pool, user_id).await?;
     conversations::lock_for_writing(&mut tx, call.conversation_id).await?;
     let Some(run) = runs::find_for_update(&mut tx, run_id).await? else {
         tx.commit().await?;
@@ -291,22 +291,36 @@ pub async fn deliver_outcome(
             RunStatus::Running,
             None,
             None,
-            Some(lease(state)),
+            Some(lease(runner)),
         )
         .await?
         .is_some();
     }
     tx.commit().await?;
     if resume {
-        spawn_drive(state.clone(), user_id.to_owned(), run_id);
+        spawn_drive(runner.clone(), user_id.to_owned(), run_id);
     }
     Ok(())
 }
 
+/// Hands each run the outcome of its MCP call that finished after waiting for the user.
+pub async fn deliver_mcp_outcomes(
+    runner: Runner,
+    mut deliveries: tokio::sync::mpsc::UnboundedReceiver<crate::tools::mcp::Delivery>,
+) {
+    while let Some(delivery) = deliveries.recv().await {
+        if let Err(err) =
+            deliver_outcome(&runner, &delivery.user_id, &delivery.call, delivery.outcome).await
+        {
+            tracing::warn!(error = %err, tool_call_id = %delivery.call.tool_call_id, "could not hand a run its MCP call's outcome");
+        }
+    }
+}
+
 /// Between two steps of a stopping server: the run's state is all stored, so any
 /// replica (this one after a restart, too) can go on with it at once.
-pub(super) async fn hand_over(state: &AppState, user_id: &str, run_id: Uuid) -> Result<()> {
-    let mut tx = db::begin_as_user(&state.db, user_id).await?;
+pub(super) async fn hand_over(runner: &Runner, user_id: &str, run_id: Uuid) -> Result<()> {
+    let mut tx = db::begin_as_user(&runner.pool, user_id).await?;
     if runs::hand_over(&mut tx, run_id).await? {
         tracing::info!(%run_id, "handed the run over for another server to go on with");
     }
@@ -321,14 +335,14 @@ const STOPPED_MID_STEP: &str =
 /// After the HTTP server has stopped: lets the runs driven here finish their current
 /// step (they hand themselves over after it) for up to the grace period, then fails the
 /// ones still in a step, telling their users.
-pub async fn wind_down(state: &AppState) {
-    let deadline = tokio::time::Instant::now() + state.config.shutdown_grace;
-    if state.active_runs.until_idle(deadline).await {
+pub async fn wind_down(runner: &Runner) {
+    let deadline = tokio::time::Instant::now() + runner.config.shutdown_grace;
+    if runner.active_runs.until_idle(deadline).await {
         return;
     }
-    for (run_id, user_id) in state.active_runs.snapshot() {
+    for (run_id, user_id) in runner.active_runs.snapshot() {
         tracing::warn!(%run_id, "the run was still in a step when the grace period ended");
-        if let Err(err) = fail_run(state, &user_id, run_id, STOPPED_MID_STEP).await {
+        if let Err(err) = fail_run(runner, &user_id, run_id, STOPPED_MID_STEP).await {
             tracing::error!(%run_id, error = %err, "could not mark the run failed");
         }
     }

@@ -10,7 +10,41 @@
 mod lifecycle;
 mod recovery;
 mod step;
+#[cfg(test)]
+mod tests;
 
-pub use lifecycle::{StartedRun, deliver_outcome, start_run, wind_down};
+use std::sync::Arc;
+
+use sqlx::PgPool;
+use tokio::sync::watch;
+
+pub use lifecycle::{StartedRun, deliver_mcp_outcomes, deliver_outcome, start_run, wind_down};
 pub use recovery::{fail_abandoned_runs, resume_stranded_runs};
 pub use step::prepare_request;
+
+use super::{ActiveRuns, Agent};
+use crate::config::Config;
+use crate::tools::executor::Executor;
+use crate::tools::registry::ToolRegistry;
+
+/// What the run loop reaches of the server, handed to it explicitly: the database, the
+/// model and its middleware, the tools and their executor, the settings, the runs this
+/// server drives, and whether it is stopping.
+#[derive(Clone)]
+pub struct Runner {
+    pub pool: PgPool,
+    pub agent: Arc<Agent>,
+    pub tools: Arc<ToolRegistry>,
+    pub executor: Executor,
+    pub config: Arc<Config>,
+    pub active_runs: Arc<ActiveRuns>,
+    /// Turns true when the server is stopping: runs hand themselves over after their
+    /// current step.
+    pub shutdown: watch::Receiver<bool>,
+}
+
+impl Runner {
+    fn is_shutting_down(&self) -> bool {
+        *self.shutdown.borrow()
+    }
+}

@@ -6,27 +6,27 @@ use std::time::Duration;
 
 use protocol::chat::{EventKind, RunStatus};
 
+use super::Runner;
 use super::lifecycle::{emit, lease, move_run, spawn_drive};
 use super::step::record_tool_result;
 use crate::db::input_requests;
 use crate::db::{self, conversations, runs};
 use crate::error::Result;
 use crate::requests::{self, endings};
-use crate::state::AppState;
 
 /// Marks failed the runs whose server stopped mid-step (their lease lapsed). Each run
 /// in its own transaction, its conversation locked first like every writer's.
-pub async fn fail_abandoned_runs(state: &AppState) -> Result<usize> {
-    let mut tx = db::begin_background(&state.db).await?;
+pub async fn fail_abandoned_runs(runner: &Runner) -> Result<usize> {
+    let mut tx = db::begin_background(&runner.pool).await?;
     let lapsed = runs::lapsed(&mut tx).await?;
     tx.commit().await?;
     let mut failed = 0;
     for lapsed in lapsed {
         if lapsed.handed_over {
-            take_over(state, &lapsed).await?;
+            take_over(runner, &lapsed).await?;
             continue;
         }
-        let mut tx = db::begin_background(&state.db).await?;
+        let mut tx = db::begin_background(&runner.pool).await?;
         conversations::lock_for_writing(&mut tx, lapsed.conversation_id).await?;
         if let Some(run) = runs::fail_abandoned(&mut tx, lapsed.id).await? {
             endings::abandon_run(&mut tx, run.id).await?;
@@ -52,16 +52,16 @@ pub async fn fail_abandoned_runs(state: &AppState) -> Result<usize> {
 }
 
 /// Goes on with a run another server handed over between steps.
-async fn take_over(state: &AppState, run: &runs::LapsedRun) -> Result<()> {
-    if state.is_shutting_down() {
+async fn take_over(runner: &Runner, run: &runs::LapsedRun) -> Result<()> {
+    if runner.is_shutting_down() {
         return Ok(());
     }
-    let mut tx = db::begin_as_user(&state.db, &run.user_id).await?;
-    let taken = runs::take_over(&mut tx, run.id, lease(state)).await?;
+    let mut tx = db::begin_as_user(&runner.pool, &run.user_id).await?;
+    let taken = runs::take_over(&mut tx, run.id, lease(runner)).await?;
     tx.commit().await?;
     if taken {
         tracing::info!(run_id = %run.id, "going on with a run another server handed over");
-        spawn_drive(state.clone(), run.user_id.clone(), run.id);
+        spawn_drive(runner.clone(), run.user_id.clone(), run.id);
     }
     Ok(())
 }
@@ -78,14 +78,14 @@ const STRANDED_AFTER_SECONDS: i64 = 10;
 /// request was settled but before the run went on. Each settled request's outcome is
 /// recorded first (a stored retry outcome, or what happened to the request), then the run
 /// resumes once.
-pub async fn resume_stranded_runs(state: &AppState) -> Result<usize> {
-    let mut tx = db::begin_background(&state.db).await?;
+pub async fn resume_stranded_runs(runner: &Runner) -> Result<usize> {
+    let mut tx = db::begin_background(&runner.pool).await?;
     let stranded =
         runs::stranded(&mut tx, chrono::Duration::seconds(STRANDED_AFTER_SECONDS)).await?;
     tx.commit().await?;
     let mut resumed = 0;
     for run in stranded {
-        let mut tx = db::begin_as_user(&state.db, &run.user_id).await?;
+        let mut tx = db::begin_as_user(&runner.pool, &run.user_id).await?;
         conversations::lock_for_writing(&mut tx, run.conversation_id).await?;
         let Some(locked) = runs::find_for_update(&mut tx, run.id).await? else {
             continue;
@@ -146,13 +146,13 @@ pub async fn resume_stranded_runs(state: &AppState) -> Result<usize> {
             RunStatus::Running,
             None,
             None,
-            Some(lease(state)),
+            Some(lease(runner)),
         )
         .await?;
         tx.commit().await?;
         if moved.is_some() {
             resumed += 1;
-            spawn_drive(state.clone(), run.user_id.clone(), run.id);
+            spawn_drive(runner.clone(), run.user_id.clone(), run.id);
         }
     }
     if resumed > 0 {

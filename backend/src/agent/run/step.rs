@@ -9,6 +9,7 @@ use sqlx::PgConnection;
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
+use super::Runner;
 use super::lifecycle::{emit, hand_over, lease, move_run};
 use crate::agent::commands::{COMMAND_MODEL, is_command};
 use crate::agent::middleware::Ctx;
@@ -18,7 +19,6 @@ use crate::db::input_requests;
 use crate::db::messages::{self, NewMessage};
 use crate::db::{self, conversations, runs, summaries};
 use crate::error::{Error, Result};
-use crate::state::AppState;
 use crate::tools::executor::ToolCall;
 
 const SYSTEM_PROMPT: &str = "You are toolgate's assistant. Answer the user's request, calling tools when they help. Be brief and concrete, and base answers on tool results.";
@@ -49,8 +49,8 @@ fn context_messages(stored: &[Message]) -> Vec<ChatMessage> {
     messages
 }
 
-fn tool_specs(state: &AppState) -> Vec<ToolSpec> {
-    state
+fn tool_specs(runner: &Runner) -> Vec<ToolSpec> {
+    runner
         .tools
         .all()
         .iter()
@@ -66,7 +66,7 @@ fn tool_specs(state: &AppState) -> Vec<ToolSpec> {
 /// The middleware's view of one step: the run, its loaded inputs, and what the
 /// server hands the chain explicitly.
 fn step_ctx<'a>(
-    state: &'a AppState,
+    runner: &'a Runner,
     run: &'a RunContext,
     inputs: &'a StepInputs,
     outputs: &'a StepOutputs,
@@ -75,10 +75,10 @@ fn step_ctx<'a>(
         run,
         inputs,
         outputs,
-        tools: &state.tools,
-        summary: &state.config.summary,
-        llm: &state.config.llm,
-        provider: state.agent.provider.as_ref(),
+        tools: &runner.tools,
+        summary: &runner.config.summary,
+        llm: &runner.config.llm,
+        provider: runner.agent.provider.as_ref(),
     }
 }
 
@@ -86,20 +86,20 @@ fn step_ctx<'a>(
 /// available tools, and the middleware's `before_model` hooks. What the middleware wants
 /// written (a new summary) is left in `outputs`.
 pub async fn prepare_request(
-    state: &AppState,
+    runner: &Runner,
     run: &RunContext,
     inputs: &StepInputs,
     outputs: &StepOutputs,
 ) -> Result<ModelRequest> {
-    let ctx = step_ctx(state, run, inputs, outputs);
+    let ctx = step_ctx(runner, run, inputs, outputs);
     let mut request = ModelRequest {
-        model: state.agent.default_model(),
+        model: runner.agent.default_model(),
         system: vec![SYSTEM_PROMPT.to_owned()],
         messages: context_messages(&inputs.history),
-        tools: tool_specs(state),
+        tools: tool_specs(runner),
         purpose: Purpose::Chat,
     };
-    state.agent.chain.before_model(&ctx, &mut request).await?;
+    runner.agent.chain.before_model(&ctx, &mut request).await?;
     Ok(request)
 }
 
@@ -108,18 +108,18 @@ pub async fn prepare_request(
 /// transaction — with the model that answered, a new summary if one was written, and
 /// the text streamed since the last flush; tool calls and longer streamed text add
 /// their own.
-pub(super) async fn drive(state: &AppState, user_id: &str, run_id: Uuid) -> Result<()> {
-    let executor = state.executor();
+pub(super) async fn drive(runner: &Runner, user_id: &str, run_id: Uuid) -> Result<()> {
+    let executor = &runner.executor;
     loop {
-        if state.is_shutting_down() {
-            return hand_over(state, user_id, run_id).await;
+        if runner.is_shutting_down() {
+            return hand_over(runner, user_id, run_id).await;
         }
         let Some((run, inputs)) = StepInputs::load(
-            &state.db,
+            &runner.pool,
             user_id,
             run_id,
-            state.config.skills_dir.as_deref(),
-            state.agent.chain.retrieves(),
+            runner.config.skills_dir.as_deref(),
+            runner.agent.chain.retrieves(),
         )
         .await?
         else {
@@ -128,8 +128,8 @@ pub(super) async fn drive(state: &AppState, user_id: &str, run_id: Uuid) -> Resu
         if run.status != RunStatus::Running {
             return Ok(());
         }
-        if run.step >= state.config.max_steps {
-            return Err(Error::Internal(StepLimit(state.config.max_steps).into()));
+        if run.step >= runner.config.max_steps {
+            return Err(Error::Internal(StepLimit(runner.config.max_steps).into()));
         }
         let run_context = RunContext {
             user_id: user_id.to_owned(),
@@ -139,13 +139,13 @@ pub(super) async fn drive(state: &AppState, user_id: &str, run_id: Uuid) -> Resu
             original_user_request: inputs.request_text(run.user_message_id),
         };
         let outputs = StepOutputs::default();
-        let request = prepare_request(state, &run_context, &inputs, &outputs).await?;
-        let ctx = step_ctx(state, &run_context, &inputs, &outputs);
+        let request = prepare_request(runner, &run_context, &inputs, &outputs).await?;
+        let ctx = step_ctx(runner, &run_context, &inputs, &outputs);
         let model = request.model.clone();
 
         let (delta_sender, delta_receiver) = mpsc::unbounded_channel::<String>();
         let writer = tokio::spawn(write_deltas(
-            state.clone(),
+            runner.clone(),
             user_id.to_owned(),
             run.conversation_id,
             run_id,
@@ -154,14 +154,14 @@ pub(super) async fn drive(state: &AppState, user_id: &str, run_id: Uuid) -> Resu
         let sink = move |delta: String| {
             let _ = delta_sender.send(delta);
         };
-        let reply = state.agent.chain.call_model(&ctx, request, &sink).await;
+        let reply = runner.agent.chain.call_model(&ctx, request, &sink).await;
         drop(sink);
         // The text streamed since the last flush goes out with the answer, in its
         // transaction; should the step fail before that commits, in a flush of its own.
         let unflushed = writer.await.ok().flatten();
         let answered = async {
             let mut reply = reply.map_err(|err| Error::Internal(err.into()))?;
-            state.agent.chain.after_model(&ctx, &mut reply).await?;
+            runner.agent.chain.after_model(&ctx, &mut reply).await?;
             Ok::<_, Error>(reply)
         }
         .await;
@@ -169,7 +169,7 @@ pub(super) async fn drive(state: &AppState, user_id: &str, run_id: Uuid) -> Resu
             Ok(reply) => reply,
             Err(err) => {
                 if let Some(delta) = unflushed {
-                    write_delta(state, user_id, run.conversation_id, run_id, delta).await;
+                    write_delta(runner, user_id, run.conversation_id, run_id, delta).await;
                 }
                 return Err(err);
             }
@@ -184,7 +184,7 @@ pub(super) async fn drive(state: &AppState, user_id: &str, run_id: Uuid) -> Resu
         // What the model put in a secret field is never kept, shown or sent back to it:
         // the executor ignores it anyway, and the stored call is what later steps see.
         for call in &mut reply.tool_calls {
-            if let Some(tool) = state.tools.get(&call.name) {
+            if let Some(tool) = runner.tools.get(&call.name) {
                 call.arguments = tool.masked_arguments(&call.arguments);
             }
         }
@@ -197,7 +197,7 @@ pub(super) async fn drive(state: &AppState, user_id: &str, run_id: Uuid) -> Resu
         }
         // The answer's transaction; it tells whether the run is done (no tool calls).
         let written = async {
-            let mut tx = db::begin_as_user(&state.db, user_id).await?;
+            let mut tx = db::begin_as_user(&runner.pool, user_id).await?;
             if let Some(delta) = &unflushed {
                 emit(
                     &mut tx,
@@ -230,7 +230,7 @@ pub(super) async fn drive(state: &AppState, user_id: &str, run_id: Uuid) -> Resu
                 EventKind::MessageAdded { message: answer },
             )
             .await?;
-            runs::renew_lease(&mut tx, run_id, lease(state), Some(&model)).await?;
+            runs::renew_lease(&mut tx, run_id, lease(runner), Some(&model)).await?;
             if let Some(summary) = outputs.take_summary() {
                 summaries::insert(
                     &mut tx,
@@ -263,7 +263,7 @@ pub(super) async fn drive(state: &AppState, user_id: &str, run_id: Uuid) -> Resu
             Ok(finished) => finished,
             Err(err) => {
                 if let Some(delta) = unflushed {
-                    write_delta(state, user_id, run.conversation_id, run_id, delta).await;
+                    write_delta(runner, user_id, run.conversation_id, run_id, delta).await;
                 }
                 return Err(err);
             }
@@ -281,14 +281,14 @@ pub(super) async fn drive(state: &AppState, user_id: &str, run_id: Uuid) -> Resu
                 arguments: call.arguments.clone(),
                 original_user_request: Some(run_context.original_user_request.clone()),
             };
-            let (ctx, executor) = (&ctx, &executor);
+            let ctx = &ctx;
             async move {
                 let started = EventKind::ToolCallStarted {
                     tool_call_id: tool_call.tool_call_id.clone(),
                     name: tool_call.tool_name.clone(),
                     arguments: tool_call.arguments.clone(),
                 };
-                let mut tx = db::begin_as_user(&state.db, user_id).await?;
+                let mut tx = db::begin_as_user(&runner.pool, user_id).await?;
                 emit(
                     &mut tx,
                     tool_call.conversation_id,
@@ -298,7 +298,7 @@ pub(super) async fn drive(state: &AppState, user_id: &str, run_id: Uuid) -> Resu
                 )
                 .await?;
                 tx.commit().await?;
-                let outcome = match state
+                let outcome = match runner
                     .agent
                     .chain
                     .call_tool(ctx, executor, tool_call.clone())
@@ -313,7 +313,7 @@ pub(super) async fn drive(state: &AppState, user_id: &str, run_id: Uuid) -> Resu
         });
         let finished = join_all(calls).await;
 
-        let mut tx = db::begin_as_user(&state.db, user_id).await?;
+        let mut tx = db::begin_as_user(&runner.pool, user_id).await?;
         conversations::lock_for_writing(&mut tx, run.conversation_id).await?;
         let mut waiting = false;
         for result in finished {
@@ -357,7 +357,7 @@ pub(super) async fn drive(state: &AppState, user_id: &str, run_id: Uuid) -> Resu
         let (next_status, next_lease) = if waiting {
             (RunStatus::WaitingForInput, None)
         } else {
-            (RunStatus::Running, Some(lease(state)))
+            (RunStatus::Running, Some(lease(runner)))
         };
         move_run(
             &mut tx,
@@ -389,7 +389,7 @@ const DELTA_FLUSH_BYTES: usize = 4096;
 /// handed back for the step to write with the answer, so an answer streamed within one
 /// flush interval costs no transaction of its own.
 async fn write_deltas(
-    state: AppState,
+    runner: Runner,
     user_id: String,
     conversation_id: Uuid,
     run_id: Uuid,
@@ -405,7 +405,7 @@ async fn write_deltas(
                 Err(_) => break,
             }
         }
-        write_delta(&state, &user_id, conversation_id, run_id, delta).await;
+        write_delta(&runner, &user_id, conversation_id, run_id, delta).await;
     }
     None
 }
@@ -413,14 +413,14 @@ async fn write_deltas(
 /// Writes one `text_delta` event in a transaction of its own; a failure is logged, the
 /// answer itself is written with the step.
 async fn write_delta(
-    state: &AppState,
+    runner: &Runner,
     user_id: &str,
     conversation_id: Uuid,
     run_id: Uuid,
     delta: String,
 ) {
     let written = async {
-        let mut tx = db::begin_as_user(&state.db, user_id).await?;
+        let mut tx = db::begin_as_user(&runner.pool, user_id).await?;
         emit(
             &mut tx,
             conversation_id,

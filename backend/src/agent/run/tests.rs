@@ -1,0 +1,266 @@
+//! The run loop on its own: a `Runner` over a scratch database, the offline model and
+//! the executor's test tools, without an HTTP server.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use protocol::api::DeclineRequestParams;
+use protocol::chat::{ContentBlock, EventKind, Role, RunStatus};
+use tokio::sync::watch;
+use uuid::Uuid;
+
+use super::*;
+use crate::agent::{ActiveRuns, Agent};
+use crate::config::Config;
+use crate::db::{self, conversations, events, input_requests, messages, runs};
+use crate::requests::{self, endings};
+use crate::tools::executor::tests::{Fixture, fixture};
+
+struct Harness {
+    runner: Runner,
+    stop: watch::Sender<bool>,
+    /// Keeps the executor's tools file until the test ends.
+    _tools: Fixture,
+}
+
+/// A runner on a fresh database with the offline model, the default middleware and one
+/// tool, `lookup_account`, which needs an account only the user knows. `adjust` changes
+/// the settings.
+async fn harness(adjust: impl FnOnce(&mut Config)) -> Harness {
+    let tools = fixture().await;
+    let mut config = Config::from_lookup(|name| match name {
+        "DATABASE_URL" => Some("postgres://unused/unused".to_owned()),
+        "TOOLGATE_JWT_SECRET" => Some("a-test-secret-that-is-long-enough-0123".to_owned()),
+        "TOOLGATE_SECRET_KEY" => Some("a-test-secret-key-0123".to_owned()),
+        _ => None,
+    })
+    .expect("config");
+    adjust(&mut config);
+    let agent = Agent::new(&config).expect("agent");
+    let (stop, shutdown) = watch::channel(false);
+    let runner = Runner {
+        pool: tools.executor.pool.clone(),
+        agent: Arc::new(agent),
+        tools: tools.executor.tools.clone(),
+        executor: tools.executor.clone(),
+        config: Arc::new(config),
+        active_runs: Arc::new(ActiveRuns::default()),
+        shutdown,
+    };
+    Harness {
+        runner,
+        stop,
+        _tools: tools,
+    }
+}
+
+impl Harness {
+    async fn conversation(&self, user: &str) -> Uuid {
+        let mut tx = db::begin_as_user(&self.runner.pool, user)
+            .await
+            .expect("tx");
+        let conversation = conversations::insert(&mut tx, user, "test")
+            .await
+            .expect("conversation");
+        tx.commit().await.expect("commit");
+        conversation.id
+    }
+
+    async fn say(&self, user: &str, conversation: Uuid, text: &str) -> Uuid {
+        let started = start_run(
+            &self.runner,
+            user,
+            conversation,
+            vec![ContentBlock::Text { text: text.into() }],
+        )
+        .await
+        .expect("started");
+        started.run.id
+    }
+
+    async fn run(&self, user: &str, run_id: Uuid) -> runs::RunRow {
+        let mut tx = db::begin_as_user(&self.runner.pool, user)
+            .await
+            .expect("tx");
+        let run = runs::find(&mut tx, run_id)
+            .await
+            .expect("read")
+            .expect("run");
+        tx.commit().await.expect("commit");
+        run
+    }
+
+    /// The run once it has left `running` (or after ten seconds, as it is then).
+    async fn settled(&self, user: &str, run_id: Uuid) -> runs::RunRow {
+        for _ in 0..200 {
+            let run = self.run(user, run_id).await;
+            if run.status() != RunStatus::Running {
+                return run;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.run(user, run_id).await
+    }
+
+    async fn messages(&self, user: &str, conversation: Uuid) -> Vec<protocol::chat::Message> {
+        let mut tx = db::begin_as_user(&self.runner.pool, user)
+            .await
+            .expect("tx");
+        let list = messages::list(&mut tx, conversation)
+            .await
+            .expect("messages");
+        tx.commit().await.expect("commit");
+        list
+    }
+
+    async fn events(&self, user: &str, conversation: Uuid) -> Vec<EventKind> {
+        let mut tx = db::begin_as_user(&self.runner.pool, user)
+            .await
+            .expect("tx");
+        let list = events::after(&mut tx, conversation, 0, 1_000)
+            .await
+            .expect("events");
+        tx.commit().await.expect("commit");
+        list.into_iter().map(|event| event.kind).collect()
+    }
+}
+
+#[tokio::test]
+async fn a_message_gets_an_answer_and_the_run_completes() {
+    let h = harness(|_| {}).await;
+    let conversation = h.conversation("ann").await;
+    let run_id = h.say("ann", conversation, "Hello there").await;
+
+    let run = h.settled("ann", run_id).await;
+    assert_eq!(run.status(), RunStatus::Completed, "{:?}", run.error);
+    assert_eq!(run.step, 1);
+    let messages = h.messages("ann", conversation).await;
+    let roles: Vec<Role> = messages.iter().map(|m| m.role).collect();
+    assert_eq!(roles, [Role::User, Role::Assistant]);
+    assert!(!messages[1].text().is_empty());
+    let events = h.events("ann", conversation).await;
+    assert!(matches!(
+        events.first(),
+        Some(EventKind::MessageAdded { .. })
+    ));
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, EventKind::RunStarted { .. })),
+        "{events:?}"
+    );
+    assert!(
+        matches!(events.last(), Some(EventKind::RunStatus { run }) if run.status == RunStatus::Completed),
+        "{events:?}"
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    assert!(
+        h.runner.active_runs.until_idle(deadline).await,
+        "the run is still driven"
+    );
+}
+
+#[tokio::test]
+async fn a_run_past_its_step_limit_fails_with_words_its_user_may_read() {
+    let h = harness(|config| config.max_steps = 0).await;
+    let conversation = h.conversation("ann").await;
+    let run_id = h.say("ann", conversation, "Hello there").await;
+
+    let run = h.settled("ann", run_id).await;
+    assert_eq!(run.status(), RunStatus::Failed);
+    assert_eq!(
+        run.error.as_deref(),
+        Some("stopped after 0 model steps without a final answer")
+    );
+    let roles: Vec<Role> = h
+        .messages("ann", conversation)
+        .await
+        .iter()
+        .map(|m| m.role)
+        .collect();
+    assert_eq!(roles, [Role::User], "no step may have run");
+}
+
+#[tokio::test]
+async fn a_tool_that_needs_the_user_leaves_the_run_waiting_and_the_answer_resumes_it() {
+    let h = harness(|_| {}).await;
+    let conversation = h.conversation("ann").await;
+    let run_id = h.say("ann", conversation, "Look up my account").await;
+
+    let run = h.settled("ann", run_id).await;
+    assert_eq!(run.status(), RunStatus::WaitingForInput, "{:?}", run.error);
+    let mut tx = db::begin_as_user(&h.runner.pool, "ann").await.expect("tx");
+    let pending = input_requests::count_pending_for_run(&mut tx, run_id)
+        .await
+        .expect("count");
+    tx.commit().await.expect("commit");
+    assert_eq!(pending, 1);
+    let events = h.events("ann", conversation).await;
+    let Some(EventKind::InputRequested { request }) = events
+        .iter()
+        .find(|e| matches!(e, EventKind::InputRequested { .. }))
+    else {
+        panic!("no input card was announced: {events:?}");
+    };
+    assert_eq!(request.tool_name, "lookup_account");
+
+    // The user declines; the run is told, takes its next step and completes.
+    let mut tx = db::begin_as_user(&h.runner.pool, "ann").await.expect("tx");
+    let row = endings::decline(
+        &mut tx,
+        "ann",
+        DeclineRequestParams {
+            tool_call_id: request.tool_call_id.clone(),
+            message: None,
+        },
+    )
+    .await
+    .expect("declined");
+    tx.commit().await.expect("commit");
+    requests::follow_up(&h.runner.executor, &h.runner, "ann", &row)
+        .await
+        .expect("followed up");
+
+    let run = h.settled("ann", run_id).await;
+    assert_eq!(run.status(), RunStatus::Completed, "{:?}", run.error);
+    let messages = h.messages("ann", conversation).await;
+    let roles: Vec<Role> = messages.iter().map(|m| m.role).collect();
+    assert_eq!(
+        roles,
+        [Role::User, Role::Assistant, Role::Tool, Role::Assistant]
+    );
+    assert!(
+        matches!(&messages[2].content[0], ContentBlock::ToolResult { outcome, .. } if !outcome.success),
+        "{:?}",
+        messages[2].content
+    );
+}
+
+#[tokio::test]
+async fn a_stopping_server_hands_its_run_over_and_the_next_one_finishes_it() {
+    let h = harness(|_| {}).await;
+    let conversation = h.conversation("ann").await;
+    h.stop.send(true).expect("stop");
+    let run_id = h.say("ann", conversation, "Hello there").await;
+
+    // Handed over before its first step: still running, with its lease lapsed.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    assert!(
+        h.runner.active_runs.until_idle(deadline).await,
+        "the run is still driven"
+    );
+    let run = h.run("ann", run_id).await;
+    assert_eq!(run.status(), RunStatus::Running);
+    assert_eq!(h.messages("ann", conversation).await.len(), 1);
+
+    // Another server (the same database, not stopping) takes it over.
+    let (_still, running) = watch::channel(false);
+    let next = Runner {
+        shutdown: running,
+        ..h.runner.clone()
+    };
+    assert_eq!(fail_abandoned_runs(&next).await.expect("sweep"), 0);
+    let run = h.settled("ann", run_id).await;
+    assert_eq!(run.status(), RunStatus::Completed, "{:?}", run.error);
+    assert_eq!(h.messages("ann", conversation).await.len(), 2);
+}
