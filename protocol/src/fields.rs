@@ -925,7 +925,9 @@ fn number_value(number: f64) -> Value {
     }
 }
 
-fn fmt_number(number: f64) -> String {
+/// A number as JSON writes it (`5`, not `5.0`): how limits are shown, in messages and in
+/// the card's inputs alike.
+pub fn fmt_number(number: f64) -> String {
     number_value(number).to_string()
 }
 

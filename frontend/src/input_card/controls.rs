@@ -2,6 +2,7 @@
 //! every change; they are never overwritten while the user types.
 
 use leptos::prelude::*;
+use protocol::fields::fmt_number;
 use protocol::{FieldSpec, FieldType};
 use serde_json::Value;
 
@@ -78,8 +79,8 @@ pub(super) fn control(
         .into_any(),
         FieldType::Secret => text_input("password", "new-password"),
         FieldType::Number | FieldType::Integer => {
-            let min = field.min.map(|m| m.to_string());
-            let max = field.max.map(|m| m.to_string());
+            let min = field.min.map(fmt_number);
+            let max = field.max.map(fmt_number);
             let whole = field.kind == FieldType::Integer;
             view! {
                 <input
