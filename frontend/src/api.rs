@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use protocol::api::{
     ClearedValues, Conversation, ConversationList, DevTokenRequest, DevTokenResponse, ErrorBody,
     ErrorDetail, InputRequest, NewConversation, PendingRequests, SavedValue, SessionValues,
-    SubmitResponseResult, ToolList,
+    SubmitResponseResult, ToolServers,
 };
 use protocol::approval::Decision;
 use protocol::chat::{
@@ -165,7 +165,7 @@ pub async fn dev_token(user_id: &str) -> ApiResult<DevTokenResponse> {
 }
 
 /// The tools the assistant may call, and the MCP servers they come from.
-pub async fn list_tools(token: &str) -> ApiResult<ToolList> {
+pub async fn tool_servers(token: &str) -> ApiResult<ToolServers> {
     call("GET", "/api/tools", Some(token), None).await
 }
 

@@ -106,7 +106,7 @@ impl AppState {
         self.tool_servers.set(Some(BTreeMap::new()));
         let servers = self.tool_servers;
         spawn_local(async move {
-            if let Ok(list) = api::list_tools(&token).await
+            if let Ok(list) = api::tool_servers(&token).await
                 && !servers.is_disposed()
             {
                 let map = ordered::map_of(

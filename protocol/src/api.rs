@@ -596,6 +596,23 @@ pub struct ToolInfo {
     pub unavailable_reason: Option<String>,
 }
 
+/// What the web chat reads of `GET /api/tools`: which MCP server each tool comes from.
+/// Reading only this keeps the tools' full descriptions (schemas, fields, rules) out of
+/// the browser's decoder; a test keeps it in step with [`ToolList`].
+#[derive(Clone, Debug, Deserialize)]
+pub struct ToolServers {
+    pub tools: Vec<ToolServer>,
+}
+
+/// One tool of [`ToolServers`].
+#[derive(Clone, Debug, Deserialize)]
+pub struct ToolServer {
+    pub name: String,
+    /// The MCP server the tool comes from; none for the tools file's own.
+    #[serde(default)]
+    pub server: Option<String>,
+}
+
 /// Where toolgate stands with an MCP server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -636,4 +653,47 @@ pub struct ToolList {
     /// The MCP servers of the tools file, reached or not.
     #[serde(default)]
     pub servers: Vec<McpServerInfo>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tool(name: &str, server: Option<&str>) -> ToolInfo {
+        ToolInfo {
+            name: name.to_owned(),
+            description: "d".to_owned(),
+            parameters: serde_json::json!({"type": "object"}),
+            requires_user_input: None,
+            requires_approval: None,
+            kind: "mcp".to_owned(),
+            origin: ToolOrigin::default(),
+            server: server.map(str::to_owned),
+            enabled: true,
+            available: true,
+            unavailable_reason: None,
+        }
+    }
+
+    #[test]
+    fn a_tool_listing_reads_as_its_tools_servers() {
+        let list = ToolList {
+            tools: vec![tool("lookup", None), tool("files__read", Some("files"))],
+            servers: Vec::new(),
+        };
+        let text = serde_json::to_string(&list).expect("listing");
+        let servers: ToolServers = serde_json::from_str(&text).expect("servers");
+        let read: Vec<(String, Option<String>)> = servers
+            .tools
+            .into_iter()
+            .map(|t| (t.name, t.server))
+            .collect();
+        assert_eq!(
+            read,
+            [
+                ("lookup".to_owned(), None),
+                ("files__read".to_owned(), Some("files".to_owned()))
+            ]
+        );
+    }
 }
