@@ -9,8 +9,14 @@ pub fn plain(value: &Value) -> String {
         Value::Array(items) => items.iter().map(plain).collect::<Vec<_>>().join(", "),
         Value::Bool(true) => "yes".to_owned(),
         Value::Bool(false) => "no".to_owned(),
-        other => other.to_string(),
+        other => compact(other),
     }
+}
+
+/// A JSON value as JSON text on one line. (Through `serde_json::to_string`, as request
+/// bodies are written, rather than `Display`, which would bring a second writer.)
+pub fn compact(value: &Value) -> String {
+    serde_json::to_string(value).unwrap_or_default()
 }
 
 /// Indented JSON, for a value shown whole.

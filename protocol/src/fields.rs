@@ -928,7 +928,8 @@ fn number_value(number: f64) -> Value {
 /// A number as JSON writes it (`5`, not `5.0`): how limits are shown, in messages and in
 /// the card's inputs alike.
 pub fn fmt_number(number: f64) -> String {
-    number_value(number).to_string()
+    // `to_string` rather than `Display`: the browser then carries one JSON writer.
+    serde_json::to_string(&number_value(number)).unwrap_or_default()
 }
 
 fn as_bool(value: &Value) -> Option<bool> {

@@ -26,7 +26,7 @@ pub(super) fn control(
     let initial_text = match &initial {
         Value::Null => String::new(),
         Value::String(text) => text.clone(),
-        other => other.to_string(),
+        other => value_text::compact(other),
     };
     let invalid = move || error.with(Option::is_some).to_string();
     let required = field.required;
