@@ -48,6 +48,7 @@ pub struct DevTokenRequest {
 pub struct DevTokenResponse {
     pub token: String,
     pub user_id: String,
+    #[serde(deserialize_with = "crate::timestamp::deserialize")]
     pub expires_at: DateTime<Utc>,
 }
 
@@ -73,6 +74,7 @@ pub struct NewConversation {
 pub struct Conversation {
     pub id: Uuid,
     pub title: String,
+    #[serde(deserialize_with = "crate::timestamp::deserialize")]
     pub created_at: DateTime<Utc>,
 }
 
@@ -181,10 +183,12 @@ pub struct InputRequest {
     #[serde(default)]
     pub user_inputs: Option<Map<String, Value>>,
     pub status: RequestStatus,
+    #[serde(deserialize_with = "crate::timestamp::deserialize")]
     pub created_at: DateTime<Utc>,
     /// When the request was answered or otherwise ended.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::timestamp::deserialize_option")]
     pub completed_at: Option<DateTime<Utc>>,
+    #[serde(deserialize_with = "crate::timestamp::deserialize")]
     pub expires_at: DateTime<Utc>,
     /// `input` (fill in fields) or `approval` (allow a call with `tool_args`).
     #[serde(default)]
@@ -437,6 +441,7 @@ pub struct SavedValue {
     pub memory_key: Option<String>,
     /// Names this value (with `scope`) for `delete_saved_value`.
     pub key: String,
+    #[serde(deserialize_with = "crate::timestamp::deserialize")]
     pub updated_at: DateTime<Utc>,
 }
 

@@ -146,6 +146,7 @@ pub struct Message {
     /// not.)
     #[serde(default)]
     pub pinned: bool,
+    #[serde(deserialize_with = "crate::timestamp::deserialize")]
     pub created_at: DateTime<Utc>,
 }
 
@@ -410,7 +411,9 @@ pub struct Run {
     pub model: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    #[serde(deserialize_with = "crate::timestamp::deserialize")]
     pub created_at: DateTime<Utc>,
+    #[serde(deserialize_with = "crate::timestamp::deserialize")]
     pub updated_at: DateTime<Utc>,
 }
 
@@ -521,6 +524,7 @@ impl EventKind {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StreamToken {
     pub token: String,
+    #[serde(deserialize_with = "crate::timestamp::deserialize")]
     pub expires_at: DateTime<Utc>,
 }
 

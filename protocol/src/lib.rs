@@ -11,6 +11,7 @@ pub mod chat;
 pub mod fields;
 #[cfg(feature = "sqlx")]
 mod stored;
+pub mod timestamp;
 
 pub use fields::{
     FieldSpec, FieldType, InputRequestSpec, SaveFor, SelectOption, VisibleIf, check_field_specs,
