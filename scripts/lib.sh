@@ -508,18 +508,22 @@ _good_wasm_opt() {
 # it, gzip -9.
 _precompress_static() {
     local dir="$1" tool
-    if ! command -v zopfli >/dev/null 2>&1; then
-        apt_install zopfli || note "zopfli could not be installed; using gzip -9"
+    # Installed only where that needs no password; it is an optimisation, not a need.
+    if ! command -v zopfli >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 &&
+        { [ "$(id -u)" -eq 0 ] || sudo -n true 2>/dev/null; }; then
+        apt_install zopfli || true
     fi
     if command -v zopfli >/dev/null 2>&1; then
         tool=(zopfli --gzip)
         step "zopfli the bundle (gzip format)"
     else
         tool=(gzip -9 -k -f)
-        step "gzip -9 the bundle"
+        step "gzip -9 the bundle (install zopfli for files about 4 % smaller)"
     fi
+    # `+`, not `\;`: find then fails when the compressor does, so the build stops
+    # rather than leave a stale .gz to be served.
     find "$dir" -type f \( -name '*.wasm' -o -name '*.js' -o -name '*.css' -o -name '*.html' \) \
-        -exec "${tool[@]}" {} \; || return 1
+        -exec "${tool[@]}" {} + || return 1
 }
 
 build_frontend() {
