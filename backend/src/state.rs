@@ -89,16 +89,10 @@ impl AppState {
         let _ = self.shutdown_sender.send(true);
     }
 
-    pub fn is_shutting_down(&self) -> bool {
-        *self.shutdown.borrow()
-    }
-
     /// What the run loop reaches of this server.
     pub fn runner(&self) -> Runner {
         Runner {
-            pool: self.db.clone(),
             agent: self.agent.clone(),
-            tools: self.tools.clone(),
             executor: self.executor(),
             config: self.config.clone(),
             active_runs: self.active_runs.clone(),

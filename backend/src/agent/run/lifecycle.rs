@@ -47,7 +47,7 @@ pub async fn start_run(
     conversation_id: Uuid,
     content: Vec<ContentBlock>,
 ) -> Result<StartedRun> {
-    let mut tx = db::begin_as_user(&runner.pool, user_id).await?;
+    let mut tx = db::begin_as_user(&runner.executor.pool, user_id).await?;
     if !conversations::exists(&mut tx, conversation_id).await? {
         return Err(Error::NotFound("conversation"));
     }
@@ -167,7 +167,7 @@ async fn keep_lease(runner: Runner, user_id: String, run_id: Uuid) {
     loop {
         tokio::time::sleep(every).await;
         let renewed = async {
-            let mut tx = db::begin_as_user(&runner.pool, &user_id).await?;
+            let mut tx = db::begin_as_user(&runner.executor.pool, &user_id).await?;
             runs::renew_lease(&mut tx, run_id, lease(&runner), None).await?;
             tx.commit().await
         }
@@ -204,7 +204,7 @@ pub(super) async fn fail_run(
     run_id: Uuid,
     message: &str,
 ) -> Result<()> {
-    let mut tx = db::begin_as_user(&runner.pool, user_id).await?;
+    let mut tx = db::begin_as_user(&runner.executor.pool, user_id).await?;
     let Some(run) = runs::find(&mut tx, run_id).await? else {
         return Ok(());
     };
@@ -253,7 +253,7 @@ pub async fn deliver_outcome(
     let Some(run_id) = call.run_id else {
         return Ok(());
     };
-    let mut tx = db::begin_as_user(&runner.pool, user_id).await?;
+    let mut tx = db::begin_as_user(&runner.executor.pool, user_id).await?;
     conversations::lock_for_writing(&mut tx, call.conversation_id).await?;
     let Some(run) = runs::find_for_update(&mut tx, run_id).await? else {
         tx.commit().await?;
@@ -320,7 +320,7 @@ pub async fn deliver_mcp_outcomes(
 /// Between two steps of a stopping server: the run's state is all stored, so any
 /// replica (this one after a restart, too) can go on with it at once.
 pub(super) async fn hand_over(runner: &Runner, user_id: &str, run_id: Uuid) -> Result<()> {
-    let mut tx = db::begin_as_user(&runner.pool, user_id).await?;
+    let mut tx = db::begin_as_user(&runner.executor.pool, user_id).await?;
     if runs::hand_over(&mut tx, run_id).await? {
         tracing::info!(%run_id, "handed the run over for another server to go on with");
     }

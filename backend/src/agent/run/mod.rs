@@ -15,7 +15,6 @@ mod tests;
 
 use std::sync::Arc;
 
-use sqlx::PgPool;
 use tokio::sync::watch;
 
 pub use lifecycle::{StartedRun, deliver_mcp_outcomes, deliver_outcome, start_run, wind_down};
@@ -25,16 +24,13 @@ pub use step::prepare_request;
 use super::{ActiveRuns, Agent};
 use crate::config::Config;
 use crate::tools::executor::Executor;
-use crate::tools::registry::ToolRegistry;
 
-/// What the run loop reaches of the server, handed to it explicitly: the database, the
-/// model and its middleware, the tools and their executor, the settings, the runs this
-/// server drives, and whether it is stopping.
+/// What the run loop reaches of the server, handed to it explicitly: the model and its
+/// middleware, the executor (which holds the database pool and the tools), the
+/// settings, the runs this server drives, and whether it is stopping.
 #[derive(Clone)]
 pub struct Runner {
-    pub pool: PgPool,
     pub agent: Arc<Agent>,
-    pub tools: Arc<ToolRegistry>,
     pub executor: Executor,
     pub config: Arc<Config>,
     pub active_runs: Arc<ActiveRuns>,

@@ -17,7 +17,7 @@ use crate::requests::{self, endings};
 /// Marks failed the runs whose server stopped mid-step (their lease lapsed). Each run
 /// in its own transaction, its conversation locked first like every writer's.
 pub async fn fail_abandoned_runs(runner: &Runner) -> Result<usize> {
-    let mut tx = db::begin_background(&runner.pool).await?;
+    let mut tx = db::begin_background(&runner.executor.pool).await?;
     let lapsed = runs::lapsed(&mut tx).await?;
     tx.commit().await?;
     let mut failed = 0;
@@ -26,7 +26,7 @@ pub async fn fail_abandoned_runs(runner: &Runner) -> Result<usize> {
             take_over(runner, &lapsed).await?;
             continue;
         }
-        let mut tx = db::begin_background(&runner.pool).await?;
+        let mut tx = db::begin_background(&runner.executor.pool).await?;
         conversations::lock_for_writing(&mut tx, lapsed.conversation_id).await?;
         if let Some(run) = runs::fail_abandoned(&mut tx, lapsed.id).await? {
             endings::abandon_run(&mut tx, run.id).await?;
@@ -56,7 +56,7 @@ async fn take_over(runner: &Runner, run: &runs::LapsedRun) -> Result<()> {
     if runner.is_shutting_down() {
         return Ok(());
     }
-    let mut tx = db::begin_as_user(&runner.pool, &run.user_id).await?;
+    let mut tx = db::begin_as_user(&runner.executor.pool, &run.user_id).await?;
     let taken = runs::take_over(&mut tx, run.id, lease(runner)).await?;
     tx.commit().await?;
     if taken {
@@ -79,13 +79,13 @@ const STRANDED_AFTER_SECONDS: i64 = 10;
 /// recorded first (a stored retry outcome, or what happened to the request), then the run
 /// resumes once.
 pub async fn resume_stranded_runs(runner: &Runner) -> Result<usize> {
-    let mut tx = db::begin_background(&runner.pool).await?;
+    let mut tx = db::begin_background(&runner.executor.pool).await?;
     let stranded =
         runs::stranded(&mut tx, chrono::Duration::seconds(STRANDED_AFTER_SECONDS)).await?;
     tx.commit().await?;
     let mut resumed = 0;
     for run in stranded {
-        let mut tx = db::begin_as_user(&runner.pool, &run.user_id).await?;
+        let mut tx = db::begin_as_user(&runner.executor.pool, &run.user_id).await?;
         conversations::lock_for_writing(&mut tx, run.conversation_id).await?;
         let Some(locked) = runs::find_for_update(&mut tx, run.id).await? else {
             continue;

@@ -51,6 +51,7 @@ fn context_messages(stored: &[Message]) -> Vec<ChatMessage> {
 
 fn tool_specs(runner: &Runner) -> Vec<ToolSpec> {
     runner
+        .executor
         .tools
         .all()
         .iter()
@@ -75,7 +76,7 @@ fn step_ctx<'a>(
         run,
         inputs,
         outputs,
-        tools: &runner.tools,
+        tools: &runner.executor.tools,
         summary: &runner.config.summary,
         llm: &runner.config.llm,
         provider: runner.agent.provider.as_ref(),
@@ -115,7 +116,7 @@ pub(super) async fn drive(runner: &Runner, user_id: &str, run_id: Uuid) -> Resul
             return hand_over(runner, user_id, run_id).await;
         }
         let Some((run, inputs)) = StepInputs::load(
-            &runner.pool,
+            &runner.executor.pool,
             user_id,
             run_id,
             runner.config.skills_dir.as_deref(),
@@ -184,7 +185,7 @@ pub(super) async fn drive(runner: &Runner, user_id: &str, run_id: Uuid) -> Resul
         // What the model put in a secret field is never kept, shown or sent back to it:
         // the executor ignores it anyway, and the stored call is what later steps see.
         for call in &mut reply.tool_calls {
-            if let Some(tool) = runner.tools.get(&call.name) {
+            if let Some(tool) = runner.executor.tools.get(&call.name) {
                 call.arguments = tool.masked_arguments(&call.arguments);
             }
         }
@@ -197,7 +198,7 @@ pub(super) async fn drive(runner: &Runner, user_id: &str, run_id: Uuid) -> Resul
         }
         // The answer's transaction; it tells whether the run is done (no tool calls).
         let written = async {
-            let mut tx = db::begin_as_user(&runner.pool, user_id).await?;
+            let mut tx = db::begin_as_user(&runner.executor.pool, user_id).await?;
             if let Some(delta) = &unflushed {
                 emit(
                     &mut tx,
@@ -288,7 +289,7 @@ pub(super) async fn drive(runner: &Runner, user_id: &str, run_id: Uuid) -> Resul
                     name: tool_call.tool_name.clone(),
                     arguments: tool_call.arguments.clone(),
                 };
-                let mut tx = db::begin_as_user(&runner.pool, user_id).await?;
+                let mut tx = db::begin_as_user(&runner.executor.pool, user_id).await?;
                 emit(
                     &mut tx,
                     tool_call.conversation_id,
@@ -313,7 +314,7 @@ pub(super) async fn drive(runner: &Runner, user_id: &str, run_id: Uuid) -> Resul
         });
         let finished = join_all(calls).await;
 
-        let mut tx = db::begin_as_user(&runner.pool, user_id).await?;
+        let mut tx = db::begin_as_user(&runner.executor.pool, user_id).await?;
         conversations::lock_for_writing(&mut tx, run.conversation_id).await?;
         let mut waiting = false;
         for result in finished {
@@ -420,7 +421,7 @@ async fn write_delta(
     delta: String,
 ) {
     let written = async {
-        let mut tx = db::begin_as_user(&runner.pool, user_id).await?;
+        let mut tx = db::begin_as_user(&runner.executor.pool, user_id).await?;
         emit(
             &mut tx,
             conversation_id,

@@ -39,9 +39,7 @@ async fn harness(adjust: impl FnOnce(&mut Config)) -> Harness {
     let agent = Agent::new(&config).expect("agent");
     let (stop, shutdown) = watch::channel(false);
     let runner = Runner {
-        pool: tools.executor.pool.clone(),
         agent: Arc::new(agent),
-        tools: tools.executor.tools.clone(),
         executor: tools.executor.clone(),
         config: Arc::new(config),
         active_runs: Arc::new(ActiveRuns::default()),
@@ -56,7 +54,7 @@ async fn harness(adjust: impl FnOnce(&mut Config)) -> Harness {
 
 impl Harness {
     async fn conversation(&self, user: &str) -> Uuid {
-        let mut tx = db::begin_as_user(&self.runner.pool, user)
+        let mut tx = db::begin_as_user(&self.runner.executor.pool, user)
             .await
             .expect("tx");
         let conversation = conversations::insert(&mut tx, user, "test")
@@ -79,7 +77,7 @@ impl Harness {
     }
 
     async fn run(&self, user: &str, run_id: Uuid) -> runs::RunRow {
-        let mut tx = db::begin_as_user(&self.runner.pool, user)
+        let mut tx = db::begin_as_user(&self.runner.executor.pool, user)
             .await
             .expect("tx");
         let run = runs::find(&mut tx, run_id)
@@ -103,7 +101,7 @@ impl Harness {
     }
 
     async fn messages(&self, user: &str, conversation: Uuid) -> Vec<protocol::chat::Message> {
-        let mut tx = db::begin_as_user(&self.runner.pool, user)
+        let mut tx = db::begin_as_user(&self.runner.executor.pool, user)
             .await
             .expect("tx");
         let list = messages::list(&mut tx, conversation)
@@ -113,8 +111,41 @@ impl Harness {
         list
     }
 
+    /// The input card the run announced first.
+    async fn first_card(&self, user: &str, conversation: Uuid) -> protocol::api::InputRequest {
+        let events = self.events(user, conversation).await;
+        events
+            .into_iter()
+            .find_map(|event| match event {
+                EventKind::InputRequested { request } => Some(request),
+                _ => None,
+            })
+            .expect("an input card was announced")
+    }
+
+    /// The user declines the card of `tool_call_id`; its run is told.
+    async fn decline(&self, user: &str, tool_call_id: &str) {
+        let mut tx = db::begin_as_user(&self.runner.executor.pool, user)
+            .await
+            .expect("tx");
+        let row = endings::decline(
+            &mut tx,
+            user,
+            DeclineRequestParams {
+                tool_call_id: tool_call_id.to_owned(),
+                message: None,
+            },
+        )
+        .await
+        .expect("declined");
+        tx.commit().await.expect("commit");
+        requests::follow_up(&self.runner.executor, &self.runner, user, &row)
+            .await
+            .expect("followed up");
+    }
+
     async fn events(&self, user: &str, conversation: Uuid) -> Vec<EventKind> {
-        let mut tx = db::begin_as_user(&self.runner.pool, user)
+        let mut tx = db::begin_as_user(&self.runner.executor.pool, user)
             .await
             .expect("tx");
         let list = events::after(&mut tx, conversation, 0, 1_000)
@@ -162,15 +193,22 @@ async fn a_message_gets_an_answer_and_the_run_completes() {
 
 #[tokio::test]
 async fn a_run_past_its_step_limit_fails_with_words_its_user_may_read() {
-    let h = harness(|config| config.max_steps = 0).await;
+    let h = harness(|config| config.max_steps = 1).await;
     let conversation = h.conversation("ann").await;
-    let run_id = h.say("ann", conversation, "Hello there").await;
+    let run_id = h.say("ann", conversation, "Look up my account").await;
+    assert_eq!(
+        h.settled("ann", run_id).await.status(),
+        RunStatus::WaitingForInput
+    );
+    let card = h.first_card("ann", conversation).await;
 
+    // Its one step was the tool call; the answer would need a second.
+    h.decline("ann", &card.tool_call_id).await;
     let run = h.settled("ann", run_id).await;
     assert_eq!(run.status(), RunStatus::Failed);
     assert_eq!(
         run.error.as_deref(),
-        Some("stopped after 0 model steps without a final answer")
+        Some("stopped after 1 model steps without a final answer")
     );
     let roles: Vec<Role> = h
         .messages("ann", conversation)
@@ -178,7 +216,7 @@ async fn a_run_past_its_step_limit_fails_with_words_its_user_may_read() {
         .iter()
         .map(|m| m.role)
         .collect();
-    assert_eq!(roles, [Role::User], "no step may have run");
+    assert_eq!(roles, [Role::User, Role::Assistant, Role::Tool]);
 }
 
 #[tokio::test]
@@ -189,37 +227,19 @@ async fn a_tool_that_needs_the_user_leaves_the_run_waiting_and_the_answer_resume
 
     let run = h.settled("ann", run_id).await;
     assert_eq!(run.status(), RunStatus::WaitingForInput, "{:?}", run.error);
-    let mut tx = db::begin_as_user(&h.runner.pool, "ann").await.expect("tx");
+    let mut tx = db::begin_as_user(&h.runner.executor.pool, "ann")
+        .await
+        .expect("tx");
     let pending = input_requests::count_pending_for_run(&mut tx, run_id)
         .await
         .expect("count");
     tx.commit().await.expect("commit");
     assert_eq!(pending, 1);
-    let events = h.events("ann", conversation).await;
-    let Some(EventKind::InputRequested { request }) = events
-        .iter()
-        .find(|e| matches!(e, EventKind::InputRequested { .. }))
-    else {
-        panic!("no input card was announced: {events:?}");
-    };
+    let request = h.first_card("ann", conversation).await;
     assert_eq!(request.tool_name, "lookup_account");
 
     // The user declines; the run is told, takes its next step and completes.
-    let mut tx = db::begin_as_user(&h.runner.pool, "ann").await.expect("tx");
-    let row = endings::decline(
-        &mut tx,
-        "ann",
-        DeclineRequestParams {
-            tool_call_id: request.tool_call_id.clone(),
-            message: None,
-        },
-    )
-    .await
-    .expect("declined");
-    tx.commit().await.expect("commit");
-    requests::follow_up(&h.runner.executor, &h.runner, "ann", &row)
-        .await
-        .expect("followed up");
+    h.decline("ann", &request.tool_call_id).await;
 
     let run = h.settled("ann", run_id).await;
     assert_eq!(run.status(), RunStatus::Completed, "{:?}", run.error);
