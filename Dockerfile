@@ -17,8 +17,9 @@ RUN apt-get update \
 
 WORKDIR /src
 
-# The wasm target and the wasm-bindgen CLI matching Cargo.lock, in a layer of their own:
-# the CLI takes minutes to build and changes only with the lock file.
+# The wasm target, the wasm-bindgen CLI matching Cargo.lock and the pinned wasm-split
+# CLI, in a layer of their own: they take minutes to build and change only with the
+# lock file and lib.sh.
 COPY Cargo.lock ./
 COPY scripts/lib.sh scripts/
 RUN source scripts/lib.sh && ensure_wasm_toolchain

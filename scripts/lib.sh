@@ -3,7 +3,8 @@
 #
 # Functions
 #   repo_root                print the repository root (absolute path)
-#   ensure_wasm_toolchain    wasm32-unknown-unknown target + the pinned wasm-bindgen CLI
+#   ensure_wasm_toolchain    wasm32-unknown-unknown target + the pinned wasm-bindgen and
+#                              wasm-split CLIs
 #   ensure_chromium          chromium + chromedriver (Debian packages)
 #   ensure_postgres          find or start a Postgres, export DATABASE_URL, create its database:
 #                              1. DATABASE_URL if set (it must answer pg_isready)
@@ -24,6 +25,7 @@
 #   TOOLGATE_FORCE_PRIVATE_PG  =1: ignore DATABASE_URL and 127.0.0.1:5432 and always use the
 #                              private cluster (meant for testing ensure_postgres itself)
 #   WASM_BINDGEN_VERSION       override the wasm-bindgen version read from Cargo.lock
+#   WASM_SPLIT_CLI_VERSION     override the pinned wasm-split CLI version
 #   CARGO_TARGET_DIR           respected when looking for build output
 
 # ---------------------------------------------------------------------------
@@ -138,7 +140,12 @@ ensure_wasm_toolchain() {
         step "rustup target add wasm32-unknown-unknown"
         rustup target add wasm32-unknown-unknown >&2 || return 1
     fi
+    _ensure_wasm_bindgen_cli || return 1
+    ensure_wasm_split_cli
+}
 
+# The wasm-bindgen CLI at exactly the version of the wasm-bindgen crate in Cargo.lock.
+_ensure_wasm_bindgen_cli() {
     _add_cargo_bin_to_path
     local want have=""
     want="$(wasm_bindgen_version)" || return 1
@@ -160,6 +167,28 @@ ensure_wasm_toolchain() {
         die "wasm-bindgen on PATH reports '${have:-nothing}', expected $want ($(command -v wasm-bindgen || echo 'not on PATH'))"
         return 1
     fi
+}
+
+# The splitter that moves the cards' code into a module of its own (frontend/src/cards.rs).
+# Its 0.2 line reads the split points that Leptos's wasm_split_helpers 0.2 marks.
+WASM_SPLIT_CLI_VERSION="${WASM_SPLIT_CLI_VERSION:-0.2.4}"
+
+# ensure_wasm_split_cli: `wasm-split-cli` at the pinned version (crates.io, built here).
+ensure_wasm_split_cli() {
+    _add_cargo_bin_to_path
+    local want="$WASM_SPLIT_CLI_VERSION"
+    step "checking wasm-split-cli (want $want)"
+    if command -v wasm-split-cli >/dev/null 2>&1 &&
+        cargo install --list 2>/dev/null | grep -qxF "wasm_split_cli_support v$want:"; then
+        note "wasm-split-cli $want found"
+        return 0
+    fi
+    step "cargo install wasm_split_cli_support --version $want (takes a few minutes)"
+    cargo install --locked wasm_split_cli_support --version "$want" --features build-binary >&2 ||
+        return 1
+    _add_cargo_bin_to_path
+    command -v wasm-split-cli >/dev/null 2>&1 ||
+        { die "wasm-split-cli is not on PATH after installing it"; return 1; }
 }
 
 # ---------------------------------------------------------------------------
@@ -526,6 +555,39 @@ _precompress_static() {
         -exec "${tool[@]}" {} + || return 1
 }
 
+# _wasm_opt_file OPT FILE: FILE through `wasm-opt -Oz` in place; kept as it is if that fails.
+_wasm_opt_file() {
+    local opt="$1" file="$2"
+    step "wasm-opt -Oz $(basename "$file")"
+    if "$opt" -Oz "$file" -o "$file.opt" 2>/dev/null ||
+        "$opt" -Oz --enable-bulk-memory --enable-reference-types --enable-nontrapping-float-to-int \
+            --enable-sign-ext --enable-mutable-globals --enable-multivalue "$file" -o "$file.opt"; then
+        mv "$file.opt" "$file"
+    else
+        rm -f "$file.opt"
+        note "wasm-opt failed; keeping $(basename "$file") unoptimised"
+    fi
+}
+
+# _name_split_modules PKG: each split-off module gets its build in its name
+# (split_cards.<hash>.wasm, the hash of the main module and itself), and the loader asks
+# for that name. A page still open from an older build then cannot fetch a newer build's
+# module, which would not fit the main module it runs; it gets an error it can show.
+_name_split_modules() {
+    local pkg="$1" module base hash named
+    for module in "$pkg"/split_*.wasm; do
+        [ -e "$module" ] || continue
+        base="$(basename "$module" .wasm)"
+        hash="$(cat "$pkg/frontend_bg.wasm" "$module" | sha256sum | cut -c1-16)"
+        named="$base.$hash.wasm"
+        mv "$module" "$pkg/$named" || return 1
+        sed -i "s#\./$base\.wasm\b#./$named#g" "$pkg/__wasm_split.js" || return 1
+        grep -qF "./$named" "$pkg/__wasm_split.js" ||
+            { die "__wasm_split.js does not load $base.wasm; cannot name it $named"; return 1; }
+        note "$named"
+    done
+}
+
 build_frontend() {
     local kind="${1:-release}" profile_args=() profile_dir
     case "$kind" in
@@ -533,21 +595,33 @@ build_frontend() {
         dev | debug) profile_args=(); profile_dir=debug ;;
         *) die "build_frontend: unknown kind '$kind' (release | dev)"; return 1 ;;
     esac
-    local root="$TOOLGATE_ROOT" target wasm dist
+    local root="$TOOLGATE_ROOT" target wasm dist split
     target="$(_target_dir)"
     wasm="$target/wasm32-unknown-unknown/$profile_dir/frontend.wasm"
+    split="$target/wasm-split/$profile_dir"
     dist="$root/frontend/dist"
 
     step "cargo build -p frontend --target wasm32-unknown-unknown ${profile_args[*]}"
     (cd "$root" && cargo build -p frontend --target wasm32-unknown-unknown "${profile_args[@]}") || return 1
 
     _add_cargo_bin_to_path
+    # The cards' code (frontend/src/cards.rs) goes into a module of its own, which the
+    # page fetches when it first shows a card: split_cards.wasm, and __wasm_split.js to
+    # load it. What is left is the main module, which wasm-bindgen finishes.
+    step "wasm-split-cli: the cards' code into a module of its own"
+    rm -rf "$split"
+    wasm-split-cli --target web --out-name frontend "$wasm" "$split" >&2 || return 1
+
     step "wasm-bindgen --target web -> frontend/dist/pkg"
     rm -rf "$dist/pkg"
     mkdir -p "$dist/pkg" || return 1
-    wasm-bindgen --target web --no-typescript --out-dir "$dist/pkg" "$wasm" || return 1
+    # --keep-lld-exports: the split-off module reaches the main module's memory and
+    # function table through them.
+    wasm-bindgen --target web --no-typescript --keep-lld-exports --out-dir "$dist/pkg" \
+        "$split/frontend.wasm" || return 1
+    cp "$split/__wasm_split.js" "$split"/split_*.wasm "$dist/pkg/" || return 1
 
-    local opt bg="$dist/pkg/frontend_bg.wasm"
+    local opt module
     if [ "$kind" = release ] && ! _good_wasm_opt >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
         # npm's binaryen; never Debian's, whose wasm-opt breaks the bundle in Chromium.
         step "installing wasm-opt (npm binaryen@132) into node_modules"
@@ -555,18 +629,14 @@ build_frontend() {
             note "could not install binaryen; the bundle stays unoptimised"
     fi
     if [ "$kind" = release ] && opt="$(_good_wasm_opt)"; then
-        step "wasm-opt -Oz frontend_bg.wasm ($("$opt" --version | head -n 1))"
-        if "$opt" -Oz "$bg" -o "$bg.opt" 2>/dev/null ||
-            "$opt" -Oz --enable-bulk-memory --enable-reference-types --enable-nontrapping-float-to-int \
-                --enable-sign-ext --enable-mutable-globals --enable-multivalue "$bg" -o "$bg.opt"; then
-            mv "$bg.opt" "$bg"
-        else
-            rm -f "$bg.opt"
-            note "wasm-opt failed; keeping the unoptimised bundle"
-        fi
+        note "$("$opt" --version | head -n 1)"
+        for module in "$dist/pkg"/*.wasm; do
+            _wasm_opt_file "$opt" "$module"
+        done
     elif [ "$kind" = release ]; then
         note "no wasm-opt >= 116 on PATH; skipping size optimisation"
     fi
+    _name_split_modules "$dist/pkg" || return 1
 
     step "copying static files to frontend/dist"
     cp "$root/frontend/index.html" "$root/frontend/loader.js" "$dist/" || return 1

@@ -6,6 +6,7 @@ use leptos::task::spawn_local;
 use protocol::api::{SavedScope, SavedValue};
 
 use crate::api;
+use crate::deferred::{Deferred, Unavailable};
 use crate::state::AppState;
 use crate::stream::ChatStore;
 use crate::value_text;
@@ -26,13 +27,24 @@ fn owner(saved: &SavedValue) -> Option<Owner> {
     }
 }
 
+/// What the panel and its list share.
+#[derive(Clone, Copy)]
+struct SavedValues {
+    store: ChatStore,
+    values: RwSignal<Vec<SavedValue>>,
+    error: RwSignal<Option<String>>,
+}
+
+/// The remembered values of a conversation, counted in its header; the list opens with
+/// the panel, its code fetched the first time it does (see `deferred`).
 #[component]
 pub fn SavedValuesPanel(store: ChatStore) -> impl IntoView {
     let app = expect_context::<AppState>();
-    let values = RwSignal::new(Vec::<SavedValue>::new());
-    let error = RwSignal::new(None::<String>);
-    let status = RwSignal::new(None::<String>);
-    let clearing = RwSignal::new(false);
+    let panel = SavedValues {
+        store,
+        values: RwSignal::new(Vec::new()),
+        error: RwSignal::new(None),
+    };
 
     Effect::new(move |_| {
         app.reload.track();
@@ -43,17 +55,57 @@ pub fn SavedValuesPanel(store: ChatStore) -> impl IntoView {
         spawn_local(async move {
             match api::get_session_values(&token, store.id).await {
                 Ok(saved) => {
-                    values.set(saved.values);
-                    error.set(None);
+                    panel.values.set(saved.values);
+                    panel.error.set(None);
                 }
                 Err(err) => {
                     if !app.report(&err) && err.status() != Some(404) {
-                        error.set(Some(err.message()));
+                        panel.error.set(Some(err.message()));
                     }
                 }
             }
         });
     });
+
+    let opened = RwSignal::new(false);
+    view! {
+        <details
+            class="saved-values"
+            data-testid="saved-values"
+            on:toggle=move |_| {
+                if !opened.get_untracked() {
+                    opened.set(true);
+                }
+            }
+        >
+            <summary>
+                "Remembered"
+                <span class="wide-only">" values"</span>
+                " "
+                <span class="count" data-testid="saved-count">
+                    {move || panel.values.with(Vec::len)}
+                </span>
+            </summary>
+            <div class="saved-body">
+                <Show when=move || opened.get()>
+                    <Deferred load=move || saved_values_list(panel) what="the remembered values"/>
+                </Show>
+            </div>
+        </details>
+    }
+}
+
+/// The list with its buttons; a split point of the `cards` module.
+#[leptos::wasm_split::wasm_split(cards, wasm_split_path = ::leptos::wasm_split, fallible)]
+fn saved_values_list(panel: SavedValues) -> Result<AnyView, Unavailable> {
+    let SavedValues {
+        store,
+        values,
+        error,
+    } = panel;
+    let app = expect_context::<AppState>();
+    let status = RwSignal::new(None::<String>);
+    let clearing = RwSignal::new(false);
 
     let clear = move |_| {
         let Some(token) = app.token() else {
@@ -116,15 +168,7 @@ pub fn SavedValuesPanel(store: ChatStore) -> impl IntoView {
             })
             .unwrap_or_else(|| name.to_owned())
     };
-    view! {
-        <details class="saved-values" data-testid="saved-values">
-            <summary>
-                "Remembered"
-                <span class="wide-only">" values"</span>
-                " "
-                <span class="count" data-testid="saved-count">{count}</span>
-            </summary>
-            <div class="saved-body">
+    Ok(view! {
                 <p class="hint">
                     "Tools reuse these instead of asking again. Secret values are never shown."
                 </p>
@@ -221,7 +265,6 @@ pub fn SavedValuesPanel(store: ChatStore) -> impl IntoView {
                 </Show>
                 <p class="field-error" role="alert">{move || error.get()}</p>
                 <p class="hint" role="status" data-testid="saved-status">{move || status.get()}</p>
-            </div>
-        </details>
     }
+    .into_any())
 }

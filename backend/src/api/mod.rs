@@ -14,14 +14,13 @@ mod path;
 mod security_headers;
 mod tool_user_input;
 mod tools;
+mod web_files;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::extract::OriginalUri;
 use axum::http::Method;
 use axum::routing::{get, post, put};
-use tower_http::compression::CompressionLayer;
-use tower_http::services::{ServeDir, ServeFile};
 use tower_http::trace::TraceLayer;
 
 pub use docs::ApiDoc;
@@ -76,15 +75,7 @@ pub fn app(state: AppState) -> Router {
     }
 
     app = match &state.config.web_dir {
-        Some(dir) => {
-            let index = ServeFile::new(dir.join("index.html"));
-            let files = ServeDir::new(dir).precompressed_gzip().fallback(index);
-            app.fallback_service(
-                tower::ServiceBuilder::new()
-                    .layer(CompressionLayer::new())
-                    .service(files),
-            )
-        }
+        Some(dir) => app.fallback_service(web_files::service(dir)),
         None => app.fallback(not_found),
     };
 

@@ -3,14 +3,13 @@
 
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use protocol::api::{InputRequest, RequestKind};
+use protocol::api::InputRequest;
 use protocol::chat::{ContentBlock, Message, Role, RunStatus};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use crate::api;
-use crate::approval_card::ApprovalCard;
-use crate::input_card::InputCard;
+use crate::cards::RequestCard;
 use crate::state::{AppState, InfoState};
 use crate::stream::{ChatStore, ToolState, stored_call_ids};
 use crate::{clock, value_text};
@@ -306,20 +305,6 @@ fn ToolCallView(id: String, name: String, arguments: Map<String, Value>) -> impl
                 <RequestCard request_id/>
             </For>
         </div>
-    }
-}
-
-/// A request's card: fields to fill in, or a call to approve.
-#[component]
-fn RequestCard(request_id: Uuid) -> impl IntoView {
-    let store = expect_context::<ChatStore>();
-    let kind = store
-        .requests
-        .with_untracked(|requests| requests.iter().find(|r| r.id == request_id).map(|r| r.kind));
-    match kind {
-        Some(RequestKind::Approval) => view! { <ApprovalCard request_id/> }.into_any(),
-        Some(RequestKind::Input) => view! { <InputCard request_id/> }.into_any(),
-        None => ().into_any(),
     }
 }
 

@@ -760,35 +760,73 @@ async fn main() -> Result<()> {
         peak_rss as f64 / 1024.0
     );
 
-    println!("\n## Web chat bundle\n");
-    let wasm = tests::workspace_root().join("frontend/dist/pkg/frontend_bg.wasm");
-    match std::fs::read(&wasm) {
-        Ok(bytes) => {
-            let gzipped = Command::new("gzip")
-                .args(["-9", "-c"])
-                .arg(&wasm)
-                .output()
-                .map(|o| o.stdout.len())
-                .unwrap_or(0);
-            // What the server sends a browser that accepts gzip: the file written beside
-            // the bundle when it was built (zopfli, or gzip -9 without it).
-            let served = std::fs::metadata(wasm.with_extension("wasm.gz"))
-                .map(|m| m.len() as f64 / 1024.0)
-                .map_or_else(|_| "–".to_owned(), |kib| format!("{kib:.0} KiB"));
-            println!("| wasm raw | wasm gzip -9 | wasm as served (.gz beside it) |");
-            println!("| ---: | ---: | ---: |");
-            println!(
-                "| {:.0} KiB | {:.0} KiB | {served} |",
-                bytes.len() as f64 / 1024.0,
-                gzipped as f64 / 1024.0
-            );
-        }
-        Err(_) => println!(
-            "(no bundle at {}: build it with scripts/run.sh or scripts/test.sh first)",
-            wasm.display()
-        ),
-    }
+    web_chat_bundle();
     Ok(())
+}
+
+/// The web chat's WebAssembly: the main module, which every visit loads, and each module
+/// split off from it, which the page fetches the first time it shows what it holds.
+fn web_chat_bundle() {
+    println!("\n## Web chat bundle\n");
+    let pkg = tests::workspace_root().join("frontend/dist/pkg");
+    let mut modules: Vec<std::path::PathBuf> = std::fs::read_dir(&pkg)
+        .map(|dir| {
+            dir.filter_map(|entry| entry.ok().map(|e| e.path()))
+                .filter(|path| path.extension().is_some_and(|e| e == "wasm"))
+                .collect()
+        })
+        .unwrap_or_default();
+    // The main module first, then the split-off ones by name.
+    modules.sort_by_key(|path| (!path.ends_with("frontend_bg.wasm"), path.clone()));
+    if modules
+        .first()
+        .is_none_or(|path| !path.ends_with("frontend_bg.wasm"))
+    {
+        println!(
+            "(no bundle in {}: build it with scripts/run.sh or scripts/test.sh first)",
+            pkg.display()
+        );
+        return;
+    }
+    let kib = |bytes: u64| bytes as f64 / 1024.0;
+    println!("| module | fetched | wasm raw | wasm gzip -9 | as served (.gz beside it) |");
+    println!("| --- | --- | ---: | ---: | ---: |");
+    let (mut raw_total, mut gzip_total, mut served_total) = (0, 0, 0);
+    for module in &modules {
+        let raw = std::fs::metadata(module).map_or(0, |m| m.len());
+        let gzipped = Command::new("gzip")
+            .args(["-9", "-c"])
+            .arg(module)
+            .output()
+            .map_or(0, |o| o.stdout.len() as u64);
+        // What the server sends a browser that accepts gzip: the file written beside the
+        // module when it was built (zopfli, or gzip -9 without it).
+        let served = std::fs::metadata(module.with_extension("wasm.gz")).map_or(0, |m| m.len());
+        let name = module
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let fetched = if name == "frontend_bg.wasm" {
+            "on every visit"
+        } else {
+            "when first needed"
+        };
+        println!(
+            "| {name} | {fetched} | {:.0} KiB | {:.0} KiB | {served} B ({:.0} KiB) |",
+            kib(raw),
+            kib(gzipped),
+            kib(served)
+        );
+        raw_total += raw;
+        gzip_total += gzipped;
+        served_total += served;
+    }
+    println!(
+        "| all modules | | {:.0} KiB | {:.0} KiB | {served_total} B ({:.0} KiB) |",
+        kib(raw_total),
+        kib(gzip_total),
+        kib(served_total)
+    );
 }
 
 /// The agent step without the model, in process: the run loop's load of the step's

@@ -225,3 +225,72 @@ async fn every_response_carries_the_browser_security_headers() {
         assert_eq!(header("referrer-policy"), "no-referrer", "{path}");
     }
 }
+
+/// The page, its scripts and its main module are checked again on every load, so they
+/// always come from one build; a split-off module, named by its build, is kept; a
+/// module that is not there is never kept in its place.
+#[tokio::test]
+async fn the_web_chats_files_are_revalidated_and_a_module_named_by_its_build_is_kept() {
+    let web = TempDir::new("toolgate-test-web");
+    let pkg = web.0.join("pkg");
+    std::fs::create_dir_all(&pkg).expect("pkg");
+    std::fs::write(web.0.join("index.html"), "<!doctype html><title>t</title>").expect("index");
+    std::fs::write(pkg.join("frontend.js"), "export {};").expect("js");
+    std::fs::write(pkg.join("frontend_bg.wasm"), b"\0asm\x01\0\0\0").expect("main");
+    std::fs::write(
+        pkg.join("split_cards.0123456789abcdef.wasm"),
+        b"\0asm\x01\0\0\0",
+    )
+    .expect("module");
+    let server = TestServer::start_with(
+        ServerOptions::default().env("TOOLGATE_WEB_DIR", &web.0.to_string_lossy()),
+    )
+    .await;
+    let get = |path: &'static str| {
+        let request = server.client.get(server.url(path));
+        async move { request.send().await.expect("sent") }
+    };
+    let header = |response: &reqwest::Response, name: &str| {
+        response
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
+    };
+
+    for path in [
+        "/",
+        "/index.html",
+        "/pkg/frontend.js",
+        "/pkg/frontend_bg.wasm",
+        // Not there: the page comes instead, and must not be kept as the module.
+        "/pkg/split_cards.fedcba9876543210.wasm",
+    ] {
+        let response = get(path).await;
+        assert_eq!(response.status(), StatusCode::OK, "{path}");
+        assert_eq!(header(&response, "cache-control"), "no-cache", "{path}");
+    }
+
+    let module = get("/pkg/split_cards.0123456789abcdef.wasm").await;
+    assert_eq!(module.status(), StatusCode::OK);
+    assert_eq!(header(&module, "content-type"), "application/wasm");
+    assert_eq!(
+        header(&module, "cache-control"),
+        "public, max-age=31536000, immutable"
+    );
+
+    // Checking again is cheap: unchanged, the answer is a 304 without a body.
+    let first = get("/pkg/frontend_bg.wasm").await;
+    let modified = header(&first, "last-modified");
+    assert!(!modified.is_empty(), "a Last-Modified to check against");
+    let again = server
+        .client
+        .get(server.url("/pkg/frontend_bg.wasm"))
+        .header("if-modified-since", &modified)
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(again.status(), StatusCode::NOT_MODIFIED);
+    assert_eq!(header(&again, "cache-control"), "no-cache");
+}

@@ -9,6 +9,7 @@ mod approvals;
 mod cards;
 mod chat;
 mod csp;
+mod deferred;
 mod mcp;
 mod pinning;
 mod robustness;
@@ -242,6 +243,18 @@ pub async fn wait_for_answer(browser: &Browser, text: &str) -> Value {
         .wait_until(&format!("an answer with {text:?}"), &condition)
         .await
         .expect("answer")
+}
+
+/// Waits until the conversation shows `n` answers and its run has ended.
+pub async fn wait_for_answers(browser: &Browser, n: usize) {
+    browser
+        .wait_until(
+            &format!("answer {n}"),
+            &format!("document.querySelectorAll('[data-testid=message-assistant]').length >= {n}"),
+        )
+        .await
+        .expect("an answer");
+    wait_idle(browser).await;
 }
 
 /// Waits until no run is working or waiting.

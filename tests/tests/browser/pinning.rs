@@ -1,21 +1,9 @@
 //! Pinning in the web chat: the first request says it is always kept, a later message
 //! of the user's can be pinned with its button, and the pin holds after a reload.
 
-use crate::webdriver::Browser;
-use crate::{Fixture, ask, new_conversation, reload, sign_in, unique, wait_idle};
+use crate::{Fixture, ask, new_conversation, reload, sign_in, unique, wait_for_answers};
 
 const PRESSED: &str = "[data-testid=pin-message][aria-pressed=true]";
-
-/// Waits for the `n`th answer and the end of its run.
-async fn answers(b: &Browser, n: usize) {
-    b.wait_until(
-        &format!("answer {n}"),
-        &format!("document.querySelectorAll('[data-testid=message-assistant]').length >= {n}"),
-    )
-    .await
-    .expect("an answer");
-    wait_idle(b).await;
-}
 
 #[tokio::test]
 async fn the_first_request_is_kept_and_a_later_message_can_be_pinned() {
@@ -26,9 +14,9 @@ async fn the_first_request_is_kept_and_a_later_message_can_be_pinned() {
     sign_in(&b, &fx.base(), &unique("pinner")).await;
     new_conversation(&b).await;
     ask(&b, "Hello there").await;
-    answers(&b, 1).await;
+    wait_for_answers(&b, 1).await;
     ask(&b, "Remember: the deadline is Friday at noon").await;
-    answers(&b, 2).await;
+    wait_for_answers(&b, 2).await;
 
     // The first request carries the "always kept" mark, and no button; the second a
     // button that is not pressed.

@@ -194,6 +194,24 @@ impl Browser {
         .map(drop)
     }
 
+    /// Makes every request whose URL matches one of `patterns` (`*` for any text) fail,
+    /// as Chromium's devtools do; an empty list lets everything through again.
+    pub async fn block_urls(&self, patterns: &[&str]) -> Result<()> {
+        self.command(
+            "POST",
+            "/goog/cdp/execute",
+            Some(json!({"cmd": "Network.enable", "params": {}})),
+        )
+        .await?;
+        self.command(
+            "POST",
+            "/goog/cdp/execute",
+            Some(json!({"cmd": "Network.setBlockedURLs", "params": {"urls": patterns}})),
+        )
+        .await
+        .map(drop)
+    }
+
     /// Puts the page in another time zone (an IANA name), as Chromium's devtools do.
     pub async fn set_time_zone(&self, zone: &str) -> Result<()> {
         self.command(

@@ -1,0 +1,157 @@
+//! The cards' code is a module of its own: fetched the first time a card (or the list of
+//! remembered values) is shown, and when that fetch fails, the page says so and recovers.
+
+use crate::webdriver::{Browser, ENTER};
+use crate::{Fixture, ask, new_conversation, sign_in, unique, wait_for_answer, wait_for_answers};
+
+const PNL: &str = "Get my P&L report for Q1 2025";
+const PENDING_CARD: &str = "[data-testid=input-card][data-status=pending]";
+const CARDS_MODULE: &str = "*/pkg/split_cards.*";
+
+/// How many times the page fetched the cards' module.
+async fn cards_module_fetches(b: &Browser) -> u64 {
+    b.execute(
+        "return performance.getEntriesByType('resource')\
+         .filter(e => new URL(e.name).pathname.startsWith('/pkg/split_cards.')).length",
+        vec![],
+    )
+    .await
+    .expect("resource timings")
+    .as_u64()
+    .expect("a count")
+}
+
+#[tokio::test]
+async fn the_cards_code_is_fetched_only_when_a_card_is_first_shown() {
+    let Some(fx) = Fixture::start("cards_fetched_late").await else {
+        return;
+    };
+    let b = fx.browser().await;
+    sign_in(&b, &fx.base(), &unique("hana")).await;
+    new_conversation(&b).await;
+    ask(&b, "Hello there").await;
+    wait_for_answers(&b, 1).await;
+    b.wait_for("[data-testid=saved-count]")
+        .await
+        .expect("the remembered values are counted");
+    assert_eq!(
+        cards_module_fetches(&b).await,
+        0,
+        "a chat without a card never fetches the cards' module"
+    );
+
+    ask(&b, PNL).await;
+    b.wait_for(PENDING_CARD).await.expect("a card");
+    assert_eq!(cards_module_fetches(&b).await, 1);
+
+    // The list of remembered values is in the same module: nothing more to fetch.
+    b.find("[data-testid=saved-values] summary")
+        .await
+        .expect("panel")
+        .click()
+        .await
+        .expect("open the panel");
+    b.wait_for("[data-testid=saved-empty]")
+        .await
+        .expect("the list");
+    assert_eq!(cards_module_fetches(&b).await, 1);
+    b.quit().await;
+}
+
+#[tokio::test]
+async fn a_card_whose_code_cannot_be_fetched_says_so_and_shows_after_a_retry() {
+    let Some(fx) = Fixture::start("cards_unavailable").await else {
+        return;
+    };
+    let b = fx.browser().await;
+    b.block_urls(&[CARDS_MODULE]).await.expect("block");
+    sign_in(&b, &fx.base(), &unique("ines")).await;
+    new_conversation(&b).await;
+    ask(&b, PNL).await;
+
+    let notice = b
+        .wait_for("[data-testid=deferred-unavailable]")
+        .await
+        .expect("a notice where the card would be")
+        .text()
+        .await
+        .expect("its text");
+    assert!(notice.contains("Could not load the card"), "{notice}");
+    assert_eq!(b.count("[data-testid=input-card]").await.expect("count"), 0);
+    // The rest of the page goes on working: the run waits for the card.
+    b.wait_for("[data-testid=run-waiting]")
+        .await
+        .expect("the run waits");
+
+    b.block_urls(&[]).await.expect("unblock");
+    b.find("[data-testid=deferred-retry]")
+        .await
+        .expect("try again")
+        .click()
+        .await
+        .expect("click try again");
+    let input = b
+        .wait_for(&format!(
+            "{PENDING_CARD} [data-field=quickbooks_realm_id] input"
+        ))
+        .await
+        .expect("the card, after all");
+    assert_eq!(
+        b.count("[data-testid=deferred-unavailable]")
+            .await
+            .expect("count"),
+        0
+    );
+    input.send_keys("9130346988354456").await.expect("type");
+    input.send_keys(ENTER).await.expect("submit");
+    wait_for_answer(&b, "net income").await;
+    b.quit().await;
+}
+
+#[tokio::test]
+async fn remembered_values_that_could_not_load_come_back_by_themselves_when_back_online() {
+    let Some(fx) = Fixture::start("list_back_online").await else {
+        return;
+    };
+    let b = fx.browser().await;
+    b.block_urls(&[CARDS_MODULE]).await.expect("block");
+    sign_in(&b, &fx.base(), &unique("jun")).await;
+    new_conversation(&b).await;
+    ask(&b, "Hello there").await;
+    wait_for_answers(&b, 1).await;
+    b.find("[data-testid=saved-values] summary")
+        .await
+        .expect("panel")
+        .click()
+        .await
+        .expect("open the panel");
+    let notice = b
+        .wait_for("[data-testid=saved-values] [data-testid=deferred-unavailable]")
+        .await
+        .expect("a notice in the panel")
+        .text()
+        .await
+        .expect("its text");
+    assert!(
+        notice.contains("Could not load the remembered values"),
+        "{notice}"
+    );
+
+    // Back online, the page tries again without being asked.
+    b.block_urls(&[]).await.expect("unblock");
+    b.set_offline(true).await.expect("cut the network");
+    b.wait_for("[data-testid=offline-banner]")
+        .await
+        .expect("offline banner");
+    b.set_offline(false).await.expect("restore the network");
+    b.wait_for("[data-testid=saved-empty]")
+        .await
+        .expect("the list, by itself");
+    assert_eq!(
+        b.count("[data-testid=deferred-unavailable]")
+            .await
+            .expect("count"),
+        0
+    );
+    b.quit().await;
+}
