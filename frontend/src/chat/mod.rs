@@ -203,7 +203,7 @@ fn LinkIndicator() -> impl IntoView {
         <span
             class="link"
             data-testid="stream-status"
-            data-state=move || format!("{:?}", store.link.get()).to_lowercase()
+            data-state=move || store.link.get().name()
             role="status"
         >
             {move || match store.link.get() {

@@ -65,6 +65,18 @@ pub enum Link {
     Stopped,
 }
 
+impl Link {
+    /// The state's name, as the page marks it (`data-state`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Link::Connecting => "connecting",
+            Link::Live => "live",
+            Link::Reconnecting => "reconnecting",
+            Link::Stopped => "stopped",
+        }
+    }
+}
+
 /// The current run, as far as the page knows.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RunView {
