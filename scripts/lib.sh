@@ -601,8 +601,20 @@ build_frontend() {
     split="$target/wasm-split/$profile_dir"
     dist="$root/frontend/dist"
 
+    # Panic messages name source files; the folders they sit in on this machine stay out
+    # of the bundle (shorter, and the same bundle wherever it is built).
+    local remap=() dir
+    for dir in "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/ "${CARGO_HOME:-$HOME/.cargo}"/git/checkouts/; do
+        # A quote would end the TOML string; such a folder keeps its name.
+        case "$dir" in *\'*) continue ;; esac
+        [ -d "$dir" ] && remap+=("'--remap-path-prefix=${dir%/}=deps'")
+    done
+    local config
+    config="target.wasm32-unknown-unknown.rustflags=[$(IFS=,; printf '%s' "${remap[*]}")]"
+
     step "cargo build -p frontend --target wasm32-unknown-unknown ${profile_args[*]}"
-    (cd "$root" && cargo build -p frontend --target wasm32-unknown-unknown "${profile_args[@]}") || return 1
+    (cd "$root" && cargo build -p frontend --target wasm32-unknown-unknown "${profile_args[@]}" \
+        --config "$config") || return 1
 
     _add_cargo_bin_to_path
     # The cards' code (frontend/src/cards.rs) goes into a module of its own, which the
