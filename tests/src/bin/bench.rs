@@ -829,6 +829,44 @@ fn web_chat_bundle() {
     );
 }
 
+/// A model provider that adds up the time spent in its model's calls.
+struct TimedModel {
+    inner: std::sync::Arc<dyn backend::agent::model::ModelProvider>,
+    spent: std::sync::Mutex<Duration>,
+}
+
+impl TimedModel {
+    fn spent(&self) -> Duration {
+        *self.spent.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl backend::agent::model::ModelProvider for TimedModel {
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+
+    fn default_model(&self) -> &str {
+        self.inner.default_model()
+    }
+
+    fn complete<'a>(
+        &'a self,
+        request: &'a backend::agent::model::ModelRequest,
+        deltas: backend::agent::model::DeltaSink<'a>,
+    ) -> futures::future::BoxFuture<
+        'a,
+        Result<backend::agent::model::ModelReply, backend::agent::model::ModelError>,
+    > {
+        Box::pin(async move {
+            let started = Instant::now();
+            let reply = self.inner.complete(request, deltas).await;
+            *self.spent.lock().unwrap_or_else(|p| p.into_inner()) += started.elapsed();
+            reply
+        })
+    }
+}
+
 /// The agent step without the model, in process: the run loop's load of the step's
 /// inputs (one round trip) and the middleware chain's transform, each timed apart,
 /// against an empty transaction as the same user (the floor of any load). Where the
@@ -845,9 +883,9 @@ async fn agent_step(
         "\n## Agent step without the model (load: one round trip; prepare: middleware chain, context pipeline with token counting, tool list)\n"
     );
     println!(
-        "| messages | empty transaction µs | load µs | load ÷ empty | prepare µs | step (load + prepare) µs | prepare writing a summary µs |"
+        "| messages | empty transaction µs | load µs | load ÷ empty | prepare µs | step (load + prepare) µs | prepare writing a summary µs | step writing a summary, without the model µs |"
     );
-    println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     let config = backend::Config::from_lookup(|name| match name {
         "DATABASE_URL" => Some(url.to_owned()),
         "TOOLGATE_JWT_SECRET" => Some(JWT_SECRET.to_owned()),
@@ -858,7 +896,14 @@ async fn agent_step(
     let pool = backend::db::connect(&config).await?;
     let (registry, mcp) =
         backend::tools::registry::ToolRegistry::load(config.tools_file.as_deref(), None)?;
-    let agent = backend::agent::Agent::new(&config)?;
+    let mut agent = backend::agent::Agent::new(&config)?;
+    // The model's own time (the offline model writing a summary in process) is counted
+    // apart: the step is measured without the model.
+    let model_time = std::sync::Arc::new(TimedModel {
+        inner: agent.provider.clone(),
+        spent: std::sync::Mutex::new(Duration::ZERO),
+    });
+    agent.provider = model_time.clone();
     let state = backend::AppState::new(pool, config, registry, mcp, agent);
     for count in [10usize, 100, 1000] {
         let conversation = uuid::Uuid::new_v4();
@@ -907,7 +952,7 @@ async fn agent_step(
             _ => 40,
         };
         let (mut empty, mut load, mut prepare) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
-        let mut summarising = Duration::ZERO;
+        let (mut summarising, mut summarising_model) = (Duration::ZERO, Duration::ZERO);
         // Interleaved, so that the machine's noise falls on all of them alike.
         for _ in 0..iterations {
             let started = Instant::now();
@@ -938,23 +983,29 @@ async fn agent_step(
                     summary: None,
                     ..inputs
                 };
+                let model_before = model_time.spent();
                 let started = Instant::now();
                 let outputs = backend::agent::step_inputs::StepOutputs::default();
                 let request =
                     backend::agent::prepare_request(&runner, &run, &unsummarised, &outputs).await?;
                 std::hint::black_box((request, outputs.take_summary()));
                 summarising += started.elapsed();
+                summarising_model += model_time.spent() - model_before;
             }
         }
         let micros = |total: Duration| total.as_secs_f64() * 1e6 / f64::from(iterations);
         let (empty, load, prepare) = (micros(empty), micros(load), micros(prepare));
-        let summarising = if summarised {
-            format!("{:.0}", micros(summarising))
+        let (summarising, summarising_step) = if summarised {
+            let (whole, model) = (micros(summarising), micros(summarising_model));
+            (
+                format!("{whole:.0} (the model {model:.0})"),
+                format!("{:.0}", load + whole - model),
+            )
         } else {
-            "–".to_owned()
+            ("–".to_owned(), "–".to_owned())
         };
         println!(
-            "| {count} | {empty:.0} | {load:.0} | {:.1} | {prepare:.0} | {:.0} | {summarising} |",
+            "| {count} | {empty:.0} | {load:.0} | {:.1} | {prepare:.0} | {:.0} | {summarising} | {summarising_step} |",
             load / empty,
             load + prepare
         );
