@@ -21,15 +21,34 @@ async fn cards_module_fetches(b: &Browser) -> u64 {
     .expect("a count")
 }
 
+/// A signed-in user's new conversation after its first message, `text`; with the cards'
+/// module out of reach when `block`.
+async fn chat_after(fx: &Fixture, user: &str, text: &str, block: bool) -> Browser {
+    let b = fx.browser().await;
+    if block {
+        b.block_urls(&[CARDS_MODULE]).await.expect("block");
+    }
+    sign_in(&b, &fx.base(), &unique(user)).await;
+    new_conversation(&b).await;
+    ask(&b, text).await;
+    b
+}
+
+async fn open_saved_values(b: &Browser) {
+    b.find("[data-testid=saved-values] summary")
+        .await
+        .expect("panel")
+        .click()
+        .await
+        .expect("open the panel");
+}
+
 #[tokio::test]
 async fn the_cards_code_is_fetched_only_when_a_card_is_first_shown() {
     let Some(fx) = Fixture::start("cards_fetched_late").await else {
         return;
     };
-    let b = fx.browser().await;
-    sign_in(&b, &fx.base(), &unique("hana")).await;
-    new_conversation(&b).await;
-    ask(&b, "Hello there").await;
+    let b = chat_after(&fx, "hana", "Hello there", false).await;
     wait_for_answers(&b, 1).await;
     b.wait_for("[data-testid=saved-count]")
         .await
@@ -45,12 +64,7 @@ async fn the_cards_code_is_fetched_only_when_a_card_is_first_shown() {
     assert_eq!(cards_module_fetches(&b).await, 1);
 
     // The list of remembered values is in the same module: nothing more to fetch.
-    b.find("[data-testid=saved-values] summary")
-        .await
-        .expect("panel")
-        .click()
-        .await
-        .expect("open the panel");
+    open_saved_values(&b).await;
     b.wait_for("[data-testid=saved-empty]")
         .await
         .expect("the list");
@@ -63,11 +77,7 @@ async fn a_card_whose_code_cannot_be_fetched_says_so_and_shows_after_a_retry() {
     let Some(fx) = Fixture::start("cards_unavailable").await else {
         return;
     };
-    let b = fx.browser().await;
-    b.block_urls(&[CARDS_MODULE]).await.expect("block");
-    sign_in(&b, &fx.base(), &unique("ines")).await;
-    new_conversation(&b).await;
-    ask(&b, PNL).await;
+    let b = chat_after(&fx, "ines", PNL, true).await;
 
     let notice = b
         .wait_for("[data-testid=deferred-unavailable]")
@@ -113,18 +123,9 @@ async fn remembered_values_that_could_not_load_come_back_by_themselves_when_back
     let Some(fx) = Fixture::start("list_back_online").await else {
         return;
     };
-    let b = fx.browser().await;
-    b.block_urls(&[CARDS_MODULE]).await.expect("block");
-    sign_in(&b, &fx.base(), &unique("jun")).await;
-    new_conversation(&b).await;
-    ask(&b, "Hello there").await;
+    let b = chat_after(&fx, "jun", "Hello there", true).await;
     wait_for_answers(&b, 1).await;
-    b.find("[data-testid=saved-values] summary")
-        .await
-        .expect("panel")
-        .click()
-        .await
-        .expect("open the panel");
+    open_saved_values(&b).await;
     let notice = b
         .wait_for("[data-testid=saved-values] [data-testid=deferred-unavailable]")
         .await
