@@ -184,8 +184,9 @@ ensure_wasm_split_cli() {
         return 0
     fi
     step "cargo install wasm_split_cli_support --version $want (takes a few minutes)"
-    cargo install --locked wasm_split_cli_support --version "$want" --features build-binary >&2 ||
-        return 1
+    # --force: a binary of the same name from another crate (or version) is replaced.
+    cargo install --locked --force wasm_split_cli_support --version "$want" \
+        --features build-binary >&2 || return 1
     _add_cargo_bin_to_path
     command -v wasm-split-cli >/dev/null 2>&1 ||
         { die "wasm-split-cli is not on PATH after installing it"; return 1; }
@@ -569,16 +570,18 @@ _wasm_opt_file() {
     fi
 }
 
-# _name_split_modules PKG: each split-off module gets its build in its name
+# _name_split_modules PKG: each split-off module (split_<name>.wasm, and chunk_<n>.wasm
+# for code that several split-off modules share) gets its build in its name
 # (split_cards.<hash>.wasm, the hash of the main module and itself), and the loader asks
 # for that name. A page still open from an older build then cannot fetch a newer build's
 # module, which would not fit the main module it runs; it gets an error it can show.
 _name_split_modules() {
     local pkg="$1" module base hash named
-    for module in "$pkg"/split_*.wasm; do
-        [ -e "$module" ] || continue
+    for module in "$pkg"/*.wasm; do
         base="$(basename "$module" .wasm)"
+        [ "$base" = frontend_bg ] && continue
         hash="$(cat "$pkg/frontend_bg.wasm" "$module" | sha256sum | cut -c1-16)"
+        [[ "$hash" =~ ^[0-9a-f]{16}$ ]] || { die "cannot hash $module (sha256sum)"; return 1; }
         named="$base.$hash.wasm"
         mv "$module" "$pkg/$named" || return 1
         sed -i "s#\./$base\.wasm\b#./$named#g" "$pkg/__wasm_split.js" || return 1
@@ -588,6 +591,17 @@ _name_split_modules() {
     done
 }
 
+# _write_build_id DIST: DIST/build-id, a hash of every file of the bundle. The server
+# tags each file with it, so browsers keep their copies only while the build is the same.
+_write_build_id() {
+    local dist="$1" id
+    id="$(cd "$dist" && find . -type f ! -name '*.gz' ! -name build-id -print0 | LC_ALL=C sort -z |
+        xargs -0 sha256sum | sha256sum | cut -c1-32)" || return 1
+    [[ "$id" =~ ^[0-9a-f]{32}$ ]] || { die "cannot hash the bundle (sha256sum)"; return 1; }
+    printf '%s\n' "$id" >"$dist/build-id"
+    note "build $id"
+}
+
 build_frontend() {
     local kind="${1:-release}" profile_args=() profile_dir
     case "$kind" in
@@ -595,25 +609,30 @@ build_frontend() {
         dev | debug) profile_args=(); profile_dir=debug ;;
         *) die "build_frontend: unknown kind '$kind' (release | dev)"; return 1 ;;
     esac
-    local root="$TOOLGATE_ROOT" target wasm dist split
+    local root="$TOOLGATE_ROOT" target wasm dist split module
     target="$(_target_dir)"
     wasm="$target/wasm32-unknown-unknown/$profile_dir/frontend.wasm"
     split="$target/wasm-split/$profile_dir"
     dist="$root/frontend/dist"
 
-    # Panic messages name source files; the folders they sit in on this machine stay out
-    # of the bundle (shorter, and the same bundle wherever it is built).
+    # Panic messages name source files; the folders crates sit in on the building
+    # machine stay out of the bundle.
     local remap=() dir
-    for dir in "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/ "${CARGO_HOME:-$HOME/.cargo}"/git/checkouts/; do
+    for dir in "${CARGO_HOME:-$HOME/.cargo}/registry/src" "${CARGO_HOME:-$HOME/.cargo}/git/checkouts"; do
         # A quote would end the TOML string; such a folder keeps its name.
         case "$dir" in *\'*) continue ;; esac
-        [ -d "$dir" ] && remap+=("'--remap-path-prefix=${dir%/}=deps'")
+        remap+=("'--remap-path-prefix=$dir=deps'")
     done
     local config
     config="target.wasm32-unknown-unknown.rustflags=[$(IFS=,; printf '%s' "${remap[*]}")]"
+    # RUSTFLAGS would replace the target's flags (.cargo/config.toml), which the split needs.
+    if [ -n "${RUSTFLAGS:-}${CARGO_ENCODED_RUSTFLAGS:-}" ]; then
+        note "ignoring RUSTFLAGS for the web chat: its flags are in .cargo/config.toml"
+    fi
 
     step "cargo build -p frontend --target wasm32-unknown-unknown ${profile_args[*]}"
-    (cd "$root" && cargo build -p frontend --target wasm32-unknown-unknown "${profile_args[@]}" \
+    (cd "$root" && env -u RUSTFLAGS -u CARGO_ENCODED_RUSTFLAGS \
+        cargo build -p frontend --target wasm32-unknown-unknown "${profile_args[@]}" \
         --config "$config") || return 1
 
     _add_cargo_bin_to_path
@@ -631,9 +650,12 @@ build_frontend() {
     # function table through them.
     wasm-bindgen --target web --no-typescript --keep-lld-exports --out-dir "$dist/pkg" \
         "$split/frontend.wasm" || return 1
-    cp "$split/__wasm_split.js" "$split"/split_*.wasm "$dist/pkg/" || return 1
+    cp "$split/__wasm_split.js" "$dist/pkg/" || return 1
+    for module in "$split"/*.wasm; do
+        [ "$module" = "$split/frontend.wasm" ] || cp "$module" "$dist/pkg/" || return 1
+    done
 
-    local opt module
+    local opt
     if [ "$kind" = release ] && ! _good_wasm_opt >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
         # npm's binaryen; never Debian's, whose wasm-opt breaks the bundle in Chromium.
         step "installing wasm-opt (npm binaryen@132) into node_modules"
@@ -651,13 +673,16 @@ build_frontend() {
     _name_split_modules "$dist/pkg" || return 1
 
     step "copying static files to frontend/dist"
+    # A .gz left from an earlier build would be served in place of the new file.
+    rm -f "$dist"/*.gz
     cp "$root/frontend/index.html" "$root/frontend/loader.js" "$dist/" || return 1
     if [ -f "$root/frontend/style.css" ]; then
         cp "$root/frontend/style.css" "$dist/" || return 1
     fi
+    _write_build_id "$dist" || return 1
     if [ "$kind" = release ]; then
         # Served as is to browsers that accept gzip, so nothing is compressed per request.
-        _precompress_static "$dist"
+        _precompress_static "$dist" || return 1
     fi
     note "bundle: $(du -sh "$dist" | cut -f1) in frontend/dist"
 }

@@ -226,11 +226,12 @@ async fn every_response_carries_the_browser_security_headers() {
     }
 }
 
-/// The page, its scripts and its main module are checked again on every load, so they
-/// always come from one build; a split-off module, named by its build, is kept; a
-/// module that is not there is never kept in its place.
+/// The page, its scripts and its main module are checked again on every load against
+/// the build they come from, so a browser never keeps files of another build (newer or
+/// older: modification times would not tell a rollback); a split-off module, named by
+/// its build, is kept; a module that is not there is never kept in its place.
 #[tokio::test]
-async fn the_web_chats_files_are_revalidated_and_a_module_named_by_its_build_is_kept() {
+async fn the_web_chats_files_are_kept_only_while_their_build_is_the_same() {
     let web = TempDir::new("toolgate-test-web");
     let pkg = web.0.join("pkg");
     std::fs::create_dir_all(&pkg).expect("pkg");
@@ -242,12 +243,17 @@ async fn the_web_chats_files_are_revalidated_and_a_module_named_by_its_build_is_
         b"\0asm\x01\0\0\0",
     )
     .expect("module");
+    let build_id = web.0.join("build-id");
+    std::fs::write(&build_id, "00112233445566778899aabbccddeeff\n").expect("build id");
     let server = TestServer::start_with(
         ServerOptions::default().env("TOOLGATE_WEB_DIR", &web.0.to_string_lossy()),
     )
     .await;
-    let get = |path: &'static str| {
-        let request = server.client.get(server.url(path));
+    let get = |path: &str, headers: &[(&str, &str)]| {
+        let mut request = server.client.get(server.url(path));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
         async move { request.send().await.expect("sent") }
     };
     let header = |response: &reqwest::Response, name: &str| {
@@ -258,21 +264,27 @@ async fn the_web_chats_files_are_revalidated_and_a_module_named_by_its_build_is_
             .unwrap_or_default()
             .to_owned()
     };
+    let first_build = "W/\"00112233445566778899aabbccddeeff\"";
 
     for path in [
         "/",
         "/index.html",
+        "/some/page",
         "/pkg/frontend.js",
         "/pkg/frontend_bg.wasm",
-        // Not there: the page comes instead, and must not be kept as the module.
-        "/pkg/split_cards.fedcba9876543210.wasm",
     ] {
-        let response = get(path).await;
+        let response = get(path, &[]).await;
         assert_eq!(response.status(), StatusCode::OK, "{path}");
         assert_eq!(header(&response, "cache-control"), "no-cache", "{path}");
+        assert_eq!(header(&response, "etag"), first_build, "{path}");
+        assert_eq!(header(&response, "last-modified"), "", "{path}");
     }
+    // A module that is not there: the page comes instead, and must not be kept as it.
+    let missing = get("/pkg/split_cards.fedcba9876543210.wasm", &[]).await;
+    assert_eq!(header(&missing, "content-type"), "text/html");
+    assert_eq!(header(&missing, "cache-control"), "no-cache");
 
-    let module = get("/pkg/split_cards.0123456789abcdef.wasm").await;
+    let module = get("/pkg/split_cards.0123456789abcdef.wasm", &[]).await;
     assert_eq!(module.status(), StatusCode::OK);
     assert_eq!(header(&module, "content-type"), "application/wasm");
     assert_eq!(
@@ -280,17 +292,43 @@ async fn the_web_chats_files_are_revalidated_and_a_module_named_by_its_build_is_
         "public, max-age=31536000, immutable"
     );
 
-    // Checking again is cheap: unchanged, the answer is a 304 without a body.
-    let first = get("/pkg/frontend_bg.wasm").await;
-    let modified = header(&first, "last-modified");
+    // Checking again is cheap while the build is the same: a 304 without a body.
+    let again = get("/pkg/frontend_bg.wasm", &[("if-none-match", first_build)]).await;
+    assert_eq!(again.status(), StatusCode::NOT_MODIFIED);
+    assert_eq!(header(&again, "etag"), first_build);
+    assert_eq!(header(&again, "cache-control"), "no-cache");
+    // A date says nothing: the files' times are not what decides.
+    let dated = get(
+        "/pkg/frontend_bg.wasm",
+        &[("if-modified-since", "Fri, 01 Jan 2100 00:00:00 GMT")],
+    )
+    .await;
+    assert_eq!(dated.status(), StatusCode::OK);
+
+    // Another build (an update, or a rollback to older files with older times): every
+    // copy a browser holds is stale at once.
+    std::fs::write(&build_id, "ffeeddccbbaa99887766554433221100").expect("build id");
+    let changed = get(
+        "/pkg/frontend_bg.wasm",
+        &[
+            ("if-none-match", first_build),
+            ("if-modified-since", "Fri, 01 Jan 2100 00:00:00 GMT"),
+        ],
+    )
+    .await;
+    assert_eq!(changed.status(), StatusCode::OK);
+    assert_eq!(
+        header(&changed, "etag"),
+        "W/\"ffeeddccbbaa99887766554433221100\""
+    );
+
+    // Without a build id (a bundle built by hand), the files' times decide.
+    std::fs::remove_file(&build_id).expect("remove the build id");
+    let plain = get("/pkg/frontend_bg.wasm", &[]).await;
+    let modified = header(&plain, "last-modified");
     assert!(!modified.is_empty(), "a Last-Modified to check against");
-    let again = server
-        .client
-        .get(server.url("/pkg/frontend_bg.wasm"))
-        .header("if-modified-since", &modified)
-        .send()
-        .await
-        .expect("sent");
+    assert_eq!(header(&plain, "etag"), "");
+    let again = get("/pkg/frontend_bg.wasm", &[("if-modified-since", &modified)]).await;
     assert_eq!(again.status(), StatusCode::NOT_MODIFIED);
     assert_eq!(header(&again, "cache-control"), "no-cache");
 }
