@@ -1,8 +1,8 @@
 //! Parts of the web chat whose code the page fetches when it first shows them.
 //!
 //! The input and approval cards (with the field checks they share with the server) and
-//! the list of remembered values are the largest part of the web chat, and many visits
-//! need none of them. Their builders are split points (`wasm_split`, module `cards`):
+//! the list of remembered values are the largest part of the web chat that a visit may
+//! never need. Their builders are split points (`wasm_split`, module `cards`):
 //! the build moves what only they reach into a WebAssembly module of its own, which the
 //! browser fetches the first time one of them runs. The split points are
 //! `cards::card_view` and `saved_values::saved_values_list`.

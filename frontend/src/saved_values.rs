@@ -95,9 +95,16 @@ pub fn SavedValuesPanel(store: ChatStore) -> impl IntoView {
     }
 }
 
-/// The list with its buttons; a split point of the `cards` module.
+/// Builds the list; a split point of the `cards` module. A component, so that what it
+/// reads while it is built never makes the page build it again.
 #[leptos::wasm_split::wasm_split(cards, wasm_split_path = ::leptos::wasm_split, fallible)]
 fn saved_values_list(panel: SavedValues) -> Result<AnyView, Unavailable> {
+    Ok(view! { <SavedValuesList panel/> }.into_any())
+}
+
+/// The list with its buttons.
+#[component]
+fn SavedValuesList(panel: SavedValues) -> impl IntoView {
     let SavedValues {
         store,
         values,
@@ -168,7 +175,7 @@ fn saved_values_list(panel: SavedValues) -> Result<AnyView, Unavailable> {
             })
             .unwrap_or_else(|| name.to_owned())
     };
-    Ok(view! {
+    view! {
                 <p class="hint">
                     "Tools reuse these instead of asking again. Secret values are never shown."
                 </p>
@@ -266,5 +273,4 @@ fn saved_values_list(panel: SavedValues) -> Result<AnyView, Unavailable> {
                 <p class="field-error" role="alert">{move || error.get()}</p>
                 <p class="hint" role="status" data-testid="saved-status">{move || status.get()}</p>
     }
-    .into_any())
 }

@@ -8,17 +8,27 @@ const PNL: &str = "Get my P&L report for Q1 2025";
 const PENDING_CARD: &str = "[data-testid=input-card][data-status=pending]";
 const CARDS_MODULE: &str = "*/pkg/split_cards.*";
 
-/// How many times the page fetched the cards' module.
+/// How many times the page fetched the cards' module (a script for the page).
+const CARDS_MODULE_FETCHES: &str = "performance.getEntriesByType('resource')\
+    .filter(e => new URL(e.name).pathname.startsWith('/pkg/split_cards.')).length";
+
 async fn cards_module_fetches(b: &Browser) -> u64 {
-    b.execute(
-        "return performance.getEntriesByType('resource')\
-         .filter(e => new URL(e.name).pathname.startsWith('/pkg/split_cards.')).length",
-        vec![],
+    b.execute(&format!("return {CARDS_MODULE_FETCHES}"), vec![])
+        .await
+        .expect("resource timings")
+        .as_u64()
+        .expect("a count")
+}
+
+/// Waits until the page has fetched the cards' module once (timings land a moment after
+/// the fetch).
+async fn wait_for_one_fetch(b: &Browser) {
+    b.wait_until(
+        "one fetch of the cards' module",
+        &format!("{CARDS_MODULE_FETCHES} === 1"),
     )
     .await
-    .expect("resource timings")
-    .as_u64()
-    .expect("a count")
+    .expect("fetched once");
 }
 
 /// A signed-in user's new conversation after its first message, `text`; with the cards'
@@ -61,14 +71,14 @@ async fn the_cards_code_is_fetched_only_when_a_card_is_first_shown() {
 
     ask(&b, PNL).await;
     b.wait_for(PENDING_CARD).await.expect("a card");
-    assert_eq!(cards_module_fetches(&b).await, 1);
+    wait_for_one_fetch(&b).await;
 
     // The list of remembered values is in the same module: nothing more to fetch.
     open_saved_values(&b).await;
     b.wait_for("[data-testid=saved-empty]")
         .await
         .expect("the list");
-    assert_eq!(cards_module_fetches(&b).await, 1);
+    wait_for_one_fetch(&b).await;
     b.quit().await;
 }
 
@@ -113,6 +123,35 @@ async fn a_card_whose_code_cannot_be_fetched_says_so_and_shows_after_a_retry() {
         0
     );
     input.send_keys("9130346988354456").await.expect("type");
+
+    // A card that is shown is never built again: going offline and back (which reloads
+    // what the page shows and tries failed parts again) keeps what was typed.
+    b.set_offline(true).await.expect("cut the network");
+    b.wait_for("[data-testid=offline-banner]")
+        .await
+        .expect("offline banner");
+    b.set_offline(false).await.expect("restore the network");
+    b.wait_for("[data-testid=stream-status][data-state=live]")
+        .await
+        .expect("live again");
+    let input = b
+        .find(&format!(
+            "{PENDING_CARD} [data-field=quickbooks_realm_id] input"
+        ))
+        .await
+        .expect("the same card");
+    assert_eq!(
+        input.prop("value").await.expect("value"),
+        "9130346988354456",
+        "what was typed is still there"
+    );
+    assert_eq!(
+        b.count("[data-testid=deferred-loading]")
+            .await
+            .expect("count"),
+        0
+    );
+
     input.send_keys(ENTER).await.expect("submit");
     wait_for_answer(&b, "net income").await;
     b.quit().await;
