@@ -791,7 +791,7 @@ fn web_chat_bundle() {
     let kib = |bytes: u64| bytes as f64 / 1024.0;
     println!("| module | fetched | wasm raw | wasm gzip -9 | as served (.gz beside it) |");
     println!("| --- | --- | ---: | ---: | ---: |");
-    let (mut raw_total, mut gzip_total, mut served_total) = (0, 0, 0);
+    let (mut raw_total, mut gzip_total, mut served_total) = (0, 0, Some(0));
     for module in &modules {
         let raw = std::fs::metadata(module).map_or(0, |m| m.len());
         let gzipped = Command::new("gzip")
@@ -801,7 +801,7 @@ fn web_chat_bundle() {
             .map_or(0, |o| o.stdout.len() as u64);
         // What the server sends a browser that accepts gzip: the file written beside the
         // module when it was built (zopfli, or gzip -9 without it).
-        let served = std::fs::metadata(module.with_extension("wasm.gz")).map_or(0, |m| m.len());
+        let served = std::fs::metadata(module.with_extension("wasm.gz")).map(|m| m.len());
         let name = module
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -811,21 +811,25 @@ fn web_chat_bundle() {
         } else {
             "when first needed"
         };
+        let served_text = served.as_ref().map_or_else(
+            |_| "–".to_owned(),
+            |&b| format!("{b} B ({:.0} KiB)", kib(b)),
+        );
         println!(
-            "| {name} | {fetched} | {:.0} KiB | {:.0} KiB | {served} B ({:.0} KiB) |",
+            "| {name} | {fetched} | {:.0} KiB | {:.0} KiB | {served_text} |",
             kib(raw),
             kib(gzipped),
-            kib(served)
         );
         raw_total += raw;
         gzip_total += gzipped;
-        served_total += served;
+        served_total = served_total.and_then(|total| Some(total + served.ok()?));
     }
+    let served_total =
+        served_total.map_or_else(|| "–".to_owned(), |b| format!("{b} B ({:.0} KiB)", kib(b)));
     println!(
-        "| all modules | | {:.0} KiB | {:.0} KiB | {served_total} B ({:.0} KiB) |",
+        "| all modules | | {:.0} KiB | {:.0} KiB | {served_total} |",
         kib(raw_total),
         kib(gzip_total),
-        kib(served_total)
     );
 }
 
