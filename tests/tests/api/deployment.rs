@@ -292,6 +292,41 @@ async fn the_web_chats_files_are_kept_only_while_their_build_is_the_same() {
         "public, max-age=31536000, immutable"
     );
 
+    // A hostile caller: paths that climb out of the folder and validators that are
+    // garbage get the page or a full answer, never a file beside the bundle nor a 500.
+    let outside = TempDir::new("toolgate-test-outside");
+    std::fs::write(outside.0.join("secret.txt"), "secret").expect("a file beside the bundle");
+    std::fs::write(outside.0.join("secret.0123456789abcdef.wasm"), "secret").expect("another");
+    let sibling = outside
+        .0
+        .file_name()
+        .expect("name")
+        .to_string_lossy()
+        .into_owned();
+    for path in [
+        format!("/../{sibling}/secret.txt"),
+        format!("/%2e%2e/{sibling}/secret.txt"),
+        format!("/pkg/..%2f..%2f{sibling}%2fsecret.txt"),
+        format!("/pkg/%2e%2e/%2e%2e/{sibling}/secret.0123456789abcdef.wasm"),
+    ] {
+        let response = get(&path, &[]).await;
+        assert!(
+            response.status().as_u16() < 500,
+            "{path}: {}",
+            response.status()
+        );
+        let body = response.text().await.expect("body");
+        assert!(!body.contains("secret"), "{path}: {body}");
+    }
+    for garbage in ["W/", "\"", ",,,", "W/\"\u{e9}\"", &"x".repeat(4000)] {
+        let response = get("/pkg/frontend.js", &[("if-none-match", garbage)]).await;
+        assert_eq!(
+            response.status(),
+            StatusCode::OK,
+            "If-None-Match: {garbage:?}"
+        );
+    }
+
     // Checking again is cheap while the build is the same: a 304 without a body.
     let again = get("/pkg/frontend_bg.wasm", &[("if-none-match", first_build)]).await;
     assert_eq!(again.status(), StatusCode::NOT_MODIFIED);
