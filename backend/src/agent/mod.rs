@@ -5,6 +5,7 @@
 mod active_runs;
 pub mod commands;
 pub mod history;
+pub mod history_cache;
 pub mod middleware;
 pub mod model;
 pub mod providers;
@@ -29,6 +30,8 @@ use crate::config::Config;
 pub struct Agent {
     pub provider: Arc<dyn ModelProvider>,
     pub chain: middleware::Chain,
+    /// The messages of recently run conversations, so steps do not read them again.
+    pub history: history_cache::HistoryCache,
 }
 
 impl Agent {
@@ -37,6 +40,7 @@ impl Agent {
         Ok(Agent {
             provider: providers::from_config(&config.llm),
             chain,
+            history: history_cache::HistoryCache::default(),
         })
     }
 

@@ -21,7 +21,8 @@ pub struct StepContextRow {
     pub step: i32,
     /// The user message the run answers.
     pub user_message_id: Option<Uuid>,
-    /// The conversation's messages, column by column, in order.
+    /// The conversation's messages, column by column, in order; only those after the
+    /// ones the caller said it holds.
     pub message_ids: Vec<Uuid>,
     pub message_seqs: Vec<i32>,
     pub message_roles: Vec<Role>,
@@ -30,6 +31,11 @@ pub struct StepContextRow {
     pub message_run_ids: Vec<Option<Uuid>>,
     pub message_pinned: Vec<bool>,
     pub message_created_at: Vec<DateTime<Utc>>,
+    /// The id of the last message the caller said it holds (`None`: it holds none, or
+    /// that message is not there).
+    pub known_last_id: Option<Uuid>,
+    /// The sequence numbers of the pinned messages among those the caller holds.
+    pub known_pinned: Vec<i32>,
     /// The caller's `/remember` notes, oldest first.
     pub notes: Vec<String>,
     /// The newest summary's last covered message, when one was written.
@@ -96,14 +102,18 @@ impl StepContextRow {
 }
 
 /// Reads run `run_id`'s step inputs as `user_id`, retrieving at most `max_retrieved`
-/// texts (0: no search); `None` when the run is not theirs. It takes the pool, never a
+/// texts (0: no search); `None` when the run is not theirs. `known` names the
+/// conversation and the last sequence number whose messages the caller holds: of those
+/// only the last one's id and which are pinned come back. It takes the pool, never a
 /// transaction, in which the identity would outlive the call.
 pub async fn load_as(
     pool: &PgPool,
     user_id: &str,
     run_id: Uuid,
     max_retrieved: i32,
+    known: Option<(Uuid, i32)>,
 ) -> sqlx::Result<Option<StepContextRow>> {
+    let (known_conversation, known_through) = known.unwrap_or((Uuid::nil(), 0));
     super::count_user_transaction();
     sqlx::query_as!(
         StepContextRow,
@@ -115,13 +125,16 @@ pub async fn load_as(
                   message_models as "message_models!: Vec<Option<String>>",
                   message_run_ids as "message_run_ids!: Vec<Option<Uuid>>",
                   message_pinned as "message_pinned!", message_created_at as "message_created_at!",
+                  known_last_id, known_pinned as "known_pinned!",
                   notes as "notes!",
                   summary_through_seq, summary, summary_kept_out as "summary_kept_out!",
                   pipeline, retrieved as "retrieved!"
-           from toolgate_step_inputs($1, $2, $3)"#,
+           from toolgate_step_inputs($1, $2, $3, $4, $5)"#,
         user_id,
         run_id,
-        max_retrieved
+        max_retrieved,
+        known_conversation,
+        known_through
     )
     .fetch_optional(pool)
     .await
@@ -164,6 +177,8 @@ mod tests {
             message_run_ids: vec![None; n],
             message_pinned: seqs.iter().map(|seq| *seq == 2).collect(),
             message_created_at: vec![Utc::now(); n],
+            known_last_id: None,
+            known_pinned: Vec::new(),
             notes: Vec::new(),
             summary_through_seq: None,
             summary: None,

@@ -887,9 +887,9 @@ async fn agent_step(
         "\n## Agent step without the model (load: one round trip; prepare: middleware chain, context pipeline with token counting, tool list)\n"
     );
     println!(
-        "| messages | empty transaction µs | load µs | load ÷ empty | prepare µs | step (load + prepare) µs | prepare writing a summary µs | step writing a summary, without the model µs |"
+        "| messages | empty transaction µs | load µs | load ÷ empty | prepare µs | step (load + prepare) µs | load, nothing held µs | step, nothing held µs | prepare writing a summary µs | step writing a summary, without the model µs |"
     );
-    println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     let config = backend::Config::from_lookup(|name| match name {
         "DATABASE_URL" => Some(url.to_owned()),
         "TOOLGATE_JWT_SECRET" => Some(JWT_SECRET.to_owned()),
@@ -956,6 +956,8 @@ async fn agent_step(
             _ => 40,
         };
         let (mut empty, mut load, mut prepare) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+        // The first step a server takes in a conversation holds none of its messages.
+        let mut load_unheld = Duration::ZERO;
         let (mut summarising, mut summarising_model) = (Duration::ZERO, Duration::ZERO);
         // Interleaved, so that the machine's noise falls on all of them alike.
         for _ in 0..iterations {
@@ -964,10 +966,28 @@ async fn agent_step(
             tx.commit().await?;
             empty += started.elapsed();
 
+            let nothing_held = backend::agent::history_cache::HistoryCache::default();
+            let started = Instant::now();
+            let unheld = backend::agent::step_inputs::StepInputs::load(
+                &state.db,
+                &nothing_held,
+                &user,
+                conversation,
+                run_id,
+                None,
+                state.agent.chain.retrieves(),
+            )
+            .await?
+            .context("the benchmark's run is its user's")?;
+            load_unheld += started.elapsed();
+            std::hint::black_box(unheld);
+
             let started = Instant::now();
             let (_, inputs) = backend::agent::step_inputs::StepInputs::load(
                 &state.db,
+                &state.agent.history,
                 &user,
+                conversation,
                 run_id,
                 None,
                 state.agent.chain.retrieves(),
@@ -999,6 +1019,7 @@ async fn agent_step(
         }
         let micros = |total: Duration| total.as_secs_f64() * 1e6 / f64::from(iterations);
         let (empty, load, prepare) = (micros(empty), micros(load), micros(prepare));
+        let load_unheld = micros(load_unheld);
         let (summarising, summarising_step) = if summarised {
             let (whole, model) = (micros(summarising), micros(summarising_model));
             (
@@ -1009,9 +1030,10 @@ async fn agent_step(
             ("–".to_owned(), "–".to_owned())
         };
         println!(
-            "| {count} | {empty:.0} | {load:.0} | {:.1} | {prepare:.0} | {:.0} | {summarising} | {summarising_step} |",
+            "| {count} | {empty:.0} | {load:.0} | {:.1} | {prepare:.0} | {:.0} | {load_unheld:.0} | {:.0} | {summarising} | {summarising_step} |",
             load / empty,
-            load + prepare
+            load + prepare,
+            load_unheld + prepare
         );
     }
     Ok(state)
@@ -1026,7 +1048,9 @@ async fn store_first_summary(
 ) -> Result<bool> {
     let (_, inputs) = backend::agent::step_inputs::StepInputs::load(
         &state.db,
+        &state.agent.history,
         &run.user_id,
+        run.conversation_id,
         run.run_id,
         None,
         state.agent.chain.retrieves(),

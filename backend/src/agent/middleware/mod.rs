@@ -281,7 +281,7 @@ impl Chain {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
+    use std::sync::{Arc, Mutex};
 
     use protocol::chat::{ContentBlock, Message, Role};
     use uuid::Uuid;
@@ -334,8 +334,8 @@ mod tests {
         }
     }
 
-    fn stored(seq: i32, role: Role, text: &str) -> Message {
-        Message {
+    fn stored(seq: i32, role: Role, text: &str) -> Arc<Message> {
+        Arc::new(Message {
             id: Uuid::new_v4(),
             seq,
             role,
@@ -344,7 +344,7 @@ mod tests {
             run_id: None,
             pinned: false,
             created_at: chrono::Utc::now(),
-        }
+        })
     }
 
     fn run() -> RunContext {
@@ -368,7 +368,7 @@ mod tests {
         }
     }
 
-    fn request_of(history: &[Message]) -> ModelRequest {
+    fn request_of(history: &[Arc<Message>]) -> ModelRequest {
         ModelRequest {
             model: "m".into(),
             system: vec!["base".into()],
@@ -538,7 +538,7 @@ mod tests {
 
     /// The task, then six long answers each followed by a short question (some 1,500
     /// tokens), every message's text its own.
-    fn long_chat() -> Vec<Message> {
+    fn long_chat() -> Vec<Arc<Message>> {
         let filler = "words about the weather and other things ".repeat(30);
         let mut history = vec![stored(1, Role::User, "the task")];
         for n in 0..6 {
@@ -678,7 +678,7 @@ mod tests {
             "words about the weather and other things ".repeat(90)
         );
         let mut pinned = stored(5, Role::User, "a pinned note");
-        pinned.pinned = true;
+        Arc::make_mut(&mut pinned).pinned = true;
         let inputs = StepInputs {
             history: vec![
                 stored(1, Role::User, "the task"),

@@ -110,7 +110,7 @@ pub async fn start_run(
     )
     .await?;
     tx.commit().await?;
-    spawn_drive(runner.clone(), user_id.to_owned(), run_id);
+    spawn_drive(runner.clone(), user_id.to_owned(), conversation_id, run_id);
     Ok(StartedRun {
         run: run.to_api(),
         message,
@@ -124,12 +124,12 @@ fn run_active() -> Error {
     )
 }
 
-pub(super) fn spawn_drive(runner: Runner, user_id: String, run_id: Uuid) {
+pub(super) fn spawn_drive(runner: Runner, user_id: String, conversation_id: Uuid, run_id: Uuid) {
     let driving = runner.active_runs.enter(run_id, &user_id);
     tokio::spawn(async move {
         let _driving = driving;
         let keeper = tokio::spawn(keep_lease(runner.clone(), user_id.clone(), run_id));
-        let result = drive(&runner, &user_id, run_id).await;
+        let result = drive(&runner, &user_id, conversation_id, run_id).await;
         keeper.abort();
         if let Err(err) = result {
             tracing::warn!(%run_id, error = ?err, "run failed");
@@ -298,7 +298,12 @@ pub async fn deliver_outcome(
     }
     tx.commit().await?;
     if resume {
-        spawn_drive(runner.clone(), user_id.to_owned(), run_id);
+        spawn_drive(
+            runner.clone(),
+            user_id.to_owned(),
+            call.conversation_id,
+            run_id,
+        );
     }
     Ok(())
 }

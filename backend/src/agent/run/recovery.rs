@@ -61,7 +61,12 @@ async fn take_over(runner: &Runner, run: &runs::LapsedRun) -> Result<()> {
     tx.commit().await?;
     if taken {
         tracing::info!(run_id = %run.id, "going on with a run another server handed over");
-        spawn_drive(runner.clone(), run.user_id.clone(), run.id);
+        spawn_drive(
+            runner.clone(),
+            run.user_id.clone(),
+            run.conversation_id,
+            run.id,
+        );
     }
     Ok(())
 }
@@ -152,7 +157,12 @@ pub async fn resume_stranded_runs(runner: &Runner) -> Result<usize> {
         tx.commit().await?;
         if moved.is_some() {
             resumed += 1;
-            spawn_drive(runner.clone(), run.user_id.clone(), run.id);
+            spawn_drive(
+                runner.clone(),
+                run.user_id.clone(),
+                run.conversation_id,
+                run.id,
+            );
         }
     }
     if resumed > 0 {

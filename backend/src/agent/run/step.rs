@@ -2,6 +2,8 @@
 //! middleware, stream the model's reply, run its tool calls in parallel through the
 //! executor, record the results; repeat up to the step limit.
 
+use std::sync::Arc;
+
 use futures::future::join_all;
 use protocol::api::ToolOutcome;
 use protocol::chat::{ContentBlock, EventKind, Message, Role, RunStatus};
@@ -31,7 +33,7 @@ pub(super) struct StepLimit(i32);
 /// The stored history as the model sees it, without chat commands and their replies.
 /// The first request, which set the conversation's task, is pinned like the ones the
 /// user pinned.
-fn context_messages(stored: &[Message]) -> Vec<ChatMessage> {
+fn context_messages(stored: &[Arc<Message>]) -> Vec<ChatMessage> {
     let mut messages: Vec<ChatMessage> = stored
         .iter()
         .filter(|m| !(m.role == Role::User && is_command(&m.text())))
@@ -109,7 +111,12 @@ pub async fn prepare_request(
 /// transaction — with the model that answered, a new summary if one was written, and
 /// the text streamed since the last flush; tool calls and longer streamed text add
 /// their own.
-pub(super) async fn drive(runner: &Runner, user_id: &str, run_id: Uuid) -> Result<()> {
+pub(super) async fn drive(
+    runner: &Runner,
+    user_id: &str,
+    conversation_id: Uuid,
+    run_id: Uuid,
+) -> Result<()> {
     let executor = &runner.executor;
     loop {
         if runner.is_shutting_down() {
@@ -117,7 +124,9 @@ pub(super) async fn drive(runner: &Runner, user_id: &str, run_id: Uuid) -> Resul
         }
         let Some((run, inputs)) = StepInputs::load(
             &runner.executor.pool,
+            &runner.agent.history,
             user_id,
+            conversation_id,
             run_id,
             runner.config.skills_dir.as_deref(),
             runner.agent.chain.retrieves(),
