@@ -14,7 +14,8 @@
 -- different last id, and the server reads it again in full.
 --
 -- Without the last two arguments, or with a conversation the run is not in, every
--- message comes whole, as before.
+-- message comes whole, as before. The function stays STRICT (a NULL argument answers
+-- no row): the server passes the nil id and 0 when it holds nothing.
 
 DROP FUNCTION toolgate_step_inputs(text, uuid, integer);
 
@@ -122,4 +123,6 @@ $$;
 REVOKE ALL ON FUNCTION toolgate_step_inputs(text, uuid, integer, uuid, integer) FROM PUBLIC;
 
 -- The pinned messages of a conversation, for the read above: a handful among thousands.
+-- Built inside the migration's transaction (not CONCURRENTLY), so on a large table it
+-- holds back writes to messages while it builds, once, as the server starts.
 CREATE INDEX messages_pinned ON messages (conversation_id, seq) WHERE pinned;

@@ -118,9 +118,12 @@ impl HistoryCache {
     /// Holds `held` for `conversation_id` in place of what was held; a conversation
     /// larger than a quarter of the whole is not held.
     pub fn put(&self, conversation_id: Uuid, held: HeldHistory) {
+        // Freed after the lock is let go: dropping a large history takes a while.
+        let mut released = Vec::new();
         let mut entries = self.lock();
         if let Some(old) = entries.by_conversation.remove(&conversation_id) {
             entries.bytes -= old.held.bytes;
+            released.push(old);
         }
         if held.bytes > MAX_BYTES / 4 {
             return;
@@ -138,6 +141,7 @@ impl HistoryCache {
             };
             if let Some(evicted) = entries.by_conversation.remove(&oldest) {
                 entries.bytes -= evicted.held.bytes;
+                released.push(evicted);
             }
         }
         entries.clock += 1;
@@ -150,6 +154,8 @@ impl HistoryCache {
                 last_used,
             },
         );
+        drop(entries);
+        drop(released);
     }
 
     /// Conversations held and their estimated bytes.
@@ -159,59 +165,66 @@ impl HistoryCache {
     }
 }
 
-/// About what a message takes in memory: its strings and JSON values, walked without
-/// writing them out.
+/// About what a message takes in memory: each block's and each JSON value's own size
+/// (a block is as large as its largest kind) and the strings they point to, walked
+/// without writing them out. Counting text alone would let a message of many tiny
+/// blocks take thirty times what it is counted at.
 fn estimated_bytes(message: &Message) -> usize {
+    const NODE: usize = size_of::<Value>();
+    // A map entry: its key and value, and the map's own bookkeeping.
+    const ENTRY: usize = size_of::<String>() + NODE + 16;
     fn value_bytes(value: &Value) -> usize {
-        match value {
-            Value::String(text) => 24 + text.len(),
-            Value::Array(items) => 24 + items.iter().map(value_bytes).sum::<usize>(),
-            Value::Object(map) => {
-                24 + map
-                    .iter()
-                    .map(|(key, value)| key.len() + value_bytes(value))
-                    .sum::<usize>()
-            }
-            _ => 16,
+        NODE + match value {
+            Value::String(text) => text.len(),
+            Value::Array(items) => items.iter().map(value_bytes).sum::<usize>(),
+            Value::Object(map) => map
+                .iter()
+                .map(|(key, value)| ENTRY + key.len() + value_bytes(value))
+                .sum::<usize>(),
+            _ => 0,
         }
     }
     let blocks: usize = message
         .content
         .iter()
         .map(|block| {
-            32 + match block {
-                ContentBlock::Text { text } | ContentBlock::ImageStub { text } => text.len(),
-                ContentBlock::Image { url } => url.len(),
-                ContentBlock::ToolCall {
-                    id,
-                    name,
-                    arguments,
-                } => {
-                    id.len()
-                        + name.len()
-                        + arguments
-                            .iter()
-                            .map(|(key, value)| key.len() + value_bytes(value))
-                            .sum::<usize>()
+            size_of::<ContentBlock>()
+                + match block {
+                    ContentBlock::Text { text } | ContentBlock::ImageStub { text } => text.len(),
+                    ContentBlock::Image { url } => url.len(),
+                    ContentBlock::ToolCall {
+                        id,
+                        name,
+                        arguments,
+                    } => {
+                        id.len()
+                            + name.len()
+                            + arguments
+                                .iter()
+                                .map(|(key, value)| ENTRY + key.len() + value_bytes(value))
+                                .sum::<usize>()
+                    }
+                    ContentBlock::ToolResult {
+                        tool_call_id,
+                        name,
+                        outcome,
+                    } => {
+                        // A request the call waits on is a few small strings.
+                        let requests = usize::from(outcome.user_input_request.is_some())
+                            + usize::from(outcome.approval_request.is_some());
+                        tool_call_id.len()
+                            + name.len()
+                            + outcome.result.as_ref().map_or(0, value_bytes)
+                            + outcome.error.as_ref().map_or(0, String::len)
+                            + 1024 * requests
+                    }
                 }
-                ContentBlock::ToolResult {
-                    tool_call_id,
-                    name,
-                    outcome,
-                } => {
-                    // A request the call waits on is a few small strings.
-                    let requests = usize::from(outcome.user_input_request.is_some())
-                        + usize::from(outcome.approval_request.is_some());
-                    tool_call_id.len()
-                        + name.len()
-                        + outcome.result.as_ref().map_or(0, value_bytes)
-                        + outcome.error.as_ref().map_or(0, String::len)
-                        + 1024 * requests
-                }
-            }
         })
         .sum();
-    128 + blocks + message.model.as_ref().map_or(0, String::len)
+    size_of::<Arc<Message>>()
+        + size_of::<Message>()
+        + blocks
+        + message.model.as_ref().map_or(0, String::len)
 }
 
 #[cfg(test)]
@@ -292,6 +305,31 @@ mod tests {
         assert_eq!(cache.size().0, MAX_CONVERSATIONS);
         assert!(cache.get("alice", conversations[0]).is_some());
         assert!(cache.get("alice", conversations[1]).is_none());
+    }
+
+    #[test]
+    fn a_message_of_many_tiny_blocks_is_counted_at_what_its_blocks_take() {
+        let blocks = 40_000;
+        let mut tiny = messages(1, "a");
+        Arc::make_mut(&mut tiny[0]).content = vec![ContentBlock::Text { text: "a".into() }; blocks];
+        let counted = HeldHistory::new("alice", tiny.clone(), None).bytes;
+        assert!(
+            counted >= blocks * size_of::<ContentBlock>(),
+            "{counted} bytes counted for {blocks} blocks of {} bytes",
+            size_of::<ContentBlock>()
+        );
+        let cache = HistoryCache::default();
+        let conversation = Uuid::new_v4();
+        // A conversation of a few such messages passes a quarter of the cache: not held.
+        let mut flood = tiny;
+        for seq in 2..=16 {
+            let mut next = Message::clone(&flood[0]);
+            next.seq = seq;
+            next.id = Uuid::new_v4();
+            flood.push(Arc::new(next));
+        }
+        cache.put(conversation, HeldHistory::new("alice", flood, None));
+        assert!(cache.get("alice", conversation).is_none());
     }
 
     #[test]

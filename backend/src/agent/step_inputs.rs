@@ -396,14 +396,25 @@ mod tests {
                 .is_none()
         );
         assert!(held.get("mallory", conversation).is_none());
-        // Her own run named with Alice's held conversation reads only her messages.
-        let (own_conversation, own_run) = conversation_with_run(&pool, "mallory").await;
-        let inputs = load(&pool, &held, "mallory", conversation, own_run)
+        // She holds a conversation of her own and names it for a run in another one:
+        // that run's messages, whole.
+        let (held_conversation, held_run) = conversation_with_run(&pool, "mallory").await;
+        load(&pool, &held, "mallory", held_conversation, held_run)
+            .await
+            .expect("her own run");
+        let (other_conversation, other_run) = conversation_with_run(&pool, "mallory").await;
+        let inputs = load(&pool, &held, "mallory", held_conversation, other_run)
             .await
             .expect("her own run");
         assert_eq!(
             inputs.history,
-            stored(&pool, "mallory", own_conversation).await
+            stored(&pool, "mallory", other_conversation).await
+        );
+        assert_eq!(
+            held.get("mallory", other_conversation)
+                .map(|h| h.through_seq),
+            Some(2),
+            "held under the run's own conversation"
         );
     }
 }
