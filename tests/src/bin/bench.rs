@@ -968,32 +968,11 @@ async fn agent_step(
 
             let nothing_held = backend::agent::history_cache::HistoryCache::default();
             let started = Instant::now();
-            let unheld = backend::agent::step_inputs::StepInputs::load(
-                &state.db,
-                &nothing_held,
-                &user,
-                conversation,
-                run_id,
-                None,
-                state.agent.chain.retrieves(),
-            )
-            .await?
-            .context("the benchmark's run is its user's")?;
+            std::hint::black_box(load_step(&state, &nothing_held, &run).await?);
             load_unheld += started.elapsed();
-            std::hint::black_box(unheld);
 
             let started = Instant::now();
-            let (_, inputs) = backend::agent::step_inputs::StepInputs::load(
-                &state.db,
-                &state.agent.history,
-                &user,
-                conversation,
-                run_id,
-                None,
-                state.agent.chain.retrieves(),
-            )
-            .await?
-            .context("the benchmark's run is its user's")?;
+            let inputs = load_step(&state, &state.agent.history, &run).await?;
             load += started.elapsed();
 
             let started = Instant::now();
@@ -1039,16 +1018,16 @@ async fn agent_step(
     Ok(state)
 }
 
-/// Prepares one step of `run` and stores the summary it wrote, if it wrote one, in a
-/// transaction as the run's user (what the run loop does with a step's outputs).
-/// Returns whether there was one.
-async fn store_first_summary(
+/// The inputs of a step of `run`, read as the run loop reads them, with `held` the
+/// messages the server holds.
+async fn load_step(
     state: &backend::AppState,
+    held: &backend::agent::history_cache::HistoryCache,
     run: &backend::agent::model::RunContext,
-) -> Result<bool> {
+) -> Result<backend::agent::step_inputs::StepInputs> {
     let (_, inputs) = backend::agent::step_inputs::StepInputs::load(
         &state.db,
-        &state.agent.history,
+        held,
         &run.user_id,
         run.conversation_id,
         run.run_id,
@@ -1057,6 +1036,17 @@ async fn store_first_summary(
     )
     .await?
     .context("the benchmark's run is its user's")?;
+    Ok(inputs)
+}
+
+/// Prepares one step of `run` and stores the summary it wrote, if it wrote one, in a
+/// transaction as the run's user (what the run loop does with a step's outputs).
+/// Returns whether there was one.
+async fn store_first_summary(
+    state: &backend::AppState,
+    run: &backend::agent::model::RunContext,
+) -> Result<bool> {
+    let inputs = load_step(state, &state.agent.history, run).await?;
     let outputs = backend::agent::step_inputs::StepOutputs::default();
     backend::agent::prepare_request(&state.runner(), run, &inputs, &outputs).await?;
     let Some(summary) = outputs.take_summary() else {
