@@ -13,6 +13,10 @@
 -- Ids are random, so a conversation rebuilt under the same id (a restore) shows a
 -- different last id, and the server reads it again in full.
 --
+-- Retrieval names the caller's rows in its own condition too (see below): before, a
+-- step's search began from every user's messages matching its words and left the
+-- others' to row-level security, so its cost grew with the other users' data.
+--
 -- Without the last two arguments, or with a conversation the run is not in, every
 -- message comes whole, as before. The function stays STRICT (a NULL argument answers
 -- no row): the server passes the nil id and 0 when it holds nothing.
@@ -64,6 +68,11 @@ BEGIN
                c.context_pipeline,
                array(SELECT o.text_content FROM messages o
                      WHERE btrim(request.words) <> ''
+                       -- Row-level security keeps the search to the caller's rows; said
+                       -- here too, so the search starts from them (index
+                       -- messages_user_text_search) rather than from every user's
+                       -- matching messages.
+                       AND o.user_id = caller
                        AND o.conversation_id <> r.conversation_id
                        AND o.role IN ('user', 'assistant') AND o.text_content <> ''
                        AND to_tsvector('english', o.text_content)

@@ -909,6 +909,7 @@ async fn agent_step(
     });
     agent.provider = model_time.clone();
     let state = backend::AppState::new(pool, config, registry, mcp, agent);
+    let mut smallest_run = None;
     for count in [10usize, 100, 1000] {
         let conversation = uuid::Uuid::new_v4();
         let user = format!("agent-u{count}");
@@ -1014,8 +1015,65 @@ async fn agent_step(
             load + prepare,
             load_unheld + prepare
         );
+        smallest_run.get_or_insert(run);
+    }
+    if let Some(run) = smallest_run {
+        beside_other_users(&state, conn, &run).await?;
     }
     Ok(state)
+}
+
+/// A step's read (retrieval included) beside other users' messages that match its
+/// words: retrieval searches the caller's messages, so they should cost nothing.
+async fn beside_other_users(
+    state: &backend::AppState,
+    conn: &mut sqlx::PgConnection,
+    run: &backend::agent::model::RunContext,
+) -> Result<()> {
+    const USERS: i32 = 3_000;
+    const EACH: i32 = 100;
+    let iterations = 200u32;
+    let time_loads = |label: &'static str| async move {
+        let nothing_held = backend::agent::history_cache::HistoryCache::default();
+        let started = Instant::now();
+        for _ in 0..iterations {
+            std::hint::black_box(load_step(state, &nothing_held, run).await?);
+        }
+        let micros = started.elapsed().as_secs_f64() * 1e6 / f64::from(iterations);
+        anyhow::Ok((label, micros))
+    };
+    let alone = time_loads("alone").await?;
+    let started = Instant::now();
+    sqlx::query(
+        "insert into conversations (id, user_id, title)
+         select gen_random_uuid(), 'agent-other-' || g, 'other' from generate_series(1, $1) g",
+    )
+    .bind(USERS)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query(
+        "insert into messages (id, conversation_id, user_id, seq, role, content, text_content)
+         select gen_random_uuid(), c.id, c.user_id, s, 'user', '[]'::jsonb,
+                'Message ' || s || ' about the quarterly report for region eu'
+         from conversations c cross join generate_series(1, $1) s
+         where c.user_id like 'agent-other-%'",
+    )
+    .bind(EACH)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query("vacuum analyze messages")
+        .execute(&mut *conn)
+        .await?;
+    let seeded = started.elapsed();
+    let beside = time_loads("beside").await?;
+    println!(
+        "\nA step's read at 10 messages, nothing held, retrieval on: {:.0} µs alone, {:.0} µs beside {} messages of {USERS} other users that match its words (seeded in {:.0} s).",
+        alone.1,
+        beside.1,
+        USERS * EACH,
+        seeded.as_secs_f64()
+    );
+    Ok(())
 }
 
 /// The inputs of a step of `run`, read as the run loop reads them, with `held` the
