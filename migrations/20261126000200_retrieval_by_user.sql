@@ -5,6 +5,9 @@
 -- from the user (btree_gin lets a GIN index hold the user id beside the words), so a
 -- search costs what the caller's own messages cost. btree_gin ships with PostgreSQL and
 -- is a trusted extension: the database's owner may create it.
+--
+-- Built inside the migration's transaction (not CONCURRENTLY), so on a large table it
+-- holds back writes to messages while it builds, once, as the server starts.
 
 CREATE EXTENSION IF NOT EXISTS btree_gin;
 
