@@ -240,8 +240,20 @@ pub async fn dispatch_action(
         Settled::WithResult(row) => (row, true),
         Settled::Request(row) => (row, false),
     };
+    // In a task of its own: the ending is committed, so what follows it (the tool's
+    // run with the answer, its record, the run's resumption) goes on to its end even
+    // when the client hangs up meanwhile, rather than stopping half way with a call
+    // made and nothing recorded.
+    let (executor, runner, owner, ended) = (
+        state.executor(),
+        state.runner(),
+        user_id.to_owned(),
+        row.clone(),
+    );
     let tool_result =
-        requests::follow_up(&state.executor(), &state.runner(), user_id, &row).await?;
+        tokio::spawn(async move { requests::follow_up(&executor, &runner, &owner, &ended).await })
+            .await
+            .map_err(|err| anyhow::anyhow!("following up an ended request: {err}"))??;
     let request = describe(&row, &state.tools);
     Ok(if with_result {
         Json(SubmitResponseResult {

@@ -25,7 +25,7 @@ use super::remembered;
 use super::{CallRef, ToolContext};
 use crate::db::input_requests::{self, InputRequestRow};
 use crate::db::{self, conversations, tool_calls};
-use crate::error::{Error, Result};
+use crate::error::{Error, FieldErrors, Result};
 use crate::requests::{self, create::Ask, create::RequestContext};
 use crate::vault::Vault;
 
@@ -66,6 +66,16 @@ pub async fn execute(executor: &Executor, user_id: &str, call: ToolCall) -> Resu
         .tools
         .get(&call.tool_name)
         .ok_or(Error::NotFound("tool"))?;
+    // Refused before anything runs: the log could not store it after the call was made.
+    if let Some(name) = argument_with_nul(&call.arguments) {
+        return Err(Error::unprocessable(
+            "the arguments hold a NUL (U+0000) character, which cannot be stored",
+            FieldErrors::from([(
+                format!("arguments.{name}"),
+                "must not contain NUL (U+0000) characters".to_owned(),
+            )]),
+        ));
+    }
     let started = Instant::now();
     let mut tx = db::begin_as_user(&executor.pool, user_id).await?;
     if !conversations::exists(&mut tx, call.conversation_id).await? {
@@ -158,6 +168,25 @@ pub async fn execute(executor: &Executor, user_id: &str, call: ToolCall) -> Resu
         .await?;
     tx.commit().await?;
     Ok(outcome)
+}
+
+/// The first argument whose name or value (at any depth) holds a NUL character, which
+/// Postgres can store neither in text nor in JSON.
+fn argument_with_nul(arguments: &Map<String, Value>) -> Option<String> {
+    fn holds_nul(value: &Value) -> bool {
+        match value {
+            Value::String(text) => text.contains('\0'),
+            Value::Array(items) => items.iter().any(holds_nul),
+            Value::Object(map) => map
+                .iter()
+                .any(|(key, item)| key.contains('\0') || holds_nul(item)),
+            _ => false,
+        }
+    }
+    arguments
+        .iter()
+        .find(|(name, value)| name.contains('\0') || holds_nul(value))
+        .map(|(name, _)| name.replace('\0', "\\u0000"))
 }
 
 /// Stores an approval request for exactly these values (secrets left out: they are
@@ -411,7 +440,19 @@ fn validate(
     Ok(values)
 }
 
+/// Runs the tool; its outcome keeps none of the call's secrets (see [`super::redact`]).
 async fn run(
+    executor: &Executor,
+    user_id: &str,
+    tool: &Arc<Tool>,
+    call: &ToolCall,
+    values: &Map<String, Value>,
+) -> ToolOutcome {
+    let outcome = run_unredacted(executor, user_id, tool, call, values).await;
+    tool.redactions(values).outcome(outcome)
+}
+
+async fn run_unredacted(
     executor: &Executor,
     user_id: &str,
     tool: &Arc<Tool>,

@@ -4,6 +4,7 @@ pub mod digest;
 pub mod executor;
 pub mod kinds;
 pub mod mcp;
+pub mod redact;
 pub mod registry;
 pub mod remembered;
 pub mod template;

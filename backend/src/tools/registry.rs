@@ -17,6 +17,7 @@ use serde_json::{Map, Value, json};
 use super::kinds::http::{HttpConfig, HttpTool};
 use super::kinds::sql::{SqlConfig, SqlTool};
 use super::mcp::{self, McpConfig};
+use super::redact::Redactions;
 use crate::db::saved_inputs::FieldClaim;
 
 pub enum Runner {
@@ -235,6 +236,27 @@ impl Tool {
     /// a secret field is masked.
     pub fn masked_arguments(&self, arguments: &Map<String, Value>) -> Map<String, Value> {
         fields::mask_secrets(self.fields(), arguments)
+    }
+
+    /// What a call with these values must not pass on in its outcome: the values of
+    /// its secret fields and what the environment gives its templates (API keys,
+    /// database URLs; not an http tool's base address).
+    pub fn redactions(&self, values: &Map<String, Value>) -> Redactions {
+        let env_names: Vec<&str> = match &self.runner {
+            Runner::Http(http) => http.secret_env_names().collect(),
+            Runner::Sql(sql) => sql.env_names().collect(),
+            Runner::Calculator | Runner::ReadSkill(_) | Runner::Mcp(_) => Vec::new(),
+        };
+        let env_values: Vec<String> = env_names
+            .into_iter()
+            .filter_map(|name| std::env::var(name).ok())
+            .collect();
+        let secret_values = self
+            .fields()
+            .iter()
+            .filter(|field| field.is_secret())
+            .filter_map(|field| values.get(&field.name).and_then(Value::as_str));
+        Redactions::new(secret_values.chain(env_values.iter().map(String::as_str)))
     }
 
     /// The values a call runs with, as an approval shows and binds them: everything but

@@ -193,6 +193,12 @@ fn scalar_text(value: &Value) -> String {
 
 fn encode(text: &str, encoding: Encoding) -> Result<String, String> {
     match encoding {
+        // Left as they are by percent-encoding (and by its `%2E`, which URLs read as a
+        // dot too), these would climb the path: `/repos/{owner}/x` with `..` reaches
+        // `/x` on the same host, with the tool's credentials.
+        Encoding::Url if text == "." || text == ".." => Err(format!(
+            "a value in the URL cannot be `{text}`, which would change the URL's path"
+        )),
         Encoding::Url => Ok(percent_encode(text)),
         Encoding::Header if text.contains(['\r', '\n']) => {
             Err("a header value may not contain line breaks".to_owned())
@@ -303,6 +309,27 @@ mod tests {
             .render(values.as_object().expect("map"), &context(), Encoding::Url)
             .expect("renders");
         assert_eq!(url, "https://h.example/a b/hook/x%2Fy");
+    }
+
+    #[test]
+    fn url_values_cannot_climb_the_path() {
+        let template = Template::parse("https://api.example.com/v1/repos/{owner}/{repo}/issues")
+            .expect("valid");
+        for (owner, repo) in [("..", ".."), (".", "x"), ("x", "..")] {
+            let values = json!({"owner": owner, "repo": repo});
+            let rendered =
+                template.render(values.as_object().expect("map"), &context(), Encoding::Url);
+            assert!(rendered.is_err(), "{owner}/{repo}: {rendered:?}");
+        }
+        // Dots inside a value stay a single segment.
+        let values = json!({"owner": "...", "repo": "../x"});
+        let rendered = template
+            .render(values.as_object().expect("map"), &context(), Encoding::Url)
+            .expect("rendered");
+        assert_eq!(
+            rendered,
+            "https://api.example.com/v1/repos/.../..%2Fx/issues"
+        );
     }
 
     #[test]

@@ -40,6 +40,25 @@ max_response_bytes = 1024
 timeout_seconds = 60
 
 [[tools]]
+name = "repo_issues"
+description = "A repository's issues"
+kind = "http"
+parameters = { type = "object", properties = { base = { type = "string" }, owner = { type = "string" }, repo = { type = "string" } }, required = ["base", "owner", "repo"] }
+[tools.http]
+url = "{base}/v1/repos/{owner}/{repo}/issues?key={env.EGRESS_KEY}"
+allow_private_networks = true
+
+[[tools]]
+name = "post_to"
+description = "Post to a service"
+kind = "http"
+parameters = { type = "object", properties = { target = { type = "string" } }, required = ["target"] }
+[tools.http]
+method = "POST"
+url = "{target}"
+allow_private_networks = true
+
+[[tools]]
 name = "fetch_listed"
 description = "Fetch from the listed hosts only"
 kind = "http"
@@ -51,6 +70,8 @@ allow_private_networks = true
 "#;
 
 const TOKEN: &str = "egress-secret-token-5521";
+/// An operator's key with characters that URLs and JSON escape.
+const KEY: &str = "k3y+/with=\"odd\" chars";
 
 struct Egress {
     server: TestServer,
@@ -64,7 +85,8 @@ async fn egress() -> Egress {
     let server = TestServer::start_with(
         ServerOptions::default()
             .env("TOOLGATE_TOOLS", &path.to_string_lossy())
-            .env("EGRESS_TOKEN", TOKEN),
+            .env("EGRESS_TOKEN", TOKEN)
+            .env("EGRESS_KEY", KEY),
     )
     .await;
     Egress {
@@ -76,21 +98,24 @@ async fn egress() -> Egress {
 
 impl Egress {
     async fn fetch(&self, tool: &str, target: &str) -> Value {
+        let (status, body) = self.call(tool, json!({"target": target})).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        body
+    }
+
+    async fn call(&self, tool: &str, arguments: Value) -> (StatusCode, Value) {
         let (_, token) = self.server.new_user("egress").await;
         let conversation = self.server.new_conversation(&token).await;
-        let (status, body) = self
-            .server
+        self.server
             .send(
                 "POST",
                 "/api/tools/execute",
                 Some(&token),
                 Some(json!({"conversation_id": conversation, "tool_name": tool,
                     "tool_call_id": format!("call_{}", uuid::Uuid::new_v4().simple()),
-                    "arguments": {"target": target}})),
+                    "arguments": arguments})),
             )
-            .await;
-        assert_eq!(status, StatusCode::OK, "{body}");
-        body
+            .await
     }
 
     fn port(&self) -> String {
@@ -268,5 +293,250 @@ async fn a_response_over_the_cap_is_cut_off_while_it_streams() {
     assert!(
         waited < Duration::from_secs(30),
         "the call waited {waited:?}: the body was read to its end before it was measured"
+    );
+}
+
+/// `text` percent-encoded as a URL's query carries it.
+fn percent(text: &str) -> String {
+    text.bytes()
+        .map(|byte| {
+            if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+                (byte as char).to_string()
+            } else {
+                format!("%{byte:02X}")
+            }
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn an_answer_that_echoes_the_operators_key_comes_back_without_it() {
+    let e = egress().await;
+    // The key went out in the URL; the service hands it back raw, URL-encoded in a
+    // link, and inside text that is itself JSON.
+    let link = format!(
+        "{}/v1/repos/a/b/issues?key={}&page=2",
+        e.listener.base,
+        percent(KEY)
+    );
+    e.listener.answer_with(
+        200,
+        json!({
+            "next": link,
+            "debug": {"key": KEY},
+            "raw": serde_json::to_string(&json!({"key": KEY})).unwrap_or_default(),
+        }),
+    );
+    let (status, outcome) = e
+        .call(
+            "repo_issues",
+            json!({"base": e.listener.base, "owner": "a", "repo": "b"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{outcome}");
+    assert_eq!(outcome["success"], true, "{outcome}");
+    let received = e.listener.received();
+    assert_eq!(received.len(), 1);
+    assert!(
+        received[0].path_and_query.contains("key=k3y+/with="),
+        "the service got the key: {}",
+        received[0].path_and_query
+    );
+    let shown = outcome.to_string();
+    for form in [
+        KEY.to_owned(),
+        percent(KEY),
+        "k3y+/with".to_owned(),
+        "k3y%2B".to_owned(),
+    ] {
+        assert!(!shown.contains(&form), "{form} came back: {shown}");
+    }
+    assert_eq!(
+        outcome["result"]["next"],
+        json!(format!(
+            "{}/v1/repos/a/b/issues?key={}&page=2",
+            e.listener.base,
+            protocol::fields::MASKED
+        )),
+        "{outcome}"
+    );
+}
+
+#[tokio::test]
+async fn a_value_cannot_climb_the_urls_path_to_another_endpoint() {
+    let e = egress().await;
+    for (owner, repo) in [("..", ".."), ("a", ".."), (".", "b")] {
+        let (status, outcome) = e
+            .call(
+                "repo_issues",
+                json!({"base": e.listener.base, "owner": owner, "repo": repo}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{outcome}");
+        assert_eq!(outcome["success"], false, "{owner}/{repo}: {outcome}");
+    }
+    assert!(
+        e.listener.received().is_empty(),
+        "a request went out: {:?}",
+        e.listener.received()
+    );
+}
+
+#[tokio::test]
+async fn a_nul_in_the_arguments_is_refused_before_the_service_is_called() {
+    let e = egress().await;
+    let (status, body) = e
+        .call(
+            "repo_issues",
+            json!({"base": e.listener.base, "owner": "a\u{0}b", "repo": "b"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(
+        body["error"]["fields"]["arguments.owner"].is_string(),
+        "{body}"
+    );
+    assert!(
+        e.listener.received().is_empty(),
+        "the service was called although the call was refused"
+    );
+}
+
+#[tokio::test]
+async fn a_nul_in_an_answer_is_kept_out_and_the_approved_call_recorded() {
+    let e = egress().await;
+    e.listener
+        .answer_with(200, json!({"text": "before\u{0}after", "a\u{0}b": 1}));
+    let (_, token) = e.server.new_user("nul-answer").await;
+    let conversation = e.server.new_conversation(&token).await;
+    let id = format!("call_{}", uuid::Uuid::new_v4().simple());
+    let (status, asked) = e
+        .server
+        .send(
+            "POST",
+            "/api/tools/execute",
+            Some(&token),
+            Some(
+                json!({"conversation_id": conversation, "tool_name": "post_to",
+                "tool_call_id": id, "arguments": {"target": format!("{}/notes", e.listener.base)}}),
+            ),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{asked}");
+    assert_eq!(asked["requires_approval"], true, "{asked}");
+    // Approved, the call runs and its answer is stored with the request: Postgres
+    // could not store the NUL, so without a stand-in the approval would fail after the
+    // call was made.
+    let (status, approved) = e
+        .server
+        .action(
+            &token,
+            json!({"action": "submit_decision", "tool_call_id": id, "decision": "approve",
+                "arguments_digest": asked["approval_request"]["arguments_digest"]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{approved}");
+    let result = &approved["tool_result"]["result"];
+    assert_eq!(result["text"], "before\u{FFFD}after", "{approved}");
+    assert_eq!(result["a\u{FFFD}b"], 1, "{approved}");
+    assert_eq!(e.listener.received().len(), 1);
+}
+
+#[tokio::test]
+async fn an_approved_call_is_made_and_recorded_even_when_the_client_hangs_up() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    // A service that answers a second and a half after each POST.
+    let posts = Arc::new(AtomicUsize::new(0));
+    let counted = posts.clone();
+    let app = axum::Router::new().route(
+        "/slow",
+        axum::routing::post(move || {
+            let counted = counted.clone();
+            async move {
+                counted.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+                axum::Json(json!({"posted": true}))
+            }
+        }),
+    );
+    let service = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let base = format!("http://{}", service.local_addr().expect("address"));
+    tokio::spawn(async move {
+        let _ = axum::serve(service, app).await;
+    });
+
+    let e = egress().await;
+    let (_, token) = e.server.new_user("hangs-up").await;
+    let conversation = e.server.new_conversation(&token).await;
+    let id = format!("call_{}", uuid::Uuid::new_v4().simple());
+    let (status, asked) = e
+        .server
+        .send(
+            "POST",
+            "/api/tools/execute",
+            Some(&token),
+            Some(
+                json!({"conversation_id": conversation, "tool_name": "post_to",
+                "tool_call_id": id, "arguments": {"target": format!("{base}/slow")}}),
+            ),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{asked}");
+    assert_eq!(asked["requires_approval"], true, "{asked}");
+    let digest = asked["approval_request"]["arguments_digest"].clone();
+
+    // The user approves; their browser goes away while the tool runs.
+    let hung_up = e
+        .server
+        .client
+        .post(e.server.url("/api/tool-user-input"))
+        .bearer_auth(&token)
+        .json(&json!({"action": "submit_decision", "tool_call_id": id,
+            "decision": "approve", "arguments_digest": digest}))
+        .timeout(Duration::from_millis(400))
+        .send()
+        .await;
+    assert!(
+        hung_up.is_err(),
+        "the client was meant to give up: {hung_up:?}"
+    );
+
+    // The call went out once, and its outcome is recorded all the same.
+    let mut db = e.server.db().await;
+    let mut recorded = None;
+    for _ in 0..100 {
+        recorded = sqlx::query_scalar::<_, String>(
+            "select outcome from tool_call_log where tool_call_id = $1 and outcome in ('success', 'failure')",
+        )
+        .bind(&id)
+        .fetch_optional(&mut db)
+        .await
+        .expect("the log");
+        if recorded.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        recorded.as_deref(),
+        Some("success"),
+        "the call was not recorded"
+    );
+    assert_eq!(posts.load(Ordering::SeqCst), 1);
+    let stored = sqlx::query_scalar::<_, Option<serde_json::Value>>(
+        "select tool_result from tool_user_input_requests where tool_call_id = $1",
+    )
+    .bind(&id)
+    .fetch_one(&mut db)
+    .await
+    .expect("the request");
+    assert_eq!(
+        stored.map(|result| result["result"].clone()),
+        Some(json!({"posted": true}))
     );
 }

@@ -35,6 +35,7 @@ use crate::db::{self, conversations, events};
 use crate::error::Result;
 use crate::requests::create::{Ask, RequestContext, insert_request};
 use crate::requests::endings;
+use crate::tools::redact::Redactions;
 
 /// Longest text of a result the model is given.
 const MAX_RESULT_CHARS: usize = 100_000;
@@ -165,7 +166,12 @@ pub async fn start(
             ended
         };
         match ended {
-            Ended::Outcome(outcome) => finish(&task_hub, &slot, masked(*outcome, &secrets)).await,
+            Ended::Outcome(outcome) => {
+                // A secret the user gave the tool never reaches the model, even when the
+                // server repeats it in its answer.
+                let shown = Redactions::new(secrets.iter().map(String::as_str)).outcome(*outcome);
+                finish(&task_hub, &slot, shown).await
+            }
             Ended::Asks(required) => {
                 let asking = stateless::Asking {
                     server: &config.name,
@@ -319,38 +325,6 @@ pub(super) fn outcome_of(
             ToolOutcome::failed(format!("the call to the MCP server `{server}` failed"))
         }
     }
-}
-
-/// A secret the user gave the tool never reaches the model, even when the server
-/// repeats it in its answer.
-pub(super) fn masked(mut outcome: ToolOutcome, secrets: &[String]) -> ToolOutcome {
-    fn mask(value: &mut Value, secrets: &[String]) {
-        match value {
-            Value::String(text) => {
-                for secret in secrets {
-                    if text.contains(secret.as_str()) {
-                        *text = text.replace(secret.as_str(), protocol::fields::MASKED);
-                    }
-                }
-            }
-            Value::Array(items) => items.iter_mut().for_each(|v| mask(v, secrets)),
-            Value::Object(map) => map.values_mut().for_each(|v| mask(v, secrets)),
-            _ => {}
-        }
-    }
-    let secrets: Vec<String> = secrets.iter().filter(|s| s.len() >= 4).cloned().collect();
-    if secrets.is_empty() {
-        return outcome;
-    }
-    if let Some(result) = &mut outcome.result {
-        mask(result, &secrets);
-    }
-    if let Some(error) = &mut outcome.error {
-        let mut text = Value::String(std::mem::take(error));
-        mask(&mut text, &secrets);
-        *error = text.as_str().unwrap_or_default().to_owned();
-    }
-    outcome
 }
 
 /// The call is over: its open questions end with it, and its outcome goes to whoever
@@ -808,15 +782,6 @@ impl McpHub {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn secrets_the_server_repeats_are_masked_before_the_model_sees_them() {
-        let outcome = ToolOutcome::ok(json!({"text": "echo: tok-12345", "nested": ["tok-12345!"]}));
-        let shown = masked(outcome, &["tok-12345".to_owned()]);
-        let text = serde_json::to_string(&shown).unwrap_or_default();
-        assert!(!text.contains("tok-12345"), "{text}");
-        assert!(text.contains(protocol::fields::MASKED));
-    }
 
     #[test]
     fn results_keep_text_and_structure_and_errors_say_which_server() {

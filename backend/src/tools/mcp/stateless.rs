@@ -18,12 +18,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use super::calls::{Question, answer_of, masked, outcome_of, waiting_for};
+use super::calls::{Question, answer_of, outcome_of, waiting_for};
 use super::{CallContext, McpHub};
 use crate::db::input_requests::{self, InputRequestRow};
 use crate::db::{self, conversations, events};
 use crate::error::Result;
 use crate::requests::create::{Ask, RequestContext, insert_request};
+use crate::tools::redact::Redactions;
 
 /// Most rounds of questions one call may take.
 const MAX_ROUNDS: u32 = 10;
@@ -305,5 +306,7 @@ pub async fn answer_round(hub: &Arc<McpHub>, row: &InputRequestRow) -> Result<Op
         )),
         Ok(Err(err)) => outcome_of(&state.server, Err(err)),
     };
-    Ok(Some(masked(outcome, &secrets)))
+    Ok(Some(
+        Redactions::new(secrets.iter().map(String::as_str)).outcome(outcome),
+    ))
 }

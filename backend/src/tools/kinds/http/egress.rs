@@ -3,10 +3,15 @@
 //! including IPv4-mapped, IPv4-compatible, NAT64 and 6to4 forms), and never a
 //! metadata, multicast, broadcast or unspecified address. A tool may name the hosts it
 //! may reach (`allow_hosts`) and opt in to private ranges (`allow_private_networks`).
+//! IPv4 link-local (169.254.0.0/16) counts as metadata: clouds serve instance metadata
+//! and task or pod credentials there (169.254.169.254, 169.254.170.2, 169.254.170.23),
+//! as AWS does on fd00:ec2::/32.
 //!
 //! The check is made on the addresses a name resolves to, by the resolver the tool's
 //! HTTP client connects through, so the connection goes to an address that was checked
-//! (no window for DNS rebinding). Redirects are followed only within one origin.
+//! (no window for DNS rebinding). Redirects are followed only within one origin. The
+//! client ignores proxy settings (`HTTPS_PROXY` and the like): a proxy would resolve
+//! the name itself, where this check cannot see the address.
 
 use std::error::Error as StdError;
 use std::fmt;
@@ -23,11 +28,14 @@ pub enum AddressClass {
     /// Loopback, private, link-local and other ranges inside a network: reachable only
     /// with `allow_private_networks`.
     Private,
-    /// Metadata services, multicast, broadcast, unspecified: never.
+    /// Metadata and credential services, multicast, broadcast, unspecified: never.
     Forbidden,
 }
 
-const AWS_METADATA_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0254);
+/// AWS's IPv6 range for instance metadata and pod credentials (fd00:ec2::/32).
+fn is_aws_metadata_v6(ip: Ipv6Addr) -> bool {
+    ip.segments()[..2] == [0xfd00, 0x0ec2]
+}
 
 pub fn classify(ip: IpAddr) -> AddressClass {
     match ip {
@@ -38,8 +46,8 @@ pub fn classify(ip: IpAddr) -> AddressClass {
 
 fn classify_v4(ip: Ipv4Addr) -> AddressClass {
     let [a, b, c, _] = ip.octets();
-    let metadata =
-        ip == Ipv4Addr::new(169, 254, 169, 254) || ip == Ipv4Addr::new(100, 100, 100, 200);
+    // All of link-local, not a list of known services: clouds keep adding them there.
+    let metadata = ip.is_link_local() || ip == Ipv4Addr::new(100, 100, 100, 200);
     if metadata || ip.is_unspecified() || ip.is_broadcast() || ip.is_multicast() || a == 0 {
         return AddressClass::Forbidden;
     }
@@ -49,7 +57,6 @@ fn classify_v4(ip: Ipv4Addr) -> AddressClass {
     let reserved = a >= 240;
     if ip.is_loopback()
         || ip.is_private()
-        || ip.is_link_local()
         || ip.is_documentation()
         || shared
         || protocol_assignments
@@ -66,7 +73,7 @@ fn classify_v6(ip: Ipv6Addr) -> AddressClass {
     if let Some(v4) = embedded_v4(ip) {
         return classify_v4(v4);
     }
-    if ip.is_unspecified() || ip.is_multicast() || ip == AWS_METADATA_V6 {
+    if ip.is_unspecified() || ip.is_multicast() || is_aws_metadata_v6(ip) {
         return AddressClass::Forbidden;
     }
     let segments = ip.segments();
@@ -203,6 +210,7 @@ impl EgressPolicy {
         let redirects = self.clone();
         reqwest::Client::builder()
             .user_agent(concat!("toolgate/", env!("CARGO_PKG_VERSION")))
+            .no_proxy()
             .dns_resolver(Arc::new(PolicyResolver {
                 policy: self.clone(),
             }))
@@ -297,7 +305,6 @@ mod tests {
             "10.1.2.3",
             "172.16.0.1",
             "192.168.1.1",
-            "169.254.1.1",
             "100.64.0.1",
             "::1",
             "fc00::1",
@@ -313,6 +320,12 @@ mod tests {
         }
         for forbidden in [
             "169.254.169.254",
+            // ECS task and EKS pod credentials, and the rest of link-local.
+            "169.254.170.2",
+            "169.254.170.23",
+            "169.254.1.1",
+            "fd00:ec2::23",
+            "::ffff:169.254.170.2",
             "0.0.0.0",
             "255.255.255.255",
             "224.0.0.1",
@@ -340,6 +353,11 @@ mod tests {
         let private = EgressPolicy::new(&[], true).expect("valid");
         assert!(private.check_url(&url("http://127.0.0.1:8080/x")).is_ok());
         assert!(private.check_url(&url("http://169.254.169.254/")).is_err());
+        assert!(
+            private
+                .check_url(&url("http://169.254.170.2/v2/credentials/x"))
+                .is_err()
+        );
         let named = EgressPolicy::new(&["api.example.com".into(), "*.intuit.com".into()], false)
             .expect("valid");
         assert!(named.check_url(&url("https://api.example.com/")).is_ok());

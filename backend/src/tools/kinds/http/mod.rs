@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::tools::ToolContext;
-use crate::tools::template::{Encoding, Template, json_templates, render_json};
+use crate::tools::template::{Encoding, Part, Template, json_templates, render_json};
 
 /// The `[tools.http]` table of a tools file.
 #[derive(Debug, Deserialize)]
@@ -59,6 +59,9 @@ pub struct HttpTool {
     timeout: Duration,
     max_response_bytes: usize,
     env_names: BTreeSet<String>,
+    /// The environment variable the URL starts with, if it does: the service's base
+    /// address, which an answer may well repeat (links) and which is no secret.
+    base_env: Option<String>,
     egress: EgressPolicy,
     client: reqwest::Client,
 }
@@ -100,6 +103,10 @@ impl HttpTool {
                 "http.timeout_seconds and http.max_response_bytes must be above zero".into(),
             );
         }
+        let base_env = match url.parts().first() {
+            Some(Part::Env(name)) => Some(name.clone()),
+            _ => None,
+        };
         let egress = EgressPolicy::new(&config.allow_hosts, config.allow_private_networks)?;
         let client = egress.client()?;
         Ok(HttpTool {
@@ -110,6 +117,7 @@ impl HttpTool {
             timeout: Duration::from_secs(config.timeout_seconds),
             max_response_bytes: config.max_response_bytes,
             env_names,
+            base_env,
             egress,
             client,
         })
@@ -121,6 +129,15 @@ impl HttpTool {
             self.method,
             reqwest::Method::GET | reqwest::Method::HEAD | reqwest::Method::OPTIONS
         )
+    }
+
+    /// The environment variables its templates read that may hold a secret: all but
+    /// the one the URL starts with (the service's address).
+    pub fn secret_env_names(&self) -> impl Iterator<Item = &str> {
+        self.env_names
+            .iter()
+            .filter(|name| self.base_env.as_ref() != Some(*name))
+            .map(String::as_str)
     }
 
     /// Why the tool cannot run in this environment, if it cannot.

@@ -172,11 +172,14 @@ impl SqlTool {
         })
     }
 
+    /// The environment variables the databases' URLs read.
+    pub fn env_names(&self) -> impl Iterator<Item = &str> {
+        self.databases.values().flat_map(|db| db.url.env_names())
+    }
+
     pub fn unavailable_reason(&self) -> Option<String> {
         let missing: Vec<&str> = self
-            .databases
-            .values()
-            .flat_map(|db| db.url.env_names())
+            .env_names()
             .filter(|name| std::env::var(name).map_or(true, |v| v.is_empty()))
             .collect();
         (!missing.is_empty())
