@@ -178,10 +178,12 @@ pub enum PostContent {
     Parts(Vec<PostPart>),
 }
 
-/// Longest text of a message, in characters.
+/// Longest text of a message, or of one text part of it, in characters.
 pub const MAX_TEXT_CHARS: usize = 20_000;
 /// Most images one message may carry.
 pub const MAX_IMAGES: usize = 4;
+/// Most parts (texts and images) one message may have.
+pub const MAX_PARTS: usize = 8;
 
 /// A JSON Schema pattern met by text with no NUL character (Postgres cannot store it)
 /// and at least one character that is not white space (as Rust's `char::is_whitespace`
@@ -196,7 +198,7 @@ pub fn post_content_schema() -> Value {
     {
         serde_json::json!({
             "description": "Plain text, or content parts (text and images). Not blank; at most \
-                4 images.",
+                8 parts, of which at most 4 images.",
             "oneOf": [
                 {
                     "type": "string",
@@ -236,6 +238,7 @@ pub fn post_content_schema() -> Value {
                         ],
                     },
                     "minItems": 1,
+                    "maxItems": MAX_PARTS,
                     "contains": {
                         "type": "object",
                         "properties": { "type": { "const": "image" } },

@@ -165,7 +165,7 @@ fn add_shared_responses(doc: &mut Value) {
                 "PayloadTooLarge": {"description": "The body is larger than the server accepts (TOOLGATE_MAX_BODY_BYTES)", "content": error},
                 "UnsupportedMediaType": {"description": "A body not labelled `application/json`", "content": error},
                 "TooManyRequests": {
-                    "description": "Over the caller's allowance: requests per minute (every request with a valid bearer token counts) or open event streams",
+                    "description": "Over the caller's allowance: requests per minute (every request with a valid bearer or stream token counts), open event streams, or (posting a message) runs in progress or waiting at once",
                     "headers": {"Retry-After": {"description": "Seconds to wait", "schema": {"type": "integer", "minimum": 1}}},
                     "content": error,
                 },

@@ -26,7 +26,7 @@ use super::path::ApiPath;
 use crate::auth::{self, AuthUser};
 use crate::db::listener::Following;
 use crate::db::{self, conversations, events};
-use crate::error::{Error, Result};
+use crate::error::{Error, FieldErrors, Result};
 use crate::state::AppState;
 
 const STREAM_TOKEN_MINUTES: i64 = 10;
@@ -87,12 +87,25 @@ pub async fn stream_events(
     query: std::result::Result<Query<StreamQuery>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
+    // `token` takes any text, so only `after` can fail to parse.
     let Query(query) = query.map_err(|rejection| Error::BadRequest {
         message: format!("invalid query: {}", rejection.body_text()),
-        fields: None,
+        fields: Some(FieldErrors::from([(
+            "after".to_owned(),
+            "must be a whole number (an event id)".to_owned(),
+        )])),
     })?;
     let user_id = match (&query.token, headers.contains_key(AUTHORIZATION)) {
-        (Some(token), _) => state.jwt.verify_stream(token, conversation_id)?,
+        (Some(token), has_bearer) => {
+            let user_id = state.jwt.verify_stream(token, conversation_id)?;
+            // The request allowance counts bearer requests as they come in; a stream
+            // token's user is only known here.
+            if !has_bearer && let Err(refused) = state.limits.check_request(&user_id) {
+                tokio::time::sleep(refused.pause).await;
+                return Err(refused.error);
+            }
+            user_id
+        }
         (None, true) => auth::bearer_user(&state, &headers)?,
         (None, false) => {
             return Err(Error::Unauthorized(

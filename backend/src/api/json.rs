@@ -90,7 +90,7 @@ fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Error> {
         return Err(Error::bad_request("the request body must be a JSON object"));
     }
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
-    serde_path_to_error::deserialize(&mut deserializer).map_err(|err| {
+    let parsed = serde_path_to_error::deserialize(&mut deserializer).map_err(|err| {
         let path = err.path().to_string();
         let inner = err.into_inner();
         if inner.is_data() {
@@ -98,7 +98,12 @@ fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Error> {
         } else {
             Error::bad_request(format!("the request body is not valid JSON: {inner}"))
         }
-    })
+    })?;
+    // One object and nothing after it but white space: `{…} junk` is not JSON.
+    deserializer
+        .end()
+        .map_err(|err| Error::bad_request(format!("the request body is not valid JSON: {err}")))?;
+    Ok(parsed)
 }
 
 /// Reads parameters out of an already parsed JSON value, naming the bad path on error.
@@ -161,5 +166,28 @@ mod tests {
             assert!(!labelled(value), "{value}");
         }
         assert!(!labelled_json(&HeaderMap::new()));
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    struct Titled {
+        #[allow(dead_code)]
+        title: String,
+    }
+
+    #[test]
+    fn a_body_is_one_object_and_nothing_after_it() {
+        assert!(parse::<Titled>(b" {\"title\": \"a\"} \n").is_ok());
+        for body in [
+            &b"{\"title\": \"a\"} }}junk["[..],
+            b"{\"title\": \"a\"}{}",
+            b"{\"title\": \"a\"} 1",
+        ] {
+            let refused = parse::<Titled>(body);
+            assert!(
+                matches!(refused, Err(Error::BadRequest { .. })),
+                "{}: {refused:?}",
+                String::from_utf8_lossy(body)
+            );
+        }
     }
 }

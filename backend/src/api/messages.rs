@@ -5,8 +5,8 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use protocol::chat::{
-    ContentBlock, ConversationDetail, EventKind, MAX_IMAGES, MAX_TEXT_CHARS, Message, MessageList,
-    PinMessage, PostContent, PostMessage, PostMessageResponse, PostPart, Role,
+    ContentBlock, ConversationDetail, EventKind, MAX_IMAGES, MAX_PARTS, MAX_TEXT_CHARS, Message,
+    MessageList, PinMessage, PostContent, PostMessage, PostMessageResponse, PostPart, Role,
 };
 use uuid::Uuid;
 
@@ -32,6 +32,9 @@ fn content_blocks(content: PostContent) -> Result<Vec<ContentBlock>> {
         PostContent::Text(text) => vec![PostPart::Text { text }],
         PostContent::Parts(parts) => parts,
     };
+    if parts.len() > MAX_PARTS {
+        return Err(invalid(&format!("at most {MAX_PARTS} parts per message")));
+    }
     let mut blocks = Vec::new();
     let mut images = 0;
     for part in parts {

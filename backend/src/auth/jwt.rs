@@ -19,13 +19,26 @@ pub struct Claims {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iat: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub aud: Option<String>,
+    pub aud: Option<Audience>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iss: Option<String>,
-    /// Set on stream tokens (`stream:<conversation id>`), which are good for nothing else.
+    /// `stream:<conversation id>` on stream tokens, which are good for nothing else;
+    /// an identity provider's token may carry OAuth scopes here too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope: Option<String>,
 }
+
+/// `aud` as RFC 7519 allows it: one audience or a list (identity providers such as
+/// Keycloak send a list). `jsonwebtoken` checks it against the configured one.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Audience {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// How a stream token's scope begins.
+const STREAM_SCOPE_PREFIX: &str = "stream:";
 
 /// Keys and validation rules, built once at start-up.
 #[derive(Clone)]
@@ -80,7 +93,12 @@ impl JwtKeys {
     /// Checks an API token and returns its user id.
     pub fn verify(&self, token: &str) -> Result<String, Error> {
         let claims = self.decode(token)?;
-        if claims.scope.is_some() {
+        let is_stream_token = claims.scope.as_deref().is_some_and(|scopes| {
+            scopes
+                .split_whitespace()
+                .any(|scope| scope.starts_with(STREAM_SCOPE_PREFIX))
+        });
+        if is_stream_token {
             return Err(Error::Unauthorized(
                 "a stream token only opens an event stream".into(),
             ));
@@ -155,7 +173,7 @@ impl JwtKeys {
             exp,
             nbf: Some(now),
             iat: Some(now),
-            aud: self.audience.clone(),
+            aud: self.audience.clone().map(Audience::One),
             iss: self.issuer.clone(),
             scope,
         };
@@ -165,7 +183,7 @@ impl JwtKeys {
 }
 
 fn stream_scope(conversation_id: uuid::Uuid) -> String {
-    format!("stream:{conversation_id}")
+    format!("{STREAM_SCOPE_PREFIX}{conversation_id}")
 }
 
 /// `86400` → `24h`: the largest unit that divides evenly, as the settings are written.

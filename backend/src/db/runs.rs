@@ -93,8 +93,18 @@ pub async fn find_for_update(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<
 }
 
 /// The caller's runs in progress or waiting, in every conversation (row-level security
-/// keeps the count to the caller's own).
-pub async fn count_active(conn: &mut PgConnection) -> sqlx::Result<i64> {
+/// keeps the count to the caller's own), holding a lock on that count until the
+/// transaction ends: two starts at once would otherwise both see room for one more run.
+/// Called inside the transaction that inserts the run.
+pub async fn count_active_locked(conn: &mut PgConnection, user_id: &str) -> sqlx::Result<i64> {
+    // A statement of its own: a statement's snapshot is taken when it starts, so a count
+    // in the statement that waited for the lock would miss what the other start wrote.
+    sqlx::query!(
+        "select pg_advisory_xact_lock(hashtextextended('toolgate.active_runs:' || $1::text, 0))",
+        user_id
+    )
+    .execute(&mut *conn)
+    .await?;
     sqlx::query_scalar!(
         r#"select count(*) as "count!" from agent_runs
            where status in ('running', 'waiting_for_input')"#

@@ -995,6 +995,7 @@ async fn bad_messages_are_refused_with_reasons() {
     assert_eq!(status, StatusCode::BAD_REQUEST);
     let (status, body) = server.post_message(&token, "not-a-uuid", json!("hi")).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body["error"]["fields"]["id"].is_string(), "{body}");
     let (status, _) = server
         .post_message(&token, &uuid::Uuid::new_v4().to_string(), json!("hi"))
         .await;

@@ -122,6 +122,27 @@ async fn audience_and_issuer_are_checked_when_configured() {
         Algorithm::HS256,
     );
     assert_unauthorized(status_with(&server, Some(&no_iss)).await, "missing issuer");
+    // An identity provider's token: a list of audiences and OAuth scopes.
+    let provider = sign_token(
+        &json!({"sub": "a", "exp": now() + 600, "aud": ["account", "toolgate"],
+            "iss": "https://id.example", "scope": "openid profile email"}),
+        JWT_SECRET,
+        Algorithm::HS256,
+    );
+    assert_eq!(
+        status_with(&server, Some(&provider)).await.0,
+        StatusCode::OK
+    );
+    let others = sign_token(
+        &json!({"sub": "a", "exp": now() + 600, "aud": ["account", "other"],
+            "iss": "https://id.example"}),
+        JWT_SECRET,
+        Algorithm::HS256,
+    );
+    assert_unauthorized(
+        status_with(&server, Some(&others)).await,
+        "no audience of the list is this server",
+    );
     // Dev tokens carry the configured audience and issuer, so they still work.
     let dev = server.token("dev-user").await;
     assert_eq!(status_with(&server, Some(&dev)).await.0, StatusCode::OK);

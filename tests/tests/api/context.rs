@@ -221,6 +221,9 @@ async fn a_pinned_message_stays_and_only_its_owner_can_pin_it() {
         )
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    // The error names the part of the path that is wrong.
+    assert!(body["error"]["fields"]["message_id"].is_string(), "{body}");
+    assert!(body["error"]["fields"]["id"].is_null(), "{body}");
     let (status, body) = server
         .send(
             "PUT",

@@ -175,6 +175,111 @@ async fn a_refusal_is_held_so_a_client_that_ignores_retry_after_is_slowed() {
 }
 
 #[tokio::test]
+async fn opening_streams_with_a_stream_token_spends_the_request_allowance_too() {
+    let server = TestServer::start_with(
+        ServerOptions::default()
+            .env("TOOLGATE_RATE_PER_MINUTE", "60")
+            .env("TOOLGATE_RATE_BURST", "4")
+            .env("TOOLGATE_MAX_STREAMS", "50"),
+    )
+    .await;
+    let (_, token) = server.new_user("stream-flood").await;
+    let conversation = server.new_conversation(&token).await;
+    let (_, stream_token) = server
+        .send(
+            "POST",
+            &format!("/api/conversations/{conversation}/stream-token"),
+            Some(&token),
+            None,
+        )
+        .await;
+    let stream_token = stream_token["token"].as_str().expect("a stream token");
+    let url = server.url(&format!(
+        "/api/conversations/{conversation}/events?token={stream_token}"
+    ));
+    let mut limited = None;
+    for _ in 0..20 {
+        // Each stream is dropped at once: only the allowance can stop the flood.
+        let response = server.client.get(&url).send().await.expect("sent");
+        if response.status() == StatusCode::TOO_MANY_REQUESTS {
+            limited = Some(response);
+            break;
+        }
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    let body: Value = limited
+        .expect("stream tokens are limited like bearer tokens")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(body["error"]["code"], "rate_limited", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("a minute")),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn starts_at_the_same_moment_cannot_pass_the_active_runs_cap_together() {
+    let server = TestServer::start_with(
+        ServerOptions::default()
+            .env("TOOLGATE_MAX_ACTIVE_RUNS", "2")
+            .env(
+                "TOOLGATE_TOOLS",
+                concat!(env!("CARGO_MANIFEST_DIR"), "/../tools.example.toml"),
+            )
+            .env("TOOLGATE_DEMO", "1")
+            .env("QUICKBOOKS_BASE_URL", "http://127.0.0.1:9")
+            .env("QUICKBOOKS_ACCESS_TOKEN", "unused"),
+    )
+    .await;
+    let (_, token) = server.new_user("racing-runs").await;
+    let mut conversations = Vec::new();
+    for _ in 0..8 {
+        conversations.push(server.new_conversation(&token).await);
+    }
+    // Each run waits for the user's input, so every accepted one stays active.
+    let posts = conversations.iter().map(|conversation| {
+        server.post_message(&token, conversation, json!("Get my P&L report for Q1 2025"))
+    });
+    let statuses: Vec<StatusCode> = futures::future::join_all(posts)
+        .await
+        .into_iter()
+        .map(|(status, _)| status)
+        .collect();
+    let accepted = statuses
+        .iter()
+        .filter(|status| **status == StatusCode::ACCEPTED)
+        .count();
+    assert_eq!(accepted, 2, "{statuses:?}");
+    assert!(
+        statuses
+            .iter()
+            .all(|status| [StatusCode::ACCEPTED, StatusCode::TOO_MANY_REQUESTS].contains(status)),
+        "{statuses:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_bad_replay_position_names_the_field() {
+    let server = TestServer::start().await;
+    let (_, token) = server.new_user("after").await;
+    let conversation = server.new_conversation(&token).await;
+    let (status, body) = server
+        .send(
+            "GET",
+            &format!("/api/conversations/{conversation}/events?after=abc"),
+            Some(&token),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body["error"]["fields"]["after"].is_string(), "{body}");
+}
+
+#[tokio::test]
 async fn open_streams_and_active_runs_are_capped_per_user() {
     let server = TestServer::start_with(
         ServerOptions::default()

@@ -58,7 +58,7 @@ pub async fn start_run(
         return Err(run_active());
     }
     let most = runner.config.limits.active_runs;
-    if runs::count_active(&mut tx).await? >= i64::from(most) {
+    if runs::count_active_locked(&mut tx, user_id).await? >= i64::from(most) {
         return Err(Error::TooManyRequests {
             message: format!(
                 "at most {most} runs may be in progress or waiting at once; finish or answer one first"
