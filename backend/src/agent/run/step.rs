@@ -8,6 +8,7 @@ use futures::future::join_all;
 use protocol::api::ToolOutcome;
 use protocol::chat::{ContentBlock, EventKind, Message, Role, RunStatus};
 use sqlx::PgConnection;
+use tokio::runtime::RuntimeFlavor;
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
@@ -106,6 +107,19 @@ pub async fn prepare_request(
     Ok(request)
 }
 
+/// Runs `work`, which only computes (the middleware chain: token counts of long texts,
+/// edits of the history), so that the async workers go on serving other requests
+/// meanwhile: on the multi-threaded runtime this worker hands its queued tasks to
+/// another and blocks on `work` alone. A single-threaded runtime (a unit test's) has
+/// no other worker to hand them to, so there `work` runs as any future does.
+async fn without_holding_a_worker<F: Future>(work: F) -> F::Output {
+    let handle = tokio::runtime::Handle::current();
+    match handle.runtime_flavor() {
+        RuntimeFlavor::MultiThread => tokio::task::block_in_place(|| handle.block_on(work)),
+        _ => work.await,
+    }
+}
+
 /// Drives a run step by step. Each step reads in one round trip (the run and
 /// everything the middleware needs, retrieval included) and writes its answer in one
 /// transaction — with the model that answered, a new summary if one was written, and
@@ -149,7 +163,9 @@ pub(super) async fn drive(
             original_user_request: inputs.request_text(run.user_message_id),
         };
         let outputs = StepOutputs::default();
-        let request = prepare_request(runner, &run_context, &inputs, &outputs).await?;
+        let request =
+            without_holding_a_worker(prepare_request(runner, &run_context, &inputs, &outputs))
+                .await?;
         let ctx = step_ctx(runner, &run_context, &inputs, &outputs);
         let model = request.model.clone();
 
@@ -495,4 +511,37 @@ pub(super) async fn record_tool_result(
     )
     .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use super::without_holding_a_worker;
+
+    /// With a single async worker, a task queued while computing work runs still gets
+    /// to run: the work here waits (blocking its thread) for that task, and would wait
+    /// in vain if it kept the only worker.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn computing_work_leaves_the_worker_to_other_tasks() {
+        let on_the_worker = tokio::spawn(async {
+            let (ran, other_ran) = mpsc::channel();
+            let other = tokio::spawn(async move {
+                ran.send(()).ok();
+            });
+            let waited =
+                without_holding_a_worker(
+                    async move { other_ran.recv_timeout(Duration::from_secs(20)) },
+                )
+                .await;
+            other.await.expect("the other task");
+            waited
+        });
+        let waited = on_the_worker.await.expect("the computing task");
+        assert!(
+            waited.is_ok(),
+            "the other task did not run while the work computed"
+        );
+    }
 }
