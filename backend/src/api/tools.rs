@@ -48,7 +48,12 @@ pub async fn execute_tool(
         arguments: params.arguments,
         original_user_request: params.original_user_request,
     };
-    Ok(Json(
-        executor::execute(&state.executor(), &user.user_id, call).await?,
-    ))
+    // In a task of its own, so a client that hangs up mid-call does not stop the call
+    // half way: made and never logged.
+    let executor = state.executor();
+    let outcome =
+        tokio::spawn(async move { executor::execute(&executor, &user.user_id, call).await })
+            .await
+            .map_err(|err| anyhow::anyhow!("running a tool call: {err}"))??;
+    Ok(Json(outcome))
 }

@@ -1,52 +1,59 @@
 //! What a tool's outcome must not pass on: the secrets its call carried (the user's
-//! secret fields, the operator's environment values) as sent or as a service may echo
-//! them back (percent-encoded, form-encoded, JSON-escaped), and NUL characters, which
-//! Postgres cannot store. Every outcome of a tool that ran goes through here before it
-//! is stored, shown or handed to the model, whatever kind of tool it was.
+//! secret fields, the operator's environment values) in any form a service may echo
+//! them back, and NUL characters, which Postgres cannot store. Every outcome of a tool
+//! that ran goes through here before it is stored, shown or handed to the model,
+//! whatever kind of tool it was.
+//!
+//! A copy is found character by character, each character as itself, percent-encoded
+//! (either case, one byte at a time, so `quote()`, `encodeURIComponent` and a URL
+//! parser's partial encoding all match), JSON-escaped (`\"`, `\/`, `\u00XX`, surrogate
+//! pairs) or as form encoding swaps `+` and a space.
 
 use protocol::api::ToolOutcome;
 use protocol::fields::MASKED;
 use serde_json::Value;
 
-use super::template::percent_encode;
-
 /// Shorter secrets are left as they are: replacing two or three characters wherever
-/// they occur would garble the rest of the answer and tell the model little less.
+/// they occur would garble the rest of the answer and hide little.
 const MIN_SECRET_CHARS: usize = 4;
 
-/// What stands in for a NUL character.
-const NUL_STAND_IN: &str = "\u{FFFD}";
+/// Shorter environment values (a version, a region) are no keys; masked wherever they
+/// appear they would only garble answers.
+pub const MIN_SECRET_ENV_CHARS: usize = 8;
 
-/// The forms of one call's secrets to replace in its outcome.
-#[derive(Debug, Default)]
+/// What stands in for a NUL character.
+const NUL_STAND_IN: char = '\u{FFFD}';
+
+/// One call's secrets, to replace wherever they appear in its outcome.
+#[derive(Debug)]
 pub struct Redactions {
-    /// Longest first, so a form that contains another is replaced whole.
-    forms: Vec<String>,
+    /// Longest first, so a secret that contains another is replaced whole.
+    secrets: Vec<String>,
+    stand_in: &'static str,
 }
 
 impl Redactions {
     pub fn new<'a>(secrets: impl IntoIterator<Item = &'a str>) -> Self {
-        let mut forms = Vec::new();
-        for secret in secrets {
-            if secret.chars().count() < MIN_SECRET_CHARS {
-                continue;
-            }
-            let encoded = percent_encode(secret);
-            let json = serde_json::to_string(secret).unwrap_or_default();
-            forms.extend([
-                secret.to_owned(),
-                lowercase_hex(&encoded),
-                encoded.replace("%20", "+"),
-                json.trim_matches('"').to_owned(),
-                encoded,
-            ]);
+        let mut secrets: Vec<String> = secrets
+            .into_iter()
+            .filter(|secret| secret.chars().count() >= MIN_SECRET_CHARS)
+            .map(str::to_owned)
+            .collect();
+        secrets.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        secrets.dedup();
+        Redactions {
+            secrets,
+            stand_in: MASKED,
         }
-        forms.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
-        forms.dedup();
-        Redactions { forms }
     }
 
-    /// `outcome` with every form of the secrets masked and every NUL replaced, in its
+    /// The same secrets, replaced by `stand_in` instead of the masked-value dots.
+    pub fn standing_in(mut self, stand_in: &'static str) -> Self {
+        self.stand_in = stand_in;
+        self
+    }
+
+    /// `outcome` with every copy of the secrets replaced and every NUL replaced, in its
     /// result (strings and keys, at any depth) and its error.
     pub fn outcome(&self, mut outcome: ToolOutcome) -> ToolOutcome {
         if let Some(result) = &mut outcome.result {
@@ -58,12 +65,19 @@ impl Redactions {
         outcome
     }
 
+    /// `text` with every copy of the secrets and every NUL replaced.
+    pub fn text(&self, text: &mut String) {
+        if let Some(masked) = self.masked(text) {
+            *text = masked;
+        }
+    }
+
     fn value(&self, value: &mut Value) {
         match value {
             Value::String(text) => self.text(text),
             Value::Array(items) => items.iter_mut().for_each(|item| self.value(item)),
             Value::Object(map) => {
-                if map.keys().any(|key| self.touches(key)) {
+                if map.keys().any(|key| self.masked(key).is_some()) {
                     for (mut key, mut item) in std::mem::take(map) {
                         self.text(&mut key);
                         self.value(&mut item);
@@ -77,41 +91,117 @@ impl Redactions {
         }
     }
 
-    fn touches(&self, text: &str) -> bool {
-        text.contains('\0') || self.forms.iter().any(|form| text.contains(form.as_str()))
-    }
-
-    fn text(&self, text: &mut String) {
-        if !self.touches(text) {
-            return;
-        }
-        for form in &self.forms {
-            if text.contains(form.as_str()) {
-                *text = text.replace(form.as_str(), MASKED);
+    /// `text` with its secrets and NULs replaced, or `None` when it holds neither.
+    fn masked(&self, text: &str) -> Option<String> {
+        let bytes = text.as_bytes();
+        let mut out = String::new();
+        let mut copied = 0;
+        let mut at = 0;
+        while at < bytes.len() {
+            if !text.is_char_boundary(at) {
+                at += 1;
+                continue;
+            }
+            let found = if bytes[at] == 0 {
+                Some((1, None))
+            } else {
+                self.secrets
+                    .iter()
+                    .find_map(|secret| echo_len(bytes, at, secret))
+                    .map(|len| (len, Some(self.stand_in)))
+            };
+            match found {
+                Some((len, stand_in)) => {
+                    out.push_str(&text[copied..at]);
+                    match stand_in {
+                        Some(stand_in) => out.push_str(stand_in),
+                        None => out.push(NUL_STAND_IN),
+                    }
+                    at += len;
+                    copied = at;
+                }
+                None => at += 1,
             }
         }
-        if text.contains('\0') {
-            *text = text.replace('\0', NUL_STAND_IN);
+        if copied == 0 {
+            return None;
         }
+        out.push_str(&text[copied..]);
+        Some(out)
     }
 }
 
-/// `encoded` (percent-encoded) with lower-case hex digits, as some services echo it.
-fn lowercase_hex(encoded: &str) -> String {
-    let mut out = String::with_capacity(encoded.len());
-    let mut digits_left = 0;
-    for c in encoded.chars() {
-        if c == '%' {
-            digits_left = 2;
-            out.push(c);
-        } else if digits_left > 0 {
-            digits_left -= 1;
-            out.push(c.to_ascii_lowercase());
-        } else {
-            out.push(c);
+/// The length in bytes of the copy of `secret` that starts at `text[at..]`, if one does.
+fn echo_len(text: &[u8], at: usize, secret: &str) -> Option<usize> {
+    let mut end = at;
+    for c in secret.chars() {
+        end += char_len(text, end, c)?;
+    }
+    Some(end - at)
+}
+
+/// How many bytes of `text` from `at` spell `c`.
+fn char_len(text: &[u8], at: usize, c: char) -> Option<usize> {
+    let mut buffer = [0u8; 4];
+    let utf8 = c.encode_utf8(&mut buffer).as_bytes();
+    let rest = text.get(at..)?;
+    if rest.starts_with(utf8) {
+        return Some(utf8.len());
+    }
+    match (c, rest.first()) {
+        (' ', Some(b'+')) | ('+', Some(b' ')) => return Some(1),
+        (_, Some(b'%')) => return percent_len(rest, utf8),
+        (_, Some(b'\\')) => return json_escape_len(rest, c),
+        _ => {}
+    }
+    None
+}
+
+/// `utf8`'s bytes each written `%XX`, hex digits in either case.
+fn percent_len(rest: &[u8], utf8: &[u8]) -> Option<usize> {
+    for (index, byte) in utf8.iter().enumerate() {
+        let written = rest.get(index * 3..index * 3 + 3)?;
+        if written[0] != b'%' || hex_value(&written[1..])? != u32::from(*byte) {
+            return None;
         }
     }
-    out
+    Some(utf8.len() * 3)
+}
+
+/// `c` as a JSON string escapes it: a short escape, or `\uXXXX` (a surrogate pair
+/// beyond the Basic Multilingual Plane).
+fn json_escape_len(rest: &[u8], c: char) -> Option<usize> {
+    let short = match c {
+        '"' => Some(b'"'),
+        '\\' => Some(b'\\'),
+        '/' => Some(b'/'),
+        '\n' => Some(b'n'),
+        '\r' => Some(b'r'),
+        '\t' => Some(b't'),
+        '\u{8}' => Some(b'b'),
+        '\u{c}' => Some(b'f'),
+        _ => None,
+    };
+    if short.is_some() && rest.get(1) == short.as_ref() {
+        return Some(2);
+    }
+    let mut units = [0u16; 2];
+    let mut len = 0;
+    for unit in c.encode_utf16(&mut units) {
+        let written = rest.get(len..len + 6)?;
+        if &written[..2] != b"\\u" || hex_value(&written[2..])? != u32::from(*unit) {
+            return None;
+        }
+        len += 6;
+    }
+    Some(len)
+}
+
+/// The value of ASCII hex digits (either case); `None` if any is not one.
+fn hex_value(digits: &[u8]) -> Option<u32> {
+    digits.iter().try_fold(0u32, |value, digit| {
+        Some(value * 16 + char::from(*digit).to_digit(16)?)
+    })
 }
 
 #[cfg(test)]
@@ -120,54 +210,88 @@ mod tests {
 
     use super::*;
 
-    fn shown(outcome: &ToolOutcome) -> String {
-        serde_json::to_string(outcome).unwrap_or_default()
+    fn masked(secret: &str, text: &str) -> String {
+        let mut text = text.to_owned();
+        Redactions::new([secret]).text(&mut text);
+        text
     }
 
     #[test]
-    fn a_secret_echoed_in_any_encoding_is_masked_at_any_depth() {
+    fn a_secret_is_found_in_every_form_a_service_echoes() {
+        let secret = "k3y+/with=\"odd\" chars";
+        for echo in [
+            // As sent, and as a URL parser leaves a raw value in a query.
+            "k3y+/with=\"odd\" chars",
+            "k3y+/with=%22odd%22%20chars",
+            // Percent-encoded in full, either case, and as quote() leaves `/`.
+            "k3y%2B%2Fwith%3D%22odd%22%20chars",
+            "k3y%2b%2fwith%3d%22odd%22%20chars",
+            "k3y%2B/with%3D%22odd%22+chars",
+            // Form-decoded: the `+` came back a space.
+            "k3y /with=\"odd\" chars",
+            // JSON-escaped, with `\/` and `\u0022` as some encoders write them.
+            "k3y+\\/with=\\\"odd\\\" chars",
+            "k3y+/with=\\u0022odd\\u0022 chars",
+        ] {
+            let shown = masked(secret, &format!("before {echo} after"));
+            assert_eq!(shown, format!("before {MASKED} after"), "{echo}");
+        }
+    }
+
+    #[test]
+    fn non_ascii_secrets_match_escaped_and_encoded() {
+        let secret = "pässwörd😀";
+        for echo in [
+            "pässwörd😀",
+            "p%C3%A4ssw%c3%b6rd%F0%9F%98%80",
+            "p\\u00e4ssw\\u00F6rd\\ud83d\\ude00",
+        ] {
+            assert_eq!(masked(secret, echo), MASKED, "{echo}");
+        }
+        // Half a character's encoding is no match.
+        assert_eq!(masked(secret, "p%C3ssword"), "p%C3ssword");
+    }
+
+    #[test]
+    fn secrets_are_masked_at_any_depth_in_keys_and_errors() {
         let secret = "ab+c/d== key";
         let outcome = ToolOutcome::ok(json!({
-            "echo": "token ab+c/d== key",
             "next": "https://api.example.com/v1?key=ab%2Bc%2Fd%3D%3D%20key&page=2",
-            "lower": "key=ab%2bc%2fd%3d%3d%20key",
-            "form": "key=ab%2Bc%2Fd%3D%3D+key",
             "deep": [{"ab+c/d== key": ["still ab+c/d== key"]}],
         }));
-        let redactions = Redactions::new([secret]);
-        let masked = redactions.outcome(outcome);
-        let text = shown(&masked);
-        for form in ["ab+c/d== key", "ab%2Bc", "ab%2bc"] {
-            assert!(!text.contains(form), "{form} in {text}");
-        }
+        let masked = Redactions::new([secret]).outcome(outcome);
+        let text = serde_json::to_string(&masked).unwrap_or_default();
+        assert!(!text.contains("ab+c") && !text.contains("ab%2B"), "{text}");
         assert_eq!(
             masked.result.as_ref().map(|r| r["next"].clone()),
             Some(json!(format!(
                 "https://api.example.com/v1?key={MASKED}&page=2"
             )))
         );
-    }
-
-    #[test]
-    fn a_json_escaped_copy_in_an_error_is_masked() {
-        let secret = r#"pa"ss\word"#;
-        let outcome = ToolOutcome::failed(r#"HTTP 401: {"sent":"pa\"ss\\word"}"#.to_owned());
-        let masked = Redactions::new([secret]).outcome(outcome);
-        let error = masked.error.unwrap_or_default();
-        assert!(!error.contains("ss\\"), "{error}");
-        assert!(error.contains(MASKED), "{error}");
+        let failed = ToolOutcome::failed(format!("HTTP 401: sent {secret}"));
+        let masked = Redactions::new([secret])
+            .standing_in("[redacted]")
+            .outcome(failed);
+        assert_eq!(masked.error.as_deref(), Some("HTTP 401: sent [redacted]"));
     }
 
     #[test]
     fn nul_characters_are_replaced_everywhere_and_short_values_kept() {
         let outcome = ToolOutcome::ok(json!({"a\u{0}b": "x\u{0}y", "pin": "id 123"}));
         let masked = Redactions::new(["123"]).outcome(outcome);
-        let text = shown(&masked);
+        let text = serde_json::to_string(&masked).unwrap_or_default();
         assert!(!text.contains("\\u0000"), "{text}");
         assert!(text.contains("id 123"), "{text}");
         assert_eq!(
             masked.result.as_ref().map(|r| r["a\u{FFFD}b"].clone()),
             Some(json!("x\u{FFFD}y"))
         );
+    }
+
+    #[test]
+    fn text_without_secrets_is_left_as_it_is() {
+        let text = "a % sign, a \\ backslash, 50% off, \\u12 and ünïcödé";
+        assert_eq!(masked("secret-value", text), text);
+        assert_eq!(masked("secret-value", "secret-valu"), "secret-valu");
     }
 }

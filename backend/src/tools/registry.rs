@@ -242,15 +242,13 @@ impl Tool {
     /// its secret fields and what the environment gives its templates (API keys,
     /// database URLs; not an http tool's base address).
     pub fn redactions(&self, values: &Map<String, Value>) -> Redactions {
-        let env_names: Vec<&str> = match &self.runner {
-            Runner::Http(http) => http.secret_env_names().collect(),
-            Runner::Sql(sql) => sql.env_names().collect(),
+        // An MCP tool's answer is masked where its server's call ends (with the
+        // server's environment values), before anyone waiting on it sees it.
+        let env_values = match &self.runner {
+            Runner::Http(http) => http.secret_env_values(),
+            Runner::Sql(sql) => sql.secret_env_values(),
             Runner::Calculator | Runner::ReadSkill(_) | Runner::Mcp(_) => Vec::new(),
         };
-        let env_values: Vec<String> = env_names
-            .into_iter()
-            .filter_map(|name| std::env::var(name).ok())
-            .collect();
         let secret_values = self
             .fields()
             .iter()

@@ -195,10 +195,11 @@ fn encode(text: &str, encoding: Encoding) -> Result<String, String> {
     match encoding {
         // Left as they are by percent-encoding (and by its `%2E`, which URLs read as a
         // dot too), these would climb the path: `/repos/{owner}/x` with `..` reaches
-        // `/x` on the same host, with the tool's credentials.
-        Encoding::Url if text == "." || text == ".." => Err(format!(
-            "a value in the URL cannot be `{text}`, which would change the URL's path"
-        )),
+        // `/x` on the same host, with the tool's credentials. Within a value (`../x`,
+        // sent as `..%2Fx`) they would climb on a server that decodes `%2F` first.
+        Encoding::Url if text.split(['/', '\\']).any(|piece| piece == "." || piece == "..") => {
+            Err("a value in the URL cannot hold `.` or `..` between slashes, which would change the URL's path".to_owned())
+        }
         Encoding::Url => Ok(percent_encode(text)),
         Encoding::Header if text.contains(['\r', '\n']) => {
             Err("a header value may not contain line breaks".to_owned())
@@ -321,14 +322,20 @@ mod tests {
                 template.render(values.as_object().expect("map"), &context(), Encoding::Url);
             assert!(rendered.is_err(), "{owner}/{repo}: {rendered:?}");
         }
-        // Dots inside a value stay a single segment.
-        let values = json!({"owner": "...", "repo": "../x"});
+        for (owner, repo) in [("a", "../x"), ("a\\..", "b"), ("a/./b", "c")] {
+            let values = json!({"owner": owner, "repo": repo});
+            let rendered =
+                template.render(values.as_object().expect("map"), &context(), Encoding::Url);
+            assert!(rendered.is_err(), "{owner}/{repo}: {rendered:?}");
+        }
+        // Dots that are no path step stay, encoded like the rest.
+        let values = json!({"owner": "...", "repo": "v1.2/x"});
         let rendered = template
             .render(values.as_object().expect("map"), &context(), Encoding::Url)
             .expect("rendered");
         assert_eq!(
             rendered,
-            "https://api.example.com/v1/repos/.../..%2Fx/issues"
+            "https://api.example.com/v1/repos/.../v1.2%2Fx/issues"
         );
     }
 

@@ -154,6 +154,7 @@ pub async fn start(
         .iter()
         .filter_map(|name| arguments.get(name).and_then(Value::as_str))
         .map(str::to_owned)
+        .chain(config.secret_env_values())
         .collect();
     tokio::spawn(async move {
         let ended = {

@@ -267,6 +267,7 @@ pub async fn answer_round(hub: &Arc<McpHub>, row: &InputRequestRow) -> Result<Op
             state.server
         ))));
     };
+    secrets.extend(server.config.secret_env_values());
     let taken = match server.take_session(hub, &row.user_id).await {
         Ok(taken) => taken,
         Err(unreachable) => return Ok(Some(ToolOutcome::failed(unreachable.public))),

@@ -5,7 +5,8 @@
 //! may reach (`allow_hosts`) and opt in to private ranges (`allow_private_networks`).
 //! IPv4 link-local (169.254.0.0/16) counts as metadata: clouds serve instance metadata
 //! and task or pod credentials there (169.254.169.254, 169.254.170.2, 169.254.170.23),
-//! as AWS does on fd00:ec2::/32.
+//! as AWS does on fd00:ec2::/32; so do Azure's WireServer (168.63.129.16) and Google's
+//! IPv6 metadata server (fd20:ce::254).
 //!
 //! The check is made on the addresses a name resolves to, by the resolver the tool's
 //! HTTP client connects through, so the connection goes to an address that was checked
@@ -32,9 +33,11 @@ pub enum AddressClass {
     Forbidden,
 }
 
-/// AWS's IPv6 range for instance metadata and pod credentials (fd00:ec2::/32).
-fn is_aws_metadata_v6(ip: Ipv6Addr) -> bool {
+/// Clouds' IPv6 metadata services: AWS's range for instance metadata and pod
+/// credentials (fd00:ec2::/32) and Google's metadata server (fd20:ce::254).
+fn is_metadata_v6(ip: Ipv6Addr) -> bool {
     ip.segments()[..2] == [0xfd00, 0x0ec2]
+        || ip == Ipv6Addr::new(0xfd20, 0xce, 0, 0, 0, 0, 0, 0x254)
 }
 
 pub fn classify(ip: IpAddr) -> AddressClass {
@@ -47,7 +50,10 @@ pub fn classify(ip: IpAddr) -> AddressClass {
 fn classify_v4(ip: Ipv4Addr) -> AddressClass {
     let [a, b, c, _] = ip.octets();
     // All of link-local, not a list of known services: clouds keep adding them there.
-    let metadata = ip.is_link_local() || ip == Ipv4Addr::new(100, 100, 100, 200);
+    // Besides: Alibaba's metadata and Azure's WireServer, which sit elsewhere.
+    let metadata = ip.is_link_local()
+        || ip == Ipv4Addr::new(100, 100, 100, 200)
+        || ip == Ipv4Addr::new(168, 63, 129, 16);
     if metadata || ip.is_unspecified() || ip.is_broadcast() || ip.is_multicast() || a == 0 {
         return AddressClass::Forbidden;
     }
@@ -73,7 +79,7 @@ fn classify_v6(ip: Ipv6Addr) -> AddressClass {
     if let Some(v4) = embedded_v4(ip) {
         return classify_v4(v4);
     }
-    if ip.is_unspecified() || ip.is_multicast() || is_aws_metadata_v6(ip) {
+    if ip.is_unspecified() || ip.is_multicast() || is_metadata_v6(ip) {
         return AddressClass::Forbidden;
     }
     let segments = ip.segments();
@@ -325,6 +331,8 @@ mod tests {
             "169.254.170.23",
             "169.254.1.1",
             "fd00:ec2::23",
+            "fd20:ce::254",
+            "168.63.129.16",
             "::ffff:169.254.170.2",
             "0.0.0.0",
             "255.255.255.255",

@@ -13,6 +13,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::tools::ToolContext;
+use crate::tools::redact::{MIN_SECRET_ENV_CHARS, Redactions};
 use crate::tools::template::{Encoding, Part, Template, json_templates, render_json};
 
 /// The `[tools.http]` table of a tools file.
@@ -131,13 +132,16 @@ impl HttpTool {
         )
     }
 
-    /// The environment variables its templates read that may hold a secret: all but
-    /// the one the URL starts with (the service's address).
-    pub fn secret_env_names(&self) -> impl Iterator<Item = &str> {
+    /// What the environment gives its templates that may be a secret: every value
+    /// but the one the URL starts with (the service's address), of at least
+    /// [`MIN_SECRET_ENV_CHARS`].
+    pub fn secret_env_values(&self) -> Vec<String> {
         self.env_names
             .iter()
             .filter(|name| self.base_env.as_ref() != Some(*name))
-            .map(String::as_str)
+            .filter_map(|name| std::env::var(name).ok())
+            .filter(|value| value.chars().count() >= MIN_SECRET_ENV_CHARS)
+            .collect()
     }
 
     /// Why the tool cannot run in this environment, if it cannot.
@@ -202,10 +206,13 @@ impl HttpTool {
             body.extend_from_slice(&chunk);
         }
         if !status.is_success() {
-            let secrets = secret_values(values, &sent);
+            let env_values = self.secret_env_values();
+            let carried =
+                carried_values(values, &sent).chain(env_values.iter().map(String::as_str));
+            let redactions = Redactions::new(carried).standing_in("[redacted]");
             return Err(format!(
                 "the service answered HTTP {status}: {}",
-                excerpt(&body, &secrets)
+                excerpt(&body, &redactions)
             ));
         }
         Ok(serde_json::from_slice::<Value>(&body)
@@ -218,29 +225,22 @@ const EXCERPT_CHARS: usize = 200;
 
 /// Every value the request carried that must not come back in an excerpt: its
 /// rendered headers and every string value it was filled with, longer than a word.
-fn secret_values(values: &Map<String, Value>, headers: &[String]) -> Vec<String> {
-    let mut secrets: Vec<String> = headers
+fn carried_values<'a>(
+    values: &'a Map<String, Value>,
+    headers: &'a [String],
+) -> impl Iterator<Item = &'a str> {
+    headers
         .iter()
-        .flat_map(|header| header.split_whitespace().map(str::to_owned))
-        .chain(
-            values
-                .values()
-                .filter_map(|v| v.as_str().map(str::to_owned)),
-        )
+        .flat_map(|header| header.split_whitespace())
+        .chain(values.values().filter_map(Value::as_str))
         .filter(|text| text.len() >= 8)
-        .collect();
-    // Longest first, so a value that contains another is replaced whole.
-    secrets.sort_by_key(|text| std::cmp::Reverse(text.len()));
-    secrets
 }
 
 /// A short, single-line excerpt of an error page, with anything the request carried
-/// replaced.
-fn excerpt(body: &[u8], secrets: &[String]) -> String {
+/// replaced first, so that the cut never leaves part of a secret behind.
+fn excerpt(body: &[u8], redactions: &Redactions) -> String {
     let mut text = String::from_utf8_lossy(body).into_owned();
-    for secret in secrets {
-        text = text.replace(secret.as_str(), "[redacted]");
-    }
+    redactions.text(&mut text);
     let cleaned: String = text
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })

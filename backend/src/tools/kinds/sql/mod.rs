@@ -22,6 +22,7 @@ use serde_json::{Map, Value, json};
 use sqlx::{Connection, PgConnection, Row};
 
 use crate::tools::ToolContext;
+use crate::tools::redact::MIN_SECRET_ENV_CHARS;
 use crate::tools::template::{Encoding, Template};
 
 use limit::PerUserLimit;
@@ -173,8 +174,17 @@ impl SqlTool {
     }
 
     /// The environment variables the databases' URLs read.
-    pub fn env_names(&self) -> impl Iterator<Item = &str> {
+    fn env_names(&self) -> impl Iterator<Item = &str> {
         self.databases.values().flat_map(|db| db.url.env_names())
+    }
+
+    /// What the environment gives the databases' URLs (a whole URL with its
+    /// password, or a password), of at least [`MIN_SECRET_ENV_CHARS`].
+    pub fn secret_env_values(&self) -> Vec<String> {
+        self.env_names()
+            .filter_map(|name| std::env::var(name).ok())
+            .filter(|value| value.chars().count() >= MIN_SECRET_ENV_CHARS)
+            .collect()
     }
 
     pub fn unavailable_reason(&self) -> Option<String> {
