@@ -96,11 +96,13 @@ pub async fn stream_events(
         )])),
     })?;
     let user_id = match (&query.token, headers.contains_key(AUTHORIZATION)) {
-        (Some(token), has_bearer) => {
+        (Some(token), _) => {
             let user_id = state.jwt.verify_stream(token, conversation_id)?;
             // The request allowance counts bearer requests as they come in; a stream
-            // token's user is only known here.
-            if !has_bearer && let Err(refused) = state.limits.check_request(&user_id) {
+            // token's user is only known here, and is charged unless that same user's
+            // valid bearer token already paid for the request.
+            let paid = auth::bearer_user(&state, &headers).is_ok_and(|bearer| bearer == user_id);
+            if !paid && let Err(refused) = state.limits.check_request(&user_id) {
                 tokio::time::sleep(refused.pause).await;
                 return Err(refused.error);
             }

@@ -198,9 +198,14 @@ async fn opening_streams_with_a_stream_token_spends_the_request_allowance_too() 
         "/api/conversations/{conversation}/events?token={stream_token}"
     ));
     let mut limited = None;
-    for _ in 0..20 {
-        // Each stream is dropped at once: only the allowance can stop the flood.
-        let response = server.client.get(&url).send().await.expect("sent");
+    for round in 0..20 {
+        // Each stream is dropped at once: only the allowance can stop the flood. Half
+        // the rounds carry an Authorization header that is no valid bearer token.
+        let mut request = server.client.get(&url);
+        if round % 2 == 1 {
+            request = request.header("authorization", "x");
+        }
+        let response = request.send().await.expect("sent");
         if response.status() == StatusCode::TOO_MANY_REQUESTS {
             limited = Some(response);
             break;
