@@ -5,9 +5,9 @@
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::sync::{LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 
-use protocol::chat::ContentBlock;
+use protocol::chat::{ContentBlock, Message};
 
 use super::model::{ChatMessage, ModelRequest};
 
@@ -23,9 +23,17 @@ static COUNTS: LazyLock<Mutex<HashMap<(u64, usize), usize>>> =
 static TEXT_HASH: LazyLock<foldhash::quality::RandomState> = LazyLock::new(Default::default);
 
 fn tokenize(text: &str) -> usize {
+    #[cfg(test)]
+    TOKENIZED_HERE.with(|count| count.set(count.get() + 1));
     tiktoken_rs::cl100k_base_singleton()
         .encode_with_special_tokens(text)
         .len()
+}
+
+#[cfg(test)]
+thread_local! {
+    /// How many texts this thread has tokenized (tests run in parallel threads).
+    static TOKENIZED_HERE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// Rough cost of an image in a chat request, as providers bill a small one.
@@ -58,24 +66,35 @@ pub fn count_text(text: &str) -> usize {
 }
 
 pub fn count_message(message: &ChatMessage) -> usize {
-    MESSAGE_OVERHEAD
-        + message
-            .content
-            .iter()
-            .map(|block| match block {
-                ContentBlock::Text { text } | ContentBlock::ImageStub { text } => count_text(text),
-                ContentBlock::Image { .. } => IMAGE_TOKENS,
-                ContentBlock::ToolCall {
-                    name, arguments, ..
-                } => {
-                    count_text(name)
-                        + count_text(&serde_json::Value::Object(arguments.clone()).to_string())
-                }
-                ContentBlock::ToolResult { outcome, .. } => {
-                    count_text(&serde_json::to_string(outcome).unwrap_or_default())
-                }
-            })
-            .sum::<usize>()
+    MESSAGE_OVERHEAD + count_blocks(&message.content)
+}
+
+/// Counts `messages` so that the counts are remembered when a step's middleware asks
+/// for them: tokenizing is the CPU work of a step, and the run loop does it here, on
+/// the blocking pool, rather than on an async worker inside the chain.
+pub fn remember_counts(messages: &[Arc<Message>]) {
+    for message in messages {
+        count_blocks(&message.content);
+    }
+}
+
+fn count_blocks(content: &[ContentBlock]) -> usize {
+    content
+        .iter()
+        .map(|block| match block {
+            ContentBlock::Text { text } | ContentBlock::ImageStub { text } => count_text(text),
+            ContentBlock::Image { .. } => IMAGE_TOKENS,
+            ContentBlock::ToolCall {
+                name, arguments, ..
+            } => {
+                count_text(name)
+                    + count_text(&serde_json::Value::Object(arguments.clone()).to_string())
+            }
+            ContentBlock::ToolResult { outcome, .. } => {
+                count_text(&serde_json::to_string(outcome).unwrap_or_default())
+            }
+        })
+        .sum::<usize>()
 }
 
 pub fn count_request(request: &ModelRequest) -> usize {
@@ -103,5 +122,49 @@ mod tests {
         let other = long.replace("invoices", "receipts");
         assert_eq!(other.len(), long.len());
         assert_eq!(count_text(&other), tokenize(&other));
+    }
+
+    #[test]
+    fn counts_remembered_ahead_are_not_tokenized_again() {
+        let long = |word: &str| format!("{word} ").repeat(40);
+        let message = Message {
+            id: uuid::Uuid::new_v4(),
+            seq: 1,
+            role: protocol::chat::Role::User,
+            content: vec![
+                ContentBlock::Text {
+                    text: long("remembered-ahead"),
+                },
+                ContentBlock::ToolResult {
+                    tool_call_id: "c1".into(),
+                    name: "fetch".into(),
+                    outcome: protocol::api::ToolOutcome::ok(serde_json::json!({
+                        "page": long("a page the tool fetched")
+                    })),
+                },
+            ],
+            model: None,
+            run_id: None,
+            pinned: false,
+            created_at: chrono::Utc::now(),
+        };
+        let held = vec![Arc::new(message)];
+        let before = TOKENIZED_HERE.with(std::cell::Cell::get);
+        remember_counts(&held);
+        let ahead = TOKENIZED_HERE.with(std::cell::Cell::get);
+        assert!(ahead > before, "nothing was counted ahead");
+        let chat = ChatMessage {
+            role: held[0].role,
+            content: held[0].content.clone(),
+            seq: Some(1),
+            pinned: false,
+        };
+        let counted = count_message(&chat);
+        assert!(counted > 80, "{counted}");
+        assert_eq!(
+            TOKENIZED_HERE.with(std::cell::Cell::get),
+            ahead,
+            "the step tokenized again what was counted ahead"
+        );
     }
 }

@@ -8,7 +8,6 @@ use futures::future::join_all;
 use protocol::api::ToolOutcome;
 use protocol::chat::{ContentBlock, EventKind, Message, Role, RunStatus};
 use sqlx::PgConnection;
-use tokio::runtime::RuntimeFlavor;
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
@@ -18,6 +17,7 @@ use crate::agent::commands::{COMMAND_MODEL, is_command};
 use crate::agent::middleware::Ctx;
 use crate::agent::model::{ChatMessage, ModelRequest, Purpose, RunContext, ToolSpec};
 use crate::agent::step_inputs::{StepInputs, StepOutputs};
+use crate::agent::tokens;
 use crate::db::input_requests;
 use crate::db::messages::{self, NewMessage};
 use crate::db::{self, conversations, runs, summaries};
@@ -107,17 +107,22 @@ pub async fn prepare_request(
     Ok(request)
 }
 
-/// Runs `work`, which only computes (the middleware chain: token counts of long texts,
-/// edits of the history), so that the async workers go on serving other requests
-/// meanwhile: on the multi-threaded runtime this worker hands its queued tasks to
-/// another and blocks on `work` alone. A single-threaded runtime (a unit test's) has
-/// no other worker to hand them to, so there `work` runs as any future does.
-async fn without_holding_a_worker<F: Future>(work: F) -> F::Output {
-    let handle = tokio::runtime::Handle::current();
-    match handle.runtime_flavor() {
-        RuntimeFlavor::MultiThread => tokio::task::block_in_place(|| handle.block_on(work)),
-        _ => work.await,
-    }
+/// Counts the tokens of the history's messages after `counted_through` on the blocking
+/// pool, where a long message's tokenizing holds no async worker; the middleware then
+/// finds the counts remembered. Answers how far the history is counted.
+async fn count_ahead(history: &[Arc<Message>], counted_through: i32) -> Result<i32> {
+    let new: Vec<Arc<Message>> = history
+        .iter()
+        .filter(|message| message.seq > counted_through)
+        .cloned()
+        .collect();
+    let Some(last) = new.iter().map(|message| message.seq).max() else {
+        return Ok(counted_through);
+    };
+    tokio::task::spawn_blocking(move || tokens::remember_counts(&new))
+        .await
+        .map_err(|err| anyhow::anyhow!("counting tokens on the blocking pool: {err}"))?;
+    Ok(last)
 }
 
 /// Drives a run step by step. Each step reads in one round trip (the run and
@@ -132,6 +137,8 @@ pub(super) async fn drive(
     run_id: Uuid,
 ) -> Result<()> {
     let executor = &runner.executor;
+    // The history's messages up to this `seq` have had their tokens counted.
+    let mut counted_through = 0;
     loop {
         if runner.is_shutting_down() {
             return hand_over(runner, user_id, run_id).await;
@@ -163,9 +170,8 @@ pub(super) async fn drive(
             original_user_request: inputs.request_text(run.user_message_id),
         };
         let outputs = StepOutputs::default();
-        let request =
-            without_holding_a_worker(prepare_request(runner, &run_context, &inputs, &outputs))
-                .await?;
+        counted_through = count_ahead(&inputs.history, counted_through).await?;
+        let request = prepare_request(runner, &run_context, &inputs, &outputs).await?;
         let ctx = step_ctx(runner, &run_context, &inputs, &outputs);
         let model = request.model.clone();
 
@@ -511,37 +517,4 @@ pub(super) async fn record_tool_result(
     )
     .await?;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::mpsc;
-    use std::time::Duration;
-
-    use super::without_holding_a_worker;
-
-    /// With a single async worker, a task queued while computing work runs still gets
-    /// to run: the work here waits (blocking its thread) for that task, and would wait
-    /// in vain if it kept the only worker.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
-    async fn computing_work_leaves_the_worker_to_other_tasks() {
-        let on_the_worker = tokio::spawn(async {
-            let (ran, other_ran) = mpsc::channel();
-            let other = tokio::spawn(async move {
-                ran.send(()).ok();
-            });
-            let waited =
-                without_holding_a_worker(
-                    async move { other_ran.recv_timeout(Duration::from_secs(20)) },
-                )
-                .await;
-            other.await.expect("the other task");
-            waited
-        });
-        let waited = on_the_worker.await.expect("the computing task");
-        assert!(
-            waited.is_ok(),
-            "the other task did not run while the work computed"
-        );
-    }
 }
