@@ -35,9 +35,10 @@ CROSS_FIELD_RULES = (
 )
 
 
-# The server's words for a body holding NUL, and for values that break the request's
-# own field definitions (the error names each field, in the request's terms).
-NUL_IN_BODY = {"body": "must not contain NUL (U+0000) characters"}
+# The server's words for a body holding NUL (named `body`, or the tool argument that
+# holds it), and for values that break the request's own field definitions (the error
+# names each field, in the request's terms).
+NUL_REFUSED = "must not contain NUL (U+0000) characters"
 VALUES_INVALID = "some values are not valid"
 ANSWERS = ("submit_response", "submit_decision")
 
@@ -57,7 +58,7 @@ def _breaks_only_documented_rules(case, response):
     fields = error.get("fields")
     if not isinstance(fields, dict) or not fields:
         return False
-    if fields == NUL_IN_BODY:
+    if all(message == NUL_REFUSED for message in fields.values()):
         return True
     body = case.body if isinstance(case.body, dict) else {}
     if error.get("message") == VALUES_INVALID and body.get("action") in ANSWERS:
