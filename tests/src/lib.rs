@@ -463,6 +463,20 @@ impl TestServer {
             .await
     }
 
+    /// A stream token for `conversation`'s events, as `token`'s user asks for one.
+    pub async fn stream_token(&self, token: &str, conversation: &str) -> String {
+        let (status, body) = self
+            .send(
+                "POST",
+                &format!("/api/conversations/{conversation}/stream-token"),
+                Some(token),
+                None,
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        body["token"].as_str().expect("a stream token").to_owned()
+    }
+
     /// A fresh user: an id no other test uses, and its token.
     pub async fn new_user(&self, prefix: &str) -> (String, String) {
         let user_id = format!("{prefix}-{}", uuid::Uuid::new_v4().simple());

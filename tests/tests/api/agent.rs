@@ -899,18 +899,7 @@ async fn the_event_stream_replays_and_checks_its_token() {
     );
 
     // Last-Event-ID works like `after`.
-    let (_, stream_token) = server
-        .send(
-            "POST",
-            &format!("/api/conversations/{conversation}/stream-token"),
-            Some(&token),
-            None,
-        )
-        .await;
-    let stream_token = stream_token["token"]
-        .as_str()
-        .expect("stream token")
-        .to_owned();
+    let stream_token = server.stream_token(&token, &conversation).await;
     let response = server
         .client
         .get(server.url(&format!(

@@ -118,6 +118,30 @@ impl Egress {
             .await
     }
 
+    /// A new user's `post_to` call to `target`, which waits for their approval: the
+    /// user's token, the call's id and the digest an approval names.
+    async fn post_awaiting_approval(&self, user: &str, target: &str) -> (String, String, Value) {
+        let (_, token) = self.server.new_user(user).await;
+        let conversation = self.server.new_conversation(&token).await;
+        let id = format!("call_{}", uuid::Uuid::new_v4().simple());
+        let (status, asked) = self
+            .server
+            .send(
+                "POST",
+                "/api/tools/execute",
+                Some(&token),
+                Some(
+                    json!({"conversation_id": conversation, "tool_name": "post_to",
+                    "tool_call_id": id, "arguments": {"target": target}}),
+                ),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{asked}");
+        assert_eq!(asked["requires_approval"], true, "{asked}");
+        let digest = asked["approval_request"]["arguments_digest"].clone();
+        (token, id, digest)
+    }
+
     fn port(&self) -> String {
         self.listener
             .base
@@ -416,23 +440,9 @@ async fn a_nul_in_an_answer_is_kept_out_and_the_approved_call_recorded() {
     let e = egress().await;
     e.listener
         .answer_with(200, json!({"text": "before\u{0}after", "a\u{0}b": 1}));
-    let (_, token) = e.server.new_user("nul-answer").await;
-    let conversation = e.server.new_conversation(&token).await;
-    let id = format!("call_{}", uuid::Uuid::new_v4().simple());
-    let (status, asked) = e
-        .server
-        .send(
-            "POST",
-            "/api/tools/execute",
-            Some(&token),
-            Some(
-                json!({"conversation_id": conversation, "tool_name": "post_to",
-                "tool_call_id": id, "arguments": {"target": format!("{}/notes", e.listener.base)}}),
-            ),
-        )
+    let (token, id, digest) = e
+        .post_awaiting_approval("nul-answer", &format!("{}/notes", e.listener.base))
         .await;
-    assert_eq!(status, StatusCode::OK, "{asked}");
-    assert_eq!(asked["requires_approval"], true, "{asked}");
     // Approved, the call runs and its answer is stored with the request: Postgres
     // could not store the NUL, so without a stand-in the approval would fail after the
     // call was made.
@@ -441,7 +451,7 @@ async fn a_nul_in_an_answer_is_kept_out_and_the_approved_call_recorded() {
         .action(
             &token,
             json!({"action": "submit_decision", "tool_call_id": id, "decision": "approve",
-                "arguments_digest": asked["approval_request"]["arguments_digest"]}),
+                "arguments_digest": digest}),
         )
         .await;
     assert_eq!(status, StatusCode::OK, "{approved}");
@@ -480,24 +490,9 @@ async fn an_approved_call_is_made_and_recorded_even_when_the_client_hangs_up() {
     });
 
     let e = egress().await;
-    let (_, token) = e.server.new_user("hangs-up").await;
-    let conversation = e.server.new_conversation(&token).await;
-    let id = format!("call_{}", uuid::Uuid::new_v4().simple());
-    let (status, asked) = e
-        .server
-        .send(
-            "POST",
-            "/api/tools/execute",
-            Some(&token),
-            Some(
-                json!({"conversation_id": conversation, "tool_name": "post_to",
-                "tool_call_id": id, "arguments": {"target": format!("{base}/slow")}}),
-            ),
-        )
+    let (token, id, digest) = e
+        .post_awaiting_approval("hangs-up", &format!("{base}/slow"))
         .await;
-    assert_eq!(status, StatusCode::OK, "{asked}");
-    assert_eq!(asked["requires_approval"], true, "{asked}");
-    let digest = asked["approval_request"]["arguments_digest"].clone();
 
     // The user approves; their browser goes away while the tool runs.
     let hung_up = e

@@ -12,6 +12,19 @@ fn call_id() -> String {
     format!("call_{}", uuid::Uuid::new_v4().simple())
 }
 
+/// `options` with the example tools and the demo, whose P&L request waits for the
+/// user's input (so a run it starts stays active); QuickBooks itself is never reached.
+fn with_demo_tools(options: ServerOptions) -> ServerOptions {
+    options
+        .env(
+            "TOOLGATE_TOOLS",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/../tools.example.toml"),
+        )
+        .env("TOOLGATE_DEMO", "1")
+        .env("QUICKBOOKS_BASE_URL", "http://127.0.0.1:9")
+        .env("QUICKBOOKS_ACCESS_TOKEN", "unused")
+}
+
 fn request_with(conversation: &str, fields: Value) -> Value {
     json!({"action": "create_request", "conversation_id": conversation, "tool_name": "t",
         "tool_call_id": call_id(), "reason": "why", "fields": fields})
@@ -185,15 +198,7 @@ async fn opening_streams_with_a_stream_token_spends_the_request_allowance_too() 
     .await;
     let (_, token) = server.new_user("stream-flood").await;
     let conversation = server.new_conversation(&token).await;
-    let (_, stream_token) = server
-        .send(
-            "POST",
-            &format!("/api/conversations/{conversation}/stream-token"),
-            Some(&token),
-            None,
-        )
-        .await;
-    let stream_token = stream_token["token"].as_str().expect("a stream token");
+    let stream_token = server.stream_token(&token, &conversation).await;
     let url = server.url(&format!(
         "/api/conversations/{conversation}/events?token={stream_token}"
     ));
@@ -228,17 +233,9 @@ async fn opening_streams_with_a_stream_token_spends_the_request_allowance_too() 
 
 #[tokio::test]
 async fn starts_at_the_same_moment_cannot_pass_the_active_runs_cap_together() {
-    let server = TestServer::start_with(
-        ServerOptions::default()
-            .env("TOOLGATE_MAX_ACTIVE_RUNS", "2")
-            .env(
-                "TOOLGATE_TOOLS",
-                concat!(env!("CARGO_MANIFEST_DIR"), "/../tools.example.toml"),
-            )
-            .env("TOOLGATE_DEMO", "1")
-            .env("QUICKBOOKS_BASE_URL", "http://127.0.0.1:9")
-            .env("QUICKBOOKS_ACCESS_TOKEN", "unused"),
-    )
+    let server = TestServer::start_with(with_demo_tools(
+        ServerOptions::default().env("TOOLGATE_MAX_ACTIVE_RUNS", "2"),
+    ))
     .await;
     let (_, token) = server.new_user("racing-runs").await;
     let mut conversations = Vec::new();
@@ -286,18 +283,11 @@ async fn a_bad_replay_position_names_the_field() {
 
 #[tokio::test]
 async fn open_streams_and_active_runs_are_capped_per_user() {
-    let server = TestServer::start_with(
+    let server = TestServer::start_with(with_demo_tools(
         ServerOptions::default()
             .env("TOOLGATE_MAX_STREAMS", "2")
-            .env("TOOLGATE_MAX_ACTIVE_RUNS", "1")
-            .env(
-                "TOOLGATE_TOOLS",
-                concat!(env!("CARGO_MANIFEST_DIR"), "/../tools.example.toml"),
-            )
-            .env("TOOLGATE_DEMO", "1")
-            .env("QUICKBOOKS_BASE_URL", "http://127.0.0.1:9")
-            .env("QUICKBOOKS_ACCESS_TOKEN", "unused"),
-    )
+            .env("TOOLGATE_MAX_ACTIVE_RUNS", "1"),
+    ))
     .await;
     let (_, token) = server.new_user("streams").await;
     let conversation = server.new_conversation(&token).await;
