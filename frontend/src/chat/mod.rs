@@ -166,7 +166,7 @@ fn load(store: ChatStore, app: AppState, loading: RwSignal<Loading>, title: RwSi
             return;
         }
         match messages {
-            Ok(list) => store.add_messages(list.messages),
+            Ok(list) => store.add_current_messages(list.messages),
             Err(err) => {
                 if !app.report(&err) {
                     loading.set(Loading::Failed(err.message()));

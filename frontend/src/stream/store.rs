@@ -180,6 +180,16 @@ impl ChatStore {
         });
     }
 
+    /// The conversation's messages as the server holds them now (its list): those the
+    /// stream showed already take this newer state (a pin may have changed since the
+    /// event was written), the others are added.
+    pub fn add_current_messages(&self, current: Vec<Message>) {
+        for message in &current {
+            self.replace_message(message.clone());
+        }
+        self.add_messages(current);
+    }
+
     /// Adds messages not seen yet, keeping the conversation's order.
     pub fn add_messages(&self, incoming: Vec<Message>) {
         if incoming.is_empty() {
@@ -428,6 +438,24 @@ mod tests {
             .messages
             .with_untracked(|m| m.iter().map(|m| m.seq).collect());
         assert_eq!(seqs, [1, 2]);
+    }
+
+    #[test]
+    fn the_list_read_after_the_stream_keeps_a_pin_the_stream_never_saw() {
+        let id = new_id();
+        let store = ChatStore::new(id);
+        let as_added: Message =
+            serde_json::from_value(message(id, 1, "user", json!([]))).expect("message");
+        store.add_messages(vec![as_added.clone()]);
+        let pinned_since = Message {
+            pinned: true,
+            ..as_added
+        };
+        store.add_current_messages(vec![pinned_since]);
+        let shown: Vec<bool> = store
+            .messages
+            .with_untracked(|m| m.iter().map(|m| m.pinned).collect());
+        assert_eq!(shown, [true]);
     }
 
     #[test]
