@@ -35,6 +35,9 @@ pub struct Config {
     /// How long a stopping server lets runs finish their current step before it fails
     /// them; a run between steps is handed over at once.
     pub shutdown_grace: Duration,
+    /// How long a client may take to send a request's headers before its connection is
+    /// closed, so connections that trickle (slowloris) cannot pile up.
+    pub header_read_timeout: Duration,
     /// How long the stream events of a finished run are kept (for reconnecting
     /// streams); the conversation's messages keep what the run said for good.
     pub event_retention: Duration,
@@ -120,6 +123,7 @@ impl fmt::Debug for Config {
             .field("db_max_connections", &self.db_max_connections)
             .field("db_acquire_timeout", &self.db_acquire_timeout)
             .field("shutdown_grace", &self.shutdown_grace)
+            .field("header_read_timeout", &self.header_read_timeout)
             .field("event_retention", &self.event_retention)
             .field("demo", &self.demo)
             .field("llm", &self.llm)
@@ -214,6 +218,12 @@ impl Config {
         let shutdown_grace =
             parse_duration(&get("TOOLGATE_SHUTDOWN_GRACE").unwrap_or_else(|| "10s".into()))
                 .context("TOOLGATE_SHUTDOWN_GRACE must be a duration like 10s")?;
+        let header_read_timeout =
+            parse_duration(&get("TOOLGATE_HEADER_READ_TIMEOUT").unwrap_or_else(|| "30s".into()))
+                .context("TOOLGATE_HEADER_READ_TIMEOUT must be a duration like 30s")?;
+        if header_read_timeout.is_zero() {
+            anyhow::bail!("TOOLGATE_HEADER_READ_TIMEOUT must be above zero");
+        }
         let event_retention =
             parse_duration(&get("TOOLGATE_EVENT_RETENTION").unwrap_or_else(|| "7d".into()))
                 .context("TOOLGATE_EVENT_RETENTION must be a duration like 7d or 12h")?;
@@ -294,6 +304,7 @@ impl Config {
             db_max_connections,
             db_acquire_timeout,
             shutdown_grace,
+            header_read_timeout,
             event_retention,
             demo,
         })
@@ -474,7 +485,24 @@ mod tests {
         .expect("valid");
         assert_eq!(config.bind.to_string(), "127.0.0.1:3000");
         assert_eq!(config.input_ttl, Duration::from_secs(86_400));
+        assert_eq!(config.header_read_timeout, Duration::from_secs(30));
         assert!(!config.dev_auth);
+    }
+
+    #[test]
+    fn a_header_read_timeout_must_be_a_duration_above_zero() {
+        for bad in ["0s", "0", "soon"] {
+            let err = config(&[
+                ("DATABASE_URL", "postgres://x/y"),
+                ("TOOLGATE_JWT_SECRET", "0123456789abcdef0123456789abcdef"),
+                ("TOOLGATE_SECRET_KEY", "another secret of enough length"),
+                ("TOOLGATE_HEADER_READ_TIMEOUT", bad),
+            ])
+            .err()
+            .map(|err| format!("{err:#}"))
+            .unwrap_or_default();
+            assert!(err.contains("TOOLGATE_HEADER_READ_TIMEOUT"), "{bad}: {err}");
+        }
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub mod config;
 pub mod db;
 pub mod demo;
 pub mod error;
+mod listen;
 pub mod requests;
 pub mod state;
 pub mod tools;
@@ -99,13 +100,17 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     );
     let sweeper = tokio::spawn(background::run(state.clone()));
     let stopping = state.clone();
-    axum::serve(listener, app(state.clone()))
-        .with_graceful_shutdown(async move {
+    let header_read_timeout = state.config.header_read_timeout;
+    listen::serve(
+        listener,
+        app(state.clone()),
+        header_read_timeout,
+        async move {
             shutdown_signal().await;
             stopping.begin_shutdown();
-        })
-        .await
-        .context("serving HTTP")?;
+        },
+    )
+    .await;
     sweeper.abort();
     agent::wind_down(&state.runner()).await;
     state.mcp.stop().await;

@@ -265,6 +265,40 @@ async fn starts_at_the_same_moment_cannot_pass_the_active_runs_cap_together() {
 }
 
 #[tokio::test]
+async fn a_client_that_trickles_its_headers_is_cut_off_and_others_are_served() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let server =
+        TestServer::start_with(ServerOptions::default().env("TOOLGATE_HEADER_READ_TIMEOUT", "1s"))
+            .await;
+    let address = server.base.trim_start_matches("http://").to_owned();
+    // Headers begun and never finished, as a slowloris client sends them.
+    let mut trickling = tokio::net::TcpStream::connect(&address)
+        .await
+        .expect("connect");
+    trickling
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: toolgate\r\nX-Slow: a")
+        .await
+        .expect("write");
+    // Others are answered meanwhile.
+    let (status, _) = server.send("GET", "/healthz", None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    // The server closes the connection (with or without a 408) instead of waiting.
+    let mut answer = Vec::new();
+    let closed =
+        tokio::time::timeout(Duration::from_secs(10), trickling.read_to_end(&mut answer)).await;
+    assert!(
+        closed.is_ok(),
+        "the connection was still open after 10 s with its headers unfinished"
+    );
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        answer.is_empty() || answer.starts_with("HTTP/1.1 408"),
+        "{answer}"
+    );
+}
+
+#[tokio::test]
 async fn a_bad_replay_position_names_the_field() {
     let server = TestServer::start().await;
     let (_, token) = server.new_user("after").await;
