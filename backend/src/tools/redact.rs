@@ -19,10 +19,21 @@ const MIN_SECRET_CHARS: usize = 4;
 
 /// Shorter environment values (a version, a region) are no keys; masked wherever they
 /// appear they would only garble answers.
-pub const MIN_SECRET_ENV_CHARS: usize = 8;
+const MIN_SECRET_ENV_CHARS: usize = 8;
 
 /// What stands in for a NUL character.
 const NUL_STAND_IN: char = '\u{FFFD}';
+
+/// The values of the environment variables `names` (what a tool's or an MCP server's
+/// settings read through `{env.NAME}`) that may be secrets: those set and of at least
+/// [`MIN_SECRET_ENV_CHARS`].
+pub fn secret_env_values<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    names
+        .into_iter()
+        .filter_map(|name| std::env::var(name).ok())
+        .filter(|value| value.chars().count() >= MIN_SECRET_ENV_CHARS)
+        .collect()
+}
 
 /// One call's secrets, to replace wherever they appear in its outcome.
 #[derive(Debug)]

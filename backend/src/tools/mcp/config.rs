@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::NAMESPACE_SEPARATOR;
-use crate::tools::redact::MIN_SECRET_ENV_CHARS;
+use crate::tools::redact;
 use crate::tools::registry::read_input_spec;
 use crate::tools::template::Template;
 
@@ -155,24 +155,18 @@ pub struct ServerConfig {
 
 impl ServerConfig {
     /// What the environment gives the server's settings (`{env.NAME}` in its
-    /// command's arguments and environment, or its headers) that may be a secret: every
-    /// value of at least [`MIN_SECRET_ENV_CHARS`]. Its tools' answers never repeat them.
+    /// command's arguments and environment, or its headers) that may be a secret. Its
+    /// tools' answers never repeat them.
     pub fn secret_env_values(&self) -> Vec<String> {
         let settings: Vec<&String> = match &self.transport {
             Transport::Stdio { args, env, .. } => args.iter().chain(env.values()).collect(),
             Transport::Http { headers, .. } => headers.values().collect(),
         };
-        settings
+        let templates: Vec<Template> = settings
             .into_iter()
             .filter_map(|setting| Template::parse(setting).ok())
-            .flat_map(|template| {
-                template
-                    .env_names()
-                    .filter_map(|name| std::env::var(name).ok())
-                    .collect::<Vec<_>>()
-            })
-            .filter(|value| value.chars().count() >= MIN_SECRET_ENV_CHARS)
-            .collect()
+            .collect();
+        redact::secret_env_values(templates.iter().flat_map(Template::env_names))
     }
 
     /// How `GET /api/tools` shows the server before it is first reached.

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::tools::ToolContext;
-use crate::tools::redact::{MIN_SECRET_ENV_CHARS, Redactions};
+use crate::tools::redact::{self, Redactions};
 use crate::tools::template::{Encoding, Part, Template, json_templates, render_json};
 
 /// The `[tools.http]` table of a tools file.
@@ -133,15 +133,14 @@ impl HttpTool {
     }
 
     /// What the environment gives its templates that may be a secret: every value
-    /// but the one the URL starts with (the service's address), of at least
-    /// [`MIN_SECRET_ENV_CHARS`].
+    /// but the one the URL starts with (the service's address).
     pub fn secret_env_values(&self) -> Vec<String> {
-        self.env_names
-            .iter()
-            .filter(|name| self.base_env.as_ref() != Some(*name))
-            .filter_map(|name| std::env::var(name).ok())
-            .filter(|value| value.chars().count() >= MIN_SECRET_ENV_CHARS)
-            .collect()
+        redact::secret_env_values(
+            self.env_names
+                .iter()
+                .filter(|name| self.base_env.as_ref() != Some(*name))
+                .map(String::as_str),
+        )
     }
 
     /// Why the tool cannot run in this environment, if it cannot.

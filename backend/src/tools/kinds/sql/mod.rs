@@ -22,7 +22,7 @@ use serde_json::{Map, Value, json};
 use sqlx::{Connection, PgConnection, Row};
 
 use crate::tools::ToolContext;
-use crate::tools::redact::MIN_SECRET_ENV_CHARS;
+use crate::tools::redact;
 use crate::tools::template::{Encoding, Template};
 
 use limit::PerUserLimit;
@@ -179,12 +179,9 @@ impl SqlTool {
     }
 
     /// What the environment gives the databases' URLs (a whole URL with its
-    /// password, or a password), of at least [`MIN_SECRET_ENV_CHARS`].
+    /// password, or a password).
     pub fn secret_env_values(&self) -> Vec<String> {
-        self.env_names()
-            .filter_map(|name| std::env::var(name).ok())
-            .filter(|value| value.chars().count() >= MIN_SECRET_ENV_CHARS)
-            .collect()
+        redact::secret_env_values(self.env_names())
     }
 
     pub fn unavailable_reason(&self) -> Option<String> {
