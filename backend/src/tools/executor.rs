@@ -448,18 +448,8 @@ async fn run(
     call: &ToolCall,
     values: &Map<String, Value>,
 ) -> ToolOutcome {
-    let outcome = run_unredacted(executor, user_id, tool, call, values).await;
-    tool.redactions(values).outcome(outcome)
-}
-
-async fn run_unredacted(
-    executor: &Executor,
-    user_id: &str,
-    tool: &Arc<Tool>,
-    call: &ToolCall,
-    values: &Map<String, Value>,
-) -> ToolOutcome {
     if let Runner::Mcp(target) = &tool.runner {
+        // Masked where the server's call ends, before anyone waiting on it sees it.
         return run_mcp(executor, user_id, tool, target, call, values).await;
     }
     let context = ToolContext {
@@ -485,10 +475,11 @@ async fn run_unredacted(
         }
         Runner::Mcp(_) => Err("an MCP tool runs through its server".to_owned()),
     };
-    match result {
+    let outcome = match result {
         Ok(result) => ToolOutcome::ok(result),
         Err(error) => ToolOutcome::failed(error),
-    }
+    };
+    tool.redactions(values).outcome(outcome)
 }
 
 /// An MCP tool: the values (arguments and the user's fields) go to the server in the

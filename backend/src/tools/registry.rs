@@ -240,10 +240,9 @@ impl Tool {
 
     /// What a call with these values must not pass on in its outcome: the values of
     /// its secret fields and what the environment gives its templates (API keys,
-    /// database URLs; not an http tool's base address).
+    /// database URLs; not an http tool's base address). An MCP tool's answer is masked where its server's call ends, with the server's
+    /// environment values (`mcp::calls`).
     pub fn redactions(&self, values: &Map<String, Value>) -> Redactions {
-        // An MCP tool's answer is masked where its server's call ends (with the
-        // server's environment values), before anyone waiting on it sees it.
         let env_values = match &self.runner {
             Runner::Http(http) => http.secret_env_values(),
             Runner::Sql(sql) => sql.secret_env_values(),
