@@ -102,9 +102,8 @@ pub async fn stream_events(
             // token's user is only known here, and is charged unless that same user's
             // valid bearer token already paid for the request.
             let paid = auth::bearer_user(&state, &headers).is_ok_and(|bearer| bearer == user_id);
-            if !paid && let Err(refused) = state.limits.check_request(&user_id) {
-                tokio::time::sleep(refused.pause).await;
-                return Err(refused.error);
+            if !paid {
+                state.limits.spend_request(&user_id).await?;
             }
             user_id
         }

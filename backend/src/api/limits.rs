@@ -25,9 +25,9 @@ const LONGEST_REFUSAL_PAUSE: Duration = Duration::from_secs(1);
 /// allowance has a request again, at most [`LONGEST_REFUSAL_PAUSE`]). A client that
 /// ignores `Retry-After` and asks again at once is slowed to the pace of its allowance,
 /// so its flood costs the server (and every other user) a small fraction of the CPU.
-pub struct Refusal {
-    pub error: Error,
-    pub pause: Duration,
+struct Refusal {
+    error: Error,
+    pause: Duration,
 }
 
 /// The live counters behind [`Limits`].
@@ -50,7 +50,7 @@ impl UserLimits {
 
     /// Spends one of the user's requests, or says how long to wait: the refusal, and
     /// how long to hold it before answering.
-    pub fn check_request(&self, user_id: &str) -> std::result::Result<(), Refusal> {
+    fn check_request(&self, user_id: &str) -> std::result::Result<(), Refusal> {
         self.requests
             .check_key(&user_id.to_owned())
             .map_err(|not_until| {
@@ -66,6 +66,18 @@ impl UserLimits {
                     pause: wait.min(LONGEST_REFUSAL_PAUSE),
                 }
             })
+    }
+
+    /// Spends one of the user's requests; over the allowance, the 429 to answer once
+    /// its pause is over (see [`Refusal`]).
+    pub async fn spend_request(&self, user_id: &str) -> Result<()> {
+        match self.check_request(user_id) {
+            Ok(()) => Ok(()),
+            Err(refused) => {
+                tokio::time::sleep(refused.pause).await;
+                Err(refused.error)
+            }
+        }
     }
 
     /// Holds one of the user's event-stream places until the returned slot is dropped.
@@ -128,10 +140,9 @@ pub async fn per_user_rate(
     next: Next,
 ) -> Response {
     if let Ok(user_id) = auth::bearer_user(&state, request.headers())
-        && let Err(refused) = state.limits.check_request(&user_id)
+        && let Err(refused) = state.limits.spend_request(&user_id).await
     {
-        tokio::time::sleep(refused.pause).await;
-        return refused.error.into_response();
+        return refused.into_response();
     }
     next.run(request).await
 }
