@@ -95,3 +95,14 @@ async fn not_found(method: Method, OriginalUri(uri): OriginalUri) -> Error {
 async fn method_not_allowed(method: Method, OriginalUri(uri): OriginalUri) -> Error {
     Error::MethodNotAllowed(format!("{method} is not allowed on {}", uri.path()))
 }
+
+/// Runs `work` in a task of its own and waits for it. A handler's future is dropped
+/// when its client hangs up; work that has side effects (a tool call and its record)
+/// must not stop half way then, with the call made and nothing recorded.
+async fn to_the_end<T: Send + 'static>(
+    work: impl Future<Output = crate::error::Result<T>> + Send + 'static,
+) -> crate::error::Result<T> {
+    tokio::spawn(work)
+        .await
+        .map_err(|err| anyhow::anyhow!("a handler's detached work: {err}"))?
+}

@@ -240,10 +240,8 @@ pub async fn dispatch_action(
         Settled::WithResult(row) => (row, true),
         Settled::Request(row) => (row, false),
     };
-    // In a task of its own: the ending is committed, so what follows it (the tool's
-    // run with the answer, its record, the run's resumption) goes on to its end even
-    // when the client hangs up meanwhile, rather than stopping half way with a call
-    // made and nothing recorded.
+    // The ending is committed: what follows it (the tool's run with the answer, its
+    // record, the run's resumption) goes on even if the client hangs up meanwhile.
     let (executor, runner, owner, ended) = (
         state.executor(),
         state.runner(),
@@ -251,9 +249,10 @@ pub async fn dispatch_action(
         row.clone(),
     );
     let tool_result =
-        tokio::spawn(async move { requests::follow_up(&executor, &runner, &owner, &ended).await })
-            .await
-            .map_err(|err| anyhow::anyhow!("following up an ended request: {err}"))??;
+        super::to_the_end(
+            async move { requests::follow_up(&executor, &runner, &owner, &ended).await },
+        )
+        .await?;
     let request = describe(&row, &state.tools);
     Ok(if with_result {
         Json(SubmitResponseResult {

@@ -48,12 +48,9 @@ pub async fn execute_tool(
         arguments: params.arguments,
         original_user_request: params.original_user_request,
     };
-    // In a task of its own, so a client that hangs up mid-call does not stop the call
-    // half way: made and never logged.
     let executor = state.executor();
     let outcome =
-        tokio::spawn(async move { executor::execute(&executor, &user.user_id, call).await })
-            .await
-            .map_err(|err| anyhow::anyhow!("running a tool call: {err}"))??;
+        super::to_the_end(async move { executor::execute(&executor, &user.user_id, call).await })
+            .await?;
     Ok(Json(outcome))
 }
