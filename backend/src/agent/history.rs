@@ -132,7 +132,10 @@ const DEFUSED_OPENING: &str = "[quoted pin marker:";
 /// the user pinned may show it, and only where `mark_pinned` put it.
 pub fn defuse_forged_markers(messages: &mut [ChatMessage]) {
     fn defuse(text: &mut String) {
-        if text.chars().any(|c| folded(c) == '[') {
+        // Every step passes over the whole history: only an ASCII `[` or a character
+        // beyond ASCII (a look-alike bracket) can open a marker, and a byte scan finds
+        // neither in most texts.
+        if text.bytes().any(|byte| byte == b'[' || !byte.is_ascii()) {
             *text = defused(text);
         }
     }
