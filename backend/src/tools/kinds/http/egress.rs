@@ -1,6 +1,8 @@
 //! Where an http tool may connect. By default nowhere inward: not loopback, private,
 //! link-local, shared (CGNAT), reserved or documentation ranges (IPv4 and IPv6,
-//! including IPv4-mapped, IPv4-compatible, NAT64 and 6to4 forms), and never a
+//! including IPv4-mapped, IPv4-translated, IPv4-compatible, NAT64 and 6to4 forms, and
+//! the local-use NAT64 and Teredo prefixes whose IPv4 address cannot be read back
+//! for certain), and never a
 //! metadata, multicast, broadcast or unspecified address. A tool may name the hosts it
 //! may reach (`allow_hosts`) and opt in to private ranges (`allow_private_networks`).
 //! IPv4 link-local (169.254.0.0/16) counts as metadata: clouds serve instance metadata
@@ -84,14 +86,25 @@ fn classify_v6(ip: Ipv6Addr) -> AddressClass {
     }
     let segments = ip.segments();
     let site_local = segments[0] & 0xffc0 == 0xfec0;
-    let documentation = segments[0] == 0x2001 && segments[1] == 0x0db8;
+    // 2001:db8::/32 and 3fff::/20.
+    let documentation =
+        segments[..2] == [0x2001, 0x0db8] || (segments[0] == 0x3fff && segments[1] < 0x1000);
     let discard = segments[..4] == [0x0100, 0, 0, 0];
+    // A translator or relay on the operator's side carries these to IPv4 addresses this
+    // check cannot read for certain: local-use NAT64 (64:ff9b:1::/48) places the IPv4
+    // address by a prefix length only its network knows, Teredo (2001::/32) hides it.
+    let translated_elsewhere = segments[..3] == [0x64, 0xff9b, 1] || segments[..2] == [0x2001, 0];
+    let benchmarking = segments[..3] == [0x2001, 2, 0];
+    let segment_routing = segments[0] == 0x5f00;
     if ip.is_loopback()
         || ip.is_unique_local()
         || ip.is_unicast_link_local()
         || site_local
         || documentation
         || discard
+        || translated_elsewhere
+        || benchmarking
+        || segment_routing
     {
         AddressClass::Private
     } else {
@@ -100,7 +113,8 @@ fn classify_v6(ip: Ipv6Addr) -> AddressClass {
 }
 
 /// The IPv4 address an IPv6 address stands for, in the forms that reach one:
-/// IPv4-mapped, IPv4-compatible, NAT64 (64:ff9b::/96) and 6to4 (2002::/16).
+/// IPv4-mapped, IPv4-translated (::ffff:0:0:0/96), IPv4-compatible, NAT64
+/// (64:ff9b::/96) and 6to4 (2002::/16).
 fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
     if let Some(v4) = ip.to_ipv4_mapped() {
         return Some(v4);
@@ -108,6 +122,9 @@ fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
     let s = ip.segments();
     let low =
         |hi: u16, lo: u16| Ipv4Addr::new((hi >> 8) as u8, hi as u8, (lo >> 8) as u8, lo as u8);
+    if s[..6] == [0, 0, 0, 0, 0xffff, 0] {
+        return Some(low(s[6], s[7]));
+    }
     if s[..6] == [0, 0, 0, 0, 0, 0] && !ip.is_unspecified() && !ip.is_loopback() {
         return Some(low(s[6], s[7]));
     }
@@ -321,6 +338,15 @@ mod tests {
             "64:ff9b::7f00:1",
             "2002:7f00:1::",
             "fec0::1",
+            // Local-use NAT64, whatever prefix length its network uses.
+            "64:ff9b:1:7f00:1::",
+            "64:ff9b:1::a00:1",
+            // Teredo, benchmarking, the newer documentation prefix, SRv6.
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+            "2001:2::1",
+            "3fff::1",
+            "3fff:fff::1",
+            "5f00::1",
         ] {
             assert_eq!(class(private), AddressClass::Private, "{private}");
         }
@@ -342,10 +368,21 @@ mod tests {
             "fd00:ec2::254",
             "::ffff:169.254.169.254",
             "0.1.2.3",
+            // IPv4-translated (SIIT) forms of the metadata address.
+            "::ffff:0:a9fe:a9fe",
+            "::ffff:0:169.254.169.254",
         ] {
             assert_eq!(class(forbidden), AddressClass::Forbidden, "{forbidden}");
         }
-        for public in ["93.184.216.34", "2606:2800:220:1::", "8.8.8.8"] {
+        for public in [
+            "93.184.216.34",
+            "2606:2800:220:1::",
+            "8.8.8.8",
+            "64:ff9b::808:808",
+            "::ffff:0:808:808",
+            "2001:4860:4860::8888",
+            "3fff:1000::1",
+        ] {
             assert_eq!(class(public), AddressClass::Public, "{public}");
         }
     }
@@ -356,6 +393,16 @@ mod tests {
         let url = |text: &str| Url::parse(text).expect("a URL");
         assert!(default.check_url(&url("http://127.0.0.1:8080/x")).is_err());
         assert!(default.check_url(&url("http://[::ffff:7f00:1]/x")).is_err());
+        assert!(
+            default
+                .check_url(&url("http://[::ffff:0:7f00:1]/x"))
+                .is_err()
+        );
+        assert!(
+            default
+                .check_url(&url("http://[64:ff9b:1:7f00:1::]/x"))
+                .is_err()
+        );
         assert!(default.check_url(&url("file:///etc/passwd")).is_err());
         assert!(default.check_url(&url("https://example.com/x")).is_ok());
         let private = EgressPolicy::new(&[], true).expect("valid");
