@@ -532,7 +532,18 @@ fn build(entry: ToolEntry) -> anyhow::Result<Tool> {
     }
     let runner = match (entry.kind.as_str(), entry.http, entry.sql) {
         ("http", Some(http), None) => {
-            Runner::Http(HttpTool::new(http, &known).map_err(anyhow::Error::msg)?)
+            // Arguments that are no field, and fields the model may fill.
+            let model_sets: BTreeSet<String> = known
+                .iter()
+                .filter(|name| {
+                    fields
+                        .iter()
+                        .find(|field| &&field.name == name)
+                        .is_none_or(|field| field.model_may_fill)
+                })
+                .cloned()
+                .collect();
+            Runner::Http(HttpTool::new(http, &known, &model_sets).map_err(anyhow::Error::msg)?)
         }
         ("sql", None, Some(sql)) => {
             let options = fields
@@ -807,6 +818,58 @@ url = "{env.LOOKUP_BASE}/accounts/{account}?q={q}"
                 && err.contains("model_may_fill"),
             "{err}"
         );
+    }
+
+    /// A prompt-injected model must not pick where the tool's credentials go.
+    #[test]
+    fn a_host_the_model_chooses_needs_allow_hosts() {
+        let model_picks_host = HTTP_TOOL.replace(
+            "url = \"{env.LOOKUP_BASE}/accounts/{account}?q={q}\"",
+            "url = \"https://{q}/accounts/{account}\"\nheaders = { Authorization = \"Bearer {env.LOOKUP_KEY}\" }",
+        );
+        assert_ne!(model_picks_host, HTTP_TOOL, "the replacement must apply");
+        let err = error_of(&model_picks_host);
+        assert!(
+            err.contains("tool `lookup`") && err.contains("`{q}`") && err.contains("allow_hosts"),
+            "{err}"
+        );
+        let whole_url = model_picks_host.replace("https://{q}/accounts/{account}", "{q}");
+        assert!(error_of(&whole_url).contains("`{q}`"));
+        let after_the_base =
+            HTTP_TOOL.replace("{env.LOOKUP_BASE}/accounts", "{env.LOOKUP_BASE}{q}");
+        assert!(error_of(&after_the_base).contains("`{q}`"));
+        let call_id = HTTP_TOOL.replace("{env.LOOKUP_BASE}/", "https://{context.tool_call_id}/");
+        assert!(error_of(&call_id).contains("tool_call_id"));
+        let may_fill = HTTP_TOOL
+            .replace(
+                "{env.LOOKUP_BASE}/accounts/{account}",
+                "https://{account}/x",
+            )
+            .replace("validation = \"^[0-9]+$\"", "model_may_fill = true");
+        parse_tools_file(&may_fill).expect("nothing the model lacks goes out");
+        let may_fill_with_key = may_fill.replace(
+            "[tools.http]\n",
+            "[tools.http]\nheaders = { X-Key = \"{env.LOOKUP_KEY}\" }\n",
+        );
+        assert!(error_of(&may_fill_with_key).contains("`{account}`"));
+        let who_asks = may_fill.replace("/x?q={q}", "/x?q={q}&u={context.user_id}");
+        assert!(error_of(&who_asks).contains("`{account}`"));
+
+        // Listed hosts bound the choice; the user's own field, the environment and a
+        // path are no choice of the model's; a request of the model's own words alone
+        // may go anywhere public.
+        let listed = model_picks_host.replace(
+            "[tools.http]\n",
+            "[tools.http]\nallow_hosts = [\".example.com\"]\n",
+        );
+        parse_tools_file(&listed).expect("allow_hosts bounds the host");
+        let user_host = HTTP_TOOL.replace("{env.LOOKUP_BASE}/", "https://{account}/");
+        parse_tools_file(&user_host).expect("the user's field may name the host");
+        let path_only = HTTP_TOOL.replace("/accounts/{account}", "/{q}/accounts/{account}");
+        parse_tools_file(&path_only).expect("the model may fill the path");
+        // URLs read a backslash after the host as a slash.
+        let backslash = HTTP_TOOL.replace("{env.LOOKUP_BASE}/", "https://api.example.com\\\\{q}/");
+        parse_tools_file(&backslash).expect("a backslash starts the path");
     }
 
     #[test]

@@ -16,7 +16,6 @@ kind = "http"
 parameters = { type = "object", properties = { target = { type = "string" } }, required = ["target"] }
 [tools.http]
 url = "{target}"
-headers = { Authorization = "Bearer {env.EGRESS_TOKEN}" }
 
 [[tools]]
 name = "fetch_inside"
@@ -25,6 +24,7 @@ kind = "http"
 parameters = { type = "object", properties = { target = { type = "string" } }, required = ["target"] }
 [tools.http]
 url = "{target}"
+allow_hosts = ["127.0.0.1", "localhost", "169.254.169.254"]
 allow_private_networks = true
 headers = { Authorization = "Bearer {env.EGRESS_TOKEN}" }
 
@@ -46,6 +46,7 @@ kind = "http"
 parameters = { type = "object", properties = { base = { type = "string" }, owner = { type = "string" }, repo = { type = "string" } }, required = ["base", "owner", "repo"] }
 [tools.http]
 url = "{base}/v1/repos/{owner}/{repo}/issues?key={env.EGRESS_KEY}"
+allow_hosts = ["127.0.0.1"]
 allow_private_networks = true
 
 [[tools]]
@@ -198,6 +199,32 @@ async fn a_local_listener_is_unreachable_in_every_form_unless_allowed() {
         .await;
     assert!(refused(&outcome), "{outcome}");
     assert_eq!(e.listener.received().len(), 2);
+}
+
+/// A tool whose host the model chooses and whose request carries the operator's token
+/// would hand that token to whatever host a prompt-injected model names: refused at
+/// start, naming the tool, unless its hosts are listed.
+#[tokio::test]
+async fn a_tool_that_lets_the_model_choose_where_its_token_goes_stops_start_up() {
+    let fetch_with_token = TOOLS.replacen(
+        "[tools.http]\nurl = \"{target}\"\n",
+        "[tools.http]\nurl = \"{target}\"\nheaders = { Authorization = \"Bearer {env.EGRESS_TOKEN}\" }\n",
+        1,
+    );
+    assert_ne!(fetch_with_token, TOOLS, "the replacement must apply");
+    let (_dir, path) = write_temp_file("tools.toml", &fetch_with_token);
+    let started = TestServer::try_start(
+        ServerOptions::default()
+            .env("TOOLGATE_TOOLS", &path.to_string_lossy())
+            .env("EGRESS_TOKEN", TOKEN),
+    )
+    .await;
+    let err = format!("{:#}", started.err().expect("refused"));
+    assert!(
+        err.contains("tool `fetch`") && err.contains("`{target}`") && err.contains("allow_hosts"),
+        "{err}"
+    );
+    assert!(!err.contains(TOKEN), "{err}");
 }
 
 /// A service that redirects: across origins with 307, within its origin with 303.

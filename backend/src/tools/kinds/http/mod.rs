@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 
 use crate::tools::ToolContext;
 use crate::tools::redact::{self, Redactions};
-use crate::tools::template::{Encoding, Part, Template, json_templates, render_json};
+use crate::tools::template::{ContextKey, Encoding, Part, Template, json_templates, render_json};
 
 /// The `[tools.http]` table of a tools file.
 #[derive(Debug, Deserialize)]
@@ -68,8 +68,13 @@ pub struct HttpTool {
 }
 
 impl HttpTool {
-    /// Checks the configuration; `known` are the names arguments and fields provide.
-    pub fn new(config: HttpConfig, known: &BTreeSet<String>) -> Result<Self, String> {
+    /// Checks the configuration; `known` are the names arguments and fields provide,
+    /// `model_sets` those of them the model's arguments fill.
+    pub fn new(
+        config: HttpConfig,
+        known: &BTreeSet<String>,
+        model_sets: &BTreeSet<String>,
+    ) -> Result<Self, String> {
         let method = reqwest::Method::from_bytes(config.method.to_uppercase().as_bytes())
             .map_err(|_| format!("http.method `{}` is not an HTTP method", config.method))?;
         let url = Template::parse(&config.url).map_err(|err| format!("http.url: {err}"))?;
@@ -108,6 +113,28 @@ impl HttpTool {
             Some(Part::Env(name)) => Some(name.clone()),
             _ => None,
         };
+        // Whatever the model did not write itself: the operator's environment, the
+        // user's fields, who is asking.
+        let carries_what_the_model_lacks = templates.iter().any(|(_, template)| {
+            template.parts().iter().any(|part| match part {
+                Part::Env(_) => true,
+                Part::Value(name) => !model_sets.contains(name),
+                Part::Context(key) => {
+                    matches!(key, ContextKey::UserId | ContextKey::ConversationId)
+                }
+                Part::Literal(_) => false,
+            })
+        });
+        if config.allow_hosts.is_empty()
+            && carries_what_the_model_lacks
+            && let Some(chooser) = host_chooser(&url, model_sets)
+        {
+            return Err(format!(
+                "http.url: the model's `{chooser}` decides which host the request goes to, \
+                 and the request carries values the model does not have (the environment's, \
+                 the user's fields); list the hosts the tool may reach in http.allow_hosts"
+            ));
+        }
         let egress = EgressPolicy::new(&config.allow_hosts, config.allow_private_networks)?;
         let client = egress.client()?;
         Ok(HttpTool {
@@ -217,6 +244,35 @@ impl HttpTool {
         Ok(serde_json::from_slice::<Value>(&body)
             .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned())))
     }
+}
+
+/// The placeholder the model fills that comes before the URL's path, if one does. The
+/// host is then the model's to choose, and with it where the request goes: a
+/// prompt-injected model would send the operator's credentials or the user's values
+/// anywhere public.
+fn host_chooser(url: &Template, model_sets: &BTreeSet<String>) -> Option<String> {
+    // What the URL reads so far; a trusted value stands in as text that names no path.
+    let mut text = String::new();
+    for (index, part) in url.parts().iter().enumerate() {
+        let origin_ends = text
+            .find("://")
+            .is_some_and(|at| text[at + 3..].contains(['/', '\\', '?', '#']));
+        if origin_ends {
+            return None;
+        }
+        match part {
+            Part::Literal(literal) => text.push_str(literal),
+            Part::Value(name) if model_sets.contains(name) => return Some(format!("{{{name}}}")),
+            Part::Context(ContextKey::ToolCallId) => {
+                return Some("{context.tool_call_id}".to_owned());
+            }
+            // Written as they are (a whole base address may come first) or
+            // percent-encoded after it: either way the operator's or the user's.
+            _ if index == 0 => text.push_str("trusted://base"),
+            _ => text.push_str("trusted"),
+        }
+    }
+    None
 }
 
 /// Longest excerpt of an error page passed on to the model.
