@@ -72,7 +72,8 @@ pub struct StreamQuery {
 }
 
 /// Run events of the conversation as server-sent events: `id` is the event id,
-/// `event` its kind, `data` the whole event as JSON.
+/// `event` its kind, `data` the whole event as JSON. The stream ends when the token
+/// that opened it expires; open it again with a fresh token and `after`.
 #[utoipa::path(get, path = "/api/conversations/{id}/events", tag = "chat",
     params(("id" = Uuid, Path, description = "Conversation id"), StreamQuery),
     security(("bearer" = []), ("stream_token" = [])),
@@ -95,19 +96,20 @@ pub async fn stream_events(
             "must be a whole number (an event id)".to_owned(),
         )])),
     })?;
-    let user_id = match (&query.token, headers.contains_key(AUTHORIZATION)) {
+    let verified = match (&query.token, headers.contains_key(AUTHORIZATION)) {
         (Some(token), _) => {
-            let user_id = state.jwt.verify_stream(token, conversation_id)?;
+            let verified = state.jwt.verify_stream(token, conversation_id)?;
             // The request allowance counts bearer requests as they come in; a stream
             // token's user is only known here, and is charged unless that same user's
             // valid bearer token already paid for the request.
-            let paid = auth::bearer_user(&state, &headers).is_ok_and(|bearer| bearer == user_id);
+            let paid =
+                auth::bearer_user(&state, &headers).is_ok_and(|bearer| bearer == verified.user_id);
             if !paid {
-                state.limits.spend_request(&user_id).await?;
+                state.limits.spend_request(&verified.user_id).await?;
             }
-            user_id
+            verified
         }
-        (None, true) => auth::bearer_user(&state, &headers)?,
+        (None, true) => auth::bearer(&state, &headers)?,
         (None, false) => {
             return Err(Error::Unauthorized(
                 "the event stream needs `Authorization: Bearer` or a stream token in `?token=`"
@@ -120,6 +122,12 @@ pub async fn stream_events(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<i64>().ok());
     let after = query.after.or(last_event_id).unwrap_or(0);
+    let user_id = verified.user_id;
+    // The stream ends when the token that opened it does: a client keeps reading only
+    // as long as it could open the stream again, and reconnects with a fresh token.
+    let seconds_left = verified.expires_at - chrono::Utc::now().timestamp();
+    let until =
+        tokio::time::Instant::now() + Duration::from_secs(u64::try_from(seconds_left).unwrap_or(0));
     let slot = state.limits.open_stream(&user_id)?;
     let mut tx = db::begin_as_user(&state.db, &user_id).await?;
     if !conversations::exists(&mut tx, conversation_id).await? {
@@ -131,7 +139,16 @@ pub async fn stream_events(
     // Followed before the first read, so nothing written in between is missed.
     let following = state.events.follow(conversation_id);
     tokio::spawn(async move {
-        relay(state, user_id, conversation_id, after, following, sender).await;
+        relay(
+            state,
+            user_id,
+            conversation_id,
+            after,
+            following,
+            sender,
+            until,
+        )
+        .await;
         // The user's stream place is free again once the relay ends.
         drop(slot);
     });
@@ -145,10 +162,10 @@ pub async fn stream_events(
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
 }
 
-/// Sends stored events to one client until it goes away or the server shuts down. The
-/// stream reads for itself to catch up (at the start, after falling behind, and on the
-/// periodic look); otherwise it takes the batches the server reads once for every stream
-/// of the conversation.
+/// Sends stored events to one client until it goes away, its token expires or the
+/// server shuts down. The stream reads for itself to catch up (at the start, after
+/// falling behind, and on the periodic look); otherwise it takes the batches the server
+/// reads once for every stream of the conversation.
 async fn relay(
     state: AppState,
     user_id: String,
@@ -156,6 +173,7 @@ async fn relay(
     mut after: i64,
     mut following: Following,
     sender: mpsc::Sender<StreamEvent>,
+    until: tokio::time::Instant,
 ) {
     let mut shutdown = state.shutdown.clone();
     let mut behind = true;
@@ -172,6 +190,7 @@ async fn relay(
         tokio::select! {
             () = sender.closed() => return,
             _ = shutdown.changed() => return,
+            () = tokio::time::sleep_until(until) => return,
             batch = following.next() => match batch {
                 Some(batch) if batch.complete_after <= after => {
                     let sent = after;

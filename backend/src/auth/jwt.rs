@@ -37,6 +37,14 @@ pub enum Audience {
     Many(Vec<String>),
 }
 
+/// A token that passed every check: whose it is, and until when it is good.
+#[derive(Clone, Debug)]
+pub struct Verified {
+    pub user_id: String,
+    /// `exp`, in seconds since the Unix epoch.
+    pub expires_at: i64,
+}
+
 /// How a stream token's scope begins.
 const STREAM_SCOPE_PREFIX: &str = "stream:";
 
@@ -90,8 +98,8 @@ impl JwtKeys {
         }
     }
 
-    /// Checks an API token and returns its user id.
-    pub fn verify(&self, token: &str) -> Result<String, Error> {
+    /// Checks an API token.
+    pub fn verify(&self, token: &str) -> Result<Verified, Error> {
         let claims = self.decode(token)?;
         let is_stream_token = claims.scope.as_deref().is_some_and(|scopes| {
             scopes
@@ -106,8 +114,12 @@ impl JwtKeys {
         Self::subject(claims)
     }
 
-    /// Checks a stream token for `conversation_id` and returns its user id.
-    pub fn verify_stream(&self, token: &str, conversation_id: uuid::Uuid) -> Result<String, Error> {
+    /// Checks a stream token for `conversation_id`.
+    pub fn verify_stream(
+        &self,
+        token: &str,
+        conversation_id: uuid::Uuid,
+    ) -> Result<Verified, Error> {
         let claims = self.decode(token)?;
         if claims.scope.as_deref() != Some(&stream_scope(conversation_id)) {
             return Err(Error::Unauthorized(
@@ -133,7 +145,7 @@ impl JwtKeys {
         Ok(claims)
     }
 
-    fn subject(claims: Claims) -> Result<String, Error> {
+    fn subject(claims: Claims) -> Result<Verified, Error> {
         let sub = claims.sub;
         if sub.trim().is_empty() || sub.len() > MAX_USER_ID_LEN || sub.chars().any(char::is_control)
         {
@@ -141,7 +153,10 @@ impl JwtKeys {
                 "token subject is empty or too long".into(),
             ));
         }
-        Ok(sub)
+        Ok(Verified {
+            user_id: sub,
+            expires_at: claims.exp,
+        })
     }
 
     /// Signs a token for `user_id`, valid for `lifetime` but never longer than the

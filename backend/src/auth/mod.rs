@@ -4,7 +4,7 @@ mod dev;
 mod jwt;
 
 pub use dev::issue_dev_token;
-pub use jwt::{Claims, JwtKeys};
+pub use jwt::{Claims, JwtKeys, Verified};
 
 use axum::extract::FromRequestParts;
 use axum::http::HeaderMap;
@@ -32,6 +32,11 @@ impl FromRequestParts<AppState> for AuthUser {
 
 /// The user id of a request's `Authorization: Bearer` token.
 pub fn bearer_user(state: &AppState, headers: &HeaderMap) -> Result<String, Error> {
+    bearer(state, headers).map(|verified| verified.user_id)
+}
+
+/// A request's `Authorization: Bearer` token, checked.
+pub fn bearer(state: &AppState, headers: &HeaderMap) -> Result<Verified, Error> {
     {
         let header = headers
             .get(AUTHORIZATION)

@@ -234,6 +234,78 @@ async fn expiry_reaches_the_stream_when_it_happens_not_at_the_next_sweep() {
     );
 }
 
+/// A stream is read only as long as the token that opened it is good: a revoked
+/// user's client, or a leaked stream token, does not follow the conversation forever.
+#[tokio::test]
+async fn a_stream_ends_when_the_token_that_opened_it_expires() {
+    let server = TestServer::start().await;
+    let (user, token) = server.new_user("ending").await;
+    let conversation = server.new_conversation(&token).await;
+    let short = tests::sign_token(
+        &json!({"sub": user, "exp": tests::now() + 3}),
+        tests::JWT_SECRET,
+        jsonwebtoken::Algorithm::HS256,
+    );
+    let short_stream = tests::sign_token(
+        &json!({"sub": user, "exp": tests::now() + 3, "scope": format!("stream:{conversation}")}),
+        tests::JWT_SECRET,
+        jsonwebtoken::Algorithm::HS256,
+    );
+    let long_stream = server.stream_token(&token, &conversation).await;
+    let path = format!("/api/conversations/{conversation}/events");
+    let open = |request: reqwest::RequestBuilder| async move {
+        let response = request.send().await.expect("event stream");
+        assert_eq!(response.status(), StatusCode::OK);
+        response.bytes_stream()
+    };
+    let started = Instant::now();
+    let by_bearer = open(server.client.get(server.url(&path)).bearer_auth(&short)).await;
+    let by_stream_token = open(
+        server
+            .client
+            .get(server.url(&format!("{path}?token={short_stream}"))),
+    )
+    .await;
+    let mut by_good_token = open(
+        server
+            .client
+            .get(server.url(&format!("{path}?token={long_stream}"))),
+    )
+    .await;
+    for (how, mut stream) in [("bearer", by_bearer), ("stream token", by_stream_token)] {
+        let ended = tokio::time::timeout(Duration::from_secs(20), async {
+            while let Some(Ok(_)) = stream.next().await {}
+        })
+        .await;
+        assert!(ended.is_ok(), "the {how} stream is still open");
+        assert!(
+            started.elapsed() >= Duration::from_secs(1),
+            "the {how} stream ended before its token did"
+        );
+    }
+    // A stream whose token is good goes on, and sees what is written now.
+    let (status, body) = server
+        .action(&token, text_field_request(&conversation, "after_expiry"))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let seen = tokio::time::timeout(Duration::from_secs(20), async {
+        let mut text = String::new();
+        while let Some(Ok(chunk)) = by_good_token.next().await {
+            text.push_str(&String::from_utf8_lossy(&chunk));
+            if text.contains("after_expiry") {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(
+        seen,
+        Ok(true),
+        "the stream with a good token still delivers"
+    );
+}
+
 #[tokio::test]
 async fn a_database_outage_answers_503_within_about_a_second() {
     let proxy = tests::TcpProxy::start_to_database().await;
