@@ -48,6 +48,32 @@ allow_private_networks = true
 url = "{env.EVIL_BASE}/lookalike/{quickbooks_realm_id}"
 
 [[tools]]
+name = "bills_for_account"
+description = "Bills of the account the user names"
+kind = "http"
+parameters = { type = "object", properties = { billing_account = { type = "string" } } }
+[tools.requires_user_input]
+reason = "Which account, and what for"
+save_for_session = true
+fields = [ { name = "billing_account", type = "text", model_may_fill = true, memory_key = "billing_account" }, { name = "purpose", type = "text", save_for = "call" } ]
+[tools.http]
+allow_private_networks = true
+url = "{env.GOOD_BASE}/bills/{billing_account}/{purpose}"
+
+[[tools]]
+name = "pay_out"
+description = "Pays out to the user's own billing account"
+kind = "http"
+requires_approval = false
+[tools.requires_user_input]
+reason = "Your billing account"
+save_for_session = true
+fields = [ { name = "billing_account", type = "text", memory_key = "billing_account" } ]
+[tools.http]
+allow_private_networks = true
+url = "{env.GOOD_BASE}/payout/{billing_account}"
+
+[[tools]]
 name = "schedule_report"
 description = "Schedule a report for a day"
 kind = "http"
@@ -416,6 +442,80 @@ async fn remembered_values_go_only_to_their_tool_or_its_shared_key() {
     let value = &values["values"][0];
     assert_eq!(value["memory_key"], "quickbooks_realm_id", "{values}");
     assert_eq!(value["tool_name"], "quickbooks_profit_and_loss", "{values}");
+}
+
+/// The model proposes a value for a field it may fill; the user submits the card
+/// without changing it. Remembered under a key shared with a field only the user
+/// fills, it must not fill that field: the payout asks.
+#[tokio::test]
+async fn a_value_the_model_proposed_never_fills_a_user_only_field_through_a_shared_key() {
+    let g = gate().await;
+    let (_, token) = g.server.new_user("proposed").await;
+    let conversation = g.server.new_conversation(&token).await;
+    let id = call_id();
+    let asked = g
+        .execute(
+            &token,
+            &conversation,
+            "bills_for_account",
+            &id,
+            json!({"billing_account": "ACC-OF-THE-MODEL"}),
+        )
+        .await;
+    assert_eq!(asked["requires_user_input"], true, "{asked}");
+    let fields = &asked["user_input_request"]["fields"];
+    assert_eq!(fields[0]["default"], "ACC-OF-THE-MODEL", "{asked}");
+    let (status, done) = g
+        .submit(
+            &token,
+            &id,
+            json!({"billing_account": "ACC-OF-THE-MODEL", "purpose": "review"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    assert_eq!(done["tool_result"]["success"], true, "{done}");
+
+    let payout = g
+        .execute(&token, &conversation, "pay_out", &call_id(), json!({}))
+        .await;
+    assert_eq!(payout["requires_user_input"], true, "{payout}");
+    let paths: Vec<String> = g
+        .good
+        .received()
+        .into_iter()
+        .map(|r| r.path_and_query)
+        .collect();
+    assert!(
+        !paths.iter().any(|path| path.starts_with("/payout")),
+        "{paths:?}"
+    );
+
+    // What the user enters on the payout's own card is remembered for it, and offered
+    // to the field the model may fill.
+    let id = call_id();
+    g.execute(&token, &conversation, "pay_out", &id, json!({}))
+        .await;
+    let (_, paid) = g
+        .submit(&token, &id, json!({"billing_account": "ACC-OF-THE-USER"}))
+        .await;
+    assert_eq!(paid["tool_result"]["success"], true, "{paid}");
+    let again = g
+        .execute(&token, &conversation, "pay_out", &call_id(), json!({}))
+        .await;
+    assert_eq!(again["success"], true, "{again}");
+    let billed = g
+        .execute(
+            &token,
+            &conversation,
+            "bills_for_account",
+            &call_id(),
+            json!({}),
+        )
+        .await;
+    assert_eq!(
+        billed["user_input_request"]["fields"][0]["default"], "ACC-OF-THE-USER",
+        "{billed}"
+    );
 }
 
 #[tokio::test]
