@@ -1,10 +1,9 @@
 //! Where an http tool may connect. By default nowhere inward: not loopback, private,
 //! link-local, shared (CGNAT), reserved or documentation ranges (IPv4 and IPv6,
-//! including IPv4-mapped, IPv4-translated, IPv4-compatible, NAT64 and 6to4 forms, and
-//! the local-use NAT64 and Teredo prefixes whose IPv4 address cannot be read back
-//! for certain), and never a
-//! metadata, multicast, broadcast or unspecified address. A tool may name the hosts it
-//! may reach (`allow_hosts`) and opt in to private ranges (`allow_private_networks`).
+//! including IPv4-mapped, IPv4-translated, IPv4-compatible, NAT64 and 6to4 forms; the
+//! local-use NAT64 and Teredo prefixes, whose IPv4 address cannot be read back for
+//! certain, are private at best), and never a metadata, multicast, broadcast or
+//! unspecified address. A tool may name the hosts it may reach (`allow_hosts`) and opt in to private ranges (`allow_private_networks`).
 //! IPv4 link-local (169.254.0.0/16) counts as metadata: clouds serve instance metadata
 //! and task or pod credentials there (169.254.169.254, 169.254.170.2, 169.254.170.23),
 //! as AWS does on fd00:ec2::/32; so do Azure's WireServer (168.63.129.16) and Google's
@@ -49,19 +48,24 @@ pub fn classify(ip: IpAddr) -> AddressClass {
     }
 }
 
+/// All of link-local, not a list of known services: clouds keep adding them there.
+/// Besides: Alibaba's metadata and Azure's WireServer, which sit elsewhere.
+fn is_metadata_v4(ip: Ipv4Addr) -> bool {
+    ip.is_link_local()
+        || ip == Ipv4Addr::new(100, 100, 100, 200)
+        || ip == Ipv4Addr::new(168, 63, 129, 16)
+}
+
 fn classify_v4(ip: Ipv4Addr) -> AddressClass {
     let [a, b, c, _] = ip.octets();
-    // All of link-local, not a list of known services: clouds keep adding them there.
-    // Besides: Alibaba's metadata and Azure's WireServer, which sit elsewhere.
-    let metadata = ip.is_link_local()
-        || ip == Ipv4Addr::new(100, 100, 100, 200)
-        || ip == Ipv4Addr::new(168, 63, 129, 16);
-    if metadata || ip.is_unspecified() || ip.is_broadcast() || ip.is_multicast() || a == 0 {
+    if is_metadata_v4(ip) || ip.is_unspecified() || ip.is_broadcast() || ip.is_multicast() || a == 0
+    {
         return AddressClass::Forbidden;
     }
     let shared = a == 100 && (64..128).contains(&b);
     let protocol_assignments = a == 192 && b == 0 && c == 0;
     let benchmarking = a == 198 && (b == 18 || b == 19);
+    let relay_anycast = a == 192 && b == 88 && c == 99;
     let reserved = a >= 240;
     if ip.is_loopback()
         || ip.is_private()
@@ -69,6 +73,7 @@ fn classify_v4(ip: Ipv4Addr) -> AddressClass {
         || shared
         || protocol_assignments
         || benchmarking
+        || relay_anycast
         || reserved
     {
         AddressClass::Private
@@ -81,6 +86,18 @@ fn classify_v6(ip: Ipv6Addr) -> AddressClass {
     if let Some(v4) = embedded_v4(ip) {
         return classify_v4(v4);
     }
+    // A translator or relay on the operator's side carries these to IPv4 addresses this
+    // check cannot read for certain: local-use NAT64 (64:ff9b:1::/48) places the IPv4
+    // address by a prefix length only its network knows, Teredo (2001::/32) names a
+    // server and a client. A metadata address in any place it could be read from
+    // forbids it (other readings are mostly zeros); otherwise it is private.
+    if let Some(candidates) = possible_v4(ip) {
+        return if candidates.into_iter().any(is_metadata_v4) {
+            AddressClass::Forbidden
+        } else {
+            AddressClass::Private
+        };
+    }
     if ip.is_unspecified() || ip.is_multicast() || is_metadata_v6(ip) {
         return AddressClass::Forbidden;
     }
@@ -90,11 +107,10 @@ fn classify_v6(ip: Ipv6Addr) -> AddressClass {
     let documentation =
         segments[..2] == [0x2001, 0x0db8] || (segments[0] == 0x3fff && segments[1] < 0x1000);
     let discard = segments[..4] == [0x0100, 0, 0, 0];
-    // A translator or relay on the operator's side carries these to IPv4 addresses this
-    // check cannot read for certain: local-use NAT64 (64:ff9b:1::/48) places the IPv4
-    // address by a prefix length only its network knows, Teredo (2001::/32) hides it.
-    let translated_elsewhere = segments[..3] == [0x64, 0xff9b, 1] || segments[..2] == [0x2001, 0];
     let benchmarking = segments[..3] == [0x2001, 2, 0];
+    // Anycast for port control, TURN and DNS-SD: the nearest gateway answers.
+    let gateway_anycast =
+        segments[..7] == [0x2001, 1, 0, 0, 0, 0, 0] && (1..=3).contains(&segments[7]);
     let segment_routing = segments[0] == 0x5f00;
     if ip.is_loopback()
         || ip.is_unique_local()
@@ -102,8 +118,8 @@ fn classify_v6(ip: Ipv6Addr) -> AddressClass {
         || site_local
         || documentation
         || discard
-        || translated_elsewhere
         || benchmarking
+        || gateway_anycast
         || segment_routing
     {
         AddressClass::Private
@@ -133,6 +149,29 @@ fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
     }
     if s[0] == 0x2002 {
         return Some(low(s[1], s[2]));
+    }
+    None
+}
+
+/// Every IPv4 address a local-use NAT64 or a Teredo address may stand for: RFC 6052's
+/// places for the prefix lengths a /48 allows (/48, /56, /64, /96; bits 64–71 are
+/// skipped), and Teredo's server and (inverted) client.
+fn possible_v4(ip: Ipv6Addr) -> Option<Vec<Ipv4Addr>> {
+    let b = ip.octets();
+    let v4 = |octets: [u8; 4]| Ipv4Addr::from(octets);
+    if ip.segments()[..3] == [0x64, 0xff9b, 1] {
+        return Some(vec![
+            v4([b[6], b[7], b[9], b[10]]),
+            v4([b[7], b[9], b[10], b[11]]),
+            v4([b[9], b[10], b[11], b[12]]),
+            v4([b[12], b[13], b[14], b[15]]),
+        ]);
+    }
+    if ip.segments()[..2] == [0x2001, 0] {
+        return Some(vec![
+            v4([b[4], b[5], b[6], b[7]]),
+            v4([!b[12], !b[13], !b[14], !b[15]]),
+        ]);
     }
     None
 }
@@ -346,6 +385,9 @@ mod tests {
             "2001:2::1",
             "3fff::1",
             "3fff:fff::1",
+            "2001:1::1",
+            "2001:1::3",
+            "192.88.99.1",
             "5f00::1",
         ] {
             assert_eq!(class(private), AddressClass::Private, "{private}");
@@ -371,6 +413,14 @@ mod tests {
             // IPv4-translated (SIIT) forms of the metadata address.
             "::ffff:0:a9fe:a9fe",
             "::ffff:0:169.254.169.254",
+            // The metadata address through local-use NAT64, in each place a prefix
+            // length may put it, and as Teredo's server or client.
+            "64:ff9b:1:a9fe:a9:fe00::",
+            "64:ff9b:1:a9:fe:a9fe::",
+            "64:ff9b:1::a9:fea9:fe00:0",
+            "64:ff9b:1::a9fe:a9fe",
+            "2001:0:a9fe:a9fe::1",
+            "2001:0:4136:e378:8000:63bf:5601:5601",
         ] {
             assert_eq!(class(forbidden), AddressClass::Forbidden, "{forbidden}");
         }
