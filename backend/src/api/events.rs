@@ -179,7 +179,16 @@ async fn relay(
     let mut behind = true;
     loop {
         if behind {
-            match catch_up(&state, &user_id, conversation_id, &mut after, &sender).await {
+            match catch_up(
+                &state,
+                &user_id,
+                conversation_id,
+                &mut after,
+                &sender,
+                until,
+            )
+            .await
+            {
                 Ok(true) => behind = false,
                 Ok(false) => return,
                 Err(err) => {
@@ -188,15 +197,17 @@ async fn relay(
             }
         }
         tokio::select! {
+            // Expiry first: a batch that arrives at the same moment is not sent.
+            biased;
+            () = tokio::time::sleep_until(until) => return,
             () = sender.closed() => return,
             _ = shutdown.changed() => return,
-            () = tokio::time::sleep_until(until) => return,
             batch = following.next() => match batch {
                 Some(batch) if batch.complete_after <= after => {
                     let sent = after;
                     for event in batch.events.iter().filter(|event| event.id > sent) {
                         after = event.id;
-                        if sender.send(event.clone()).await.is_err() {
+                        if !send_before(&sender, event.clone(), until).await {
                             return;
                         }
                     }
@@ -209,23 +220,40 @@ async fn relay(
     }
 }
 
+/// Sends one event unless the client is gone or the token expires first (a client that
+/// stops reading holds the send until then); `false` when it was not sent.
+async fn send_before(
+    sender: &mpsc::Sender<StreamEvent>,
+    event: StreamEvent,
+    until: tokio::time::Instant,
+) -> bool {
+    matches!(
+        tokio::time::timeout_at(until, sender.send(event)).await,
+        Ok(Ok(()))
+    )
+}
+
 /// Sends what the stream has not sent yet, read as the user; `Ok(false)` when the client
-/// is gone.
+/// is gone or the token has expired, so nothing is read after it.
 async fn catch_up(
     state: &AppState,
     user_id: &str,
     conversation_id: Uuid,
     after: &mut i64,
     sender: &mpsc::Sender<StreamEvent>,
+    until: tokio::time::Instant,
 ) -> std::result::Result<bool, sqlx::Error> {
     loop {
+        if tokio::time::Instant::now() >= until {
+            return Ok(false);
+        }
         let mut tx = db::begin_as_user(&state.db, user_id).await?;
         let batch = events::after(&mut tx, conversation_id, *after, BATCH).await?;
         tx.commit().await?;
         let full = batch.len() as i64 == BATCH;
         for event in batch {
             *after = event.id;
-            if sender.send(event).await.is_err() {
+            if !send_before(sender, event, until).await {
                 return Ok(false);
             }
         }
