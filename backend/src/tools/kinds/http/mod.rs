@@ -2,8 +2,11 @@
 //! only where the tool's egress policy allows.
 
 pub mod egress;
+mod host_choice;
 
 pub use egress::{AddressClass, EgressPolicy, classify};
+
+use host_choice::{Carried, OriginGuard};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -14,7 +17,7 @@ use serde_json::{Map, Value};
 
 use crate::tools::ToolContext;
 use crate::tools::redact::{self, Redactions};
-use crate::tools::template::{ContextKey, Encoding, Part, Template, json_templates, render_json};
+use crate::tools::template::{Encoding, Part, Template, json_templates, render_json};
 
 /// The `[tools.http]` table of a tools file.
 #[derive(Debug, Deserialize)]
@@ -64,6 +67,7 @@ pub struct HttpTool {
     /// address, which an answer may well repeat (links) and which is no secret.
     base_env: Option<String>,
     egress: EgressPolicy,
+    origin_guard: OriginGuard,
     client: reqwest::Client,
 }
 
@@ -113,28 +117,9 @@ impl HttpTool {
             Some(Part::Env(name)) => Some(name.clone()),
             _ => None,
         };
-        // Whatever the model did not write itself: the operator's environment, the
-        // user's fields, who is asking.
-        let carries_what_the_model_lacks = templates.iter().any(|(_, template)| {
-            template.parts().iter().any(|part| match part {
-                Part::Env(_) => true,
-                Part::Value(name) => !model_sets.contains(name),
-                Part::Context(key) => {
-                    matches!(key, ContextKey::UserId | ContextKey::ConversationId)
-                }
-                Part::Literal(_) => false,
-            })
-        });
-        if config.allow_hosts.is_empty()
-            && carries_what_the_model_lacks
-            && let Some(chooser) = host_chooser(&url, model_sets)
-        {
-            return Err(format!(
-                "http.url: the model's `{chooser}` decides which host the request goes to, \
-                 and the request carries values the model does not have (the environment's, \
-                 the user's fields); list the hosts the tool may reach in http.allow_hosts"
-            ));
-        }
+        let carried = Carried::by(templates.iter().map(|(_, template)| template), model_sets);
+        let origin_guard =
+            OriginGuard::for_tool(&url, &carried, model_sets, !config.allow_hosts.is_empty())?;
         let egress = EgressPolicy::new(&config.allow_hosts, config.allow_private_networks)?;
         let client = egress.client()?;
         Ok(HttpTool {
@@ -147,6 +132,7 @@ impl HttpTool {
             env_names,
             base_env,
             egress,
+            origin_guard,
             client,
         })
     }
@@ -192,6 +178,10 @@ impl HttpTool {
             .map_err(|_| "the tool's URL is not a valid URL once filled in".to_owned())?;
         self.egress
             .check_url(&parsed_url)
+            .and_then(|()| {
+                self.origin_guard
+                    .check(&self.url, values, context, &parsed_url)
+            })
             .map_err(|refused| refused.to_string())?;
         let mut request = self
             .client
@@ -244,35 +234,6 @@ impl HttpTool {
         Ok(serde_json::from_slice::<Value>(&body)
             .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned())))
     }
-}
-
-/// The placeholder the model fills that comes before the URL's path, if one does. The
-/// host is then the model's to choose, and with it where the request goes: a
-/// prompt-injected model would send the operator's credentials or the user's values
-/// anywhere public.
-fn host_chooser(url: &Template, model_sets: &BTreeSet<String>) -> Option<String> {
-    // What the URL reads so far; a trusted value stands in as text that names no path.
-    let mut text = String::new();
-    for (index, part) in url.parts().iter().enumerate() {
-        let origin_ends = text
-            .find("://")
-            .is_some_and(|at| text[at + 3..].contains(['/', '\\', '?', '#']));
-        if origin_ends {
-            return None;
-        }
-        match part {
-            Part::Literal(literal) => text.push_str(literal),
-            Part::Value(name) if model_sets.contains(name) => return Some(format!("{{{name}}}")),
-            Part::Context(ContextKey::ToolCallId) => {
-                return Some("{context.tool_call_id}".to_owned());
-            }
-            // Written as they are (a whole base address may come first) or
-            // percent-encoded after it: either way the operator's or the user's.
-            _ if index == 0 => text.push_str("trusted://base"),
-            _ => text.push_str("trusted"),
-        }
-    }
-    None
 }
 
 /// Longest excerpt of an error page passed on to the model.

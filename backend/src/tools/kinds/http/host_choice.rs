@@ -1,0 +1,321 @@
+//! Who chooses the host an http tool's request goes to. The operator does when the URL
+//! names it; a template may leave it to a value, and then whoever fills that value
+//! chooses where the request, with everything it carries, is sent. A prompt-injected
+//! model must not send the operator's credentials or the user's values anywhere it
+//! likes, and a user must not send the operator's credentials to a host of their own:
+//! such a tool must list its hosts (`allow_hosts`). This is checked when the tools file
+//! is loaded, and again on every call against the URL as it was actually filled in.
+
+use std::collections::BTreeSet;
+
+use reqwest::Url;
+use serde_json::{Map, Value};
+
+use super::egress::EgressRefused;
+use crate::tools::ToolContext;
+use crate::tools::template::{ContextKey, Encoding, Part, Template};
+
+/// A placeholder that comes before the URL's path, and who fills it.
+#[derive(Debug, PartialEq, Eq)]
+enum HostChooser {
+    Model(String),
+    User(String),
+}
+
+/// What a tool's request carries besides the model's own words.
+pub struct Carried {
+    /// Values of the operator's environment.
+    pub environment: bool,
+    /// Anything the model does not have: the environment's values, the user's fields,
+    /// who is asking.
+    pub beyond_the_model: bool,
+}
+
+impl Carried {
+    /// Looks through every template of a request.
+    pub fn by<'a>(
+        templates: impl IntoIterator<Item = &'a Template>,
+        model_sets: &BTreeSet<String>,
+    ) -> Self {
+        let mut carried = Carried {
+            environment: false,
+            beyond_the_model: false,
+        };
+        for part in templates.into_iter().flat_map(Template::parts) {
+            match part {
+                Part::Env(_) => {
+                    carried.environment = true;
+                    carried.beyond_the_model = true;
+                }
+                Part::Value(name) if !model_sets.contains(name) => carried.beyond_the_model = true,
+                Part::Context(ContextKey::UserId | ContextKey::ConversationId) => {
+                    carried.beyond_the_model = true;
+                }
+                _ => {}
+            }
+        }
+        carried
+    }
+}
+
+/// The values a call's URL must keep its origin without: checked on every call, so a
+/// template the load-time reading misjudges still cannot send the request elsewhere.
+#[derive(Debug, Default)]
+pub struct OriginGuard {
+    names: BTreeSet<String>,
+}
+
+impl OriginGuard {
+    /// Refuses a tool whose host its model (or, with the operator's environment on
+    /// board, its user) chooses without `allow_hosts`; otherwise the guard for its calls.
+    pub fn for_tool(
+        url: &Template,
+        carried: &Carried,
+        model_sets: &BTreeSet<String>,
+        hosts_listed: bool,
+    ) -> Result<Self, String> {
+        if hosts_listed {
+            return Ok(OriginGuard::default());
+        }
+        match host_chooser(url, model_sets) {
+            Some(HostChooser::Model(placeholder)) if carried.beyond_the_model => {
+                return Err(format!(
+                    "http.url: the model's `{placeholder}` decides which host the request goes \
+                     to, and the request carries values the model does not have (the \
+                     environment's, the user's fields); list the hosts the tool may reach in \
+                     http.allow_hosts"
+                ));
+            }
+            Some(HostChooser::User(placeholder)) if carried.environment => {
+                return Err(format!(
+                    "http.url: the user's `{placeholder}` decides which host the request goes \
+                     to, and the request carries the environment's values; list the hosts the \
+                     tool may reach in http.allow_hosts"
+                ));
+            }
+            _ => {}
+        }
+        let mut names = BTreeSet::new();
+        if carried.beyond_the_model {
+            names.extend(model_sets.iter().cloned());
+        }
+        if carried.environment {
+            names.extend(url.value_names().map(str::to_owned));
+        }
+        Ok(OriginGuard { names })
+    }
+
+    /// Refuses a call whose URL `rendered` has another origin than the same URL filled
+    /// with a neutral text in place of each guarded value.
+    pub fn check(
+        &self,
+        url: &Template,
+        values: &Map<String, Value>,
+        context: &ToolContext,
+        rendered: &Url,
+    ) -> Result<(), EgressRefused> {
+        if self.names.is_empty() {
+            return Ok(());
+        }
+        let mut neutral = values.clone();
+        for name in &self.names {
+            if let Some(value) = neutral.get_mut(name) {
+                *value = Value::String("v".to_owned());
+            }
+        }
+        let neutral_origin = url
+            .render(&neutral, context, Encoding::Url)
+            .ok()
+            .and_then(|text| Url::parse(&text).ok())
+            .map(|url| url.origin());
+        if neutral_origin == Some(rendered.origin()) {
+            Ok(())
+        } else {
+            Err(EgressRefused(
+                "the call's values chose the host, which the tool does not leave to them \
+                 (it lists no allow_hosts)"
+                    .to_owned(),
+            ))
+        }
+    }
+}
+
+/// The first placeholder before the URL's path that the operator does not fill.
+fn host_chooser(url: &Template, model_sets: &BTreeSet<String>) -> Option<HostChooser> {
+    let parts = url.parts();
+    // What the URL reads so far, with a stand-in for each value the operator fills.
+    let mut text = String::new();
+    for (index, part) in parts.iter().enumerate() {
+        if origin_ends(&text) {
+            return None;
+        }
+        let chooser = match part {
+            // URLs drop tabs and line breaks wherever they are.
+            Part::Literal(literal) => {
+                text.extend(literal.chars().filter(|c| !matches!(c, '\t' | '\n' | '\r')));
+                continue;
+            }
+            Part::Value(name) if model_sets.contains(name) => {
+                HostChooser::Model(format!("{{{name}}}"))
+            }
+            Part::Context(ContextKey::ToolCallId) => {
+                HostChooser::Model("{context.tool_call_id}".to_owned())
+            }
+            Part::Value(name) => HostChooser::User(format!("{{{name}}}")),
+            // The caller of the API names it.
+            Part::Context(ContextKey::OriginalUserRequest) => {
+                HostChooser::User("{context.original_user_request}".to_owned())
+            }
+            Part::Env(_) => {
+                // A whole base address when the path follows it; else some piece of it.
+                let path_follows = match parts.get(index + 1) {
+                    None => true,
+                    Some(Part::Literal(next)) => next.starts_with(['/', '?', '#']),
+                    Some(_) => false,
+                };
+                text.push_str(if index == 0 && path_follows {
+                    "operator://base"
+                } else {
+                    "operator"
+                });
+                continue;
+            }
+            Part::Context(ContextKey::UserId | ContextKey::ConversationId) => {
+                text.push_str("server");
+                continue;
+            }
+        };
+        return Some(chooser);
+    }
+    None
+}
+
+/// Whether `text` already holds a whole origin: a scheme, a host and the start of what
+/// follows it. URLs skip any slashes and backslashes right after `://` and read a
+/// backslash as a slash.
+fn origin_ends(text: &str) -> bool {
+    text.find("://").is_some_and(|at| {
+        text[at + 3..]
+            .trim_start_matches(['/', '\\'])
+            .contains(['/', '\\', '?', '#'])
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use uuid::Uuid;
+
+    fn names(list: &[&str]) -> BTreeSet<String> {
+        list.iter().map(|name| (*name).to_owned()).collect()
+    }
+
+    fn chooser(url: &str, model: &[&str]) -> Option<HostChooser> {
+        host_chooser(&Template::parse(url).expect("parses"), &names(model))
+    }
+
+    #[test]
+    fn the_host_is_read_as_a_url_parser_reads_it() {
+        let model = |p: &str| Some(HostChooser::Model(p.to_owned()));
+        for url in [
+            "{q}",
+            "https://{q}/x",
+            "https:///{q}/x",
+            "https://\\{q}/x",
+            "https://\t/{q}",
+            "https://{q}@api.example.com/x",
+            "https://api.example.com:{q}/x",
+            "{env.BASE}{q}/x",
+            "{env.SCHEME}://{q}/x",
+            "https://{context.tool_call_id}/x",
+        ] {
+            let expected = if url.contains("tool_call_id") {
+                model("{context.tool_call_id}")
+            } else {
+                model("{q}")
+            };
+            assert_eq!(chooser(url, &["q"]), expected, "{url}");
+        }
+        for url in [
+            "https://api.example.com/{q}",
+            "https://api.example.com\\{q}",
+            "https://api.example.com?{q}",
+            "{env.BASE}/{q}",
+            "{env.BASE}?q={q}",
+            "https://{context.user_id}.example.com/{q}",
+        ] {
+            assert_eq!(chooser(url, &["q"]), None, "{url}");
+        }
+        assert_eq!(
+            chooser("{server}/x/{q}", &["q"]),
+            Some(HostChooser::User("{server}".to_owned()))
+        );
+        assert_eq!(
+            chooser("https://{context.original_user_request}/", &[]),
+            Some(HostChooser::User(
+                "{context.original_user_request}".to_owned()
+            ))
+        );
+    }
+
+    fn context() -> ToolContext {
+        ToolContext {
+            user_id: "alice".into(),
+            conversation_id: Uuid::nil(),
+            run_id: None,
+            tool_call_id: "call_1".into(),
+            original_user_request: None,
+            arguments: Map::new(),
+        }
+    }
+
+    /// The guard judges the URL as filled in, whatever the load-time reading thought.
+    #[test]
+    fn a_call_whose_values_move_the_origin_is_refused() {
+        let url = Template::parse("https:///{q}/x").expect("parses");
+        let guard = OriginGuard {
+            names: names(&["q"]),
+        };
+        let check = |q: &str| {
+            let values = json!({"q": q}).as_object().cloned().unwrap_or_default();
+            let rendered = url
+                .render(&values, &context(), Encoding::Url)
+                .expect("renders");
+            let parsed = Url::parse(&rendered).expect("a URL");
+            guard.check(&url, &values, &context(), &parsed)
+        };
+        assert!(check("evil.example").is_err());
+        let path_only = Template::parse("https://api.example.com/{q}").expect("parses");
+        let values = json!({"q": "evil.example"})
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        let rendered = path_only
+            .render(&values, &context(), Encoding::Url)
+            .expect("renders");
+        let parsed = Url::parse(&rendered).expect("a URL");
+        assert!(
+            guard
+                .check(&path_only, &values, &context(), &parsed)
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn a_user_chosen_host_may_carry_the_users_values_but_not_the_operators() {
+        let url = Template::parse("{webhook_url}").expect("parses");
+        let token = Template::parse("Bearer {webhook_token}").expect("parses");
+        let key = Template::parse("Bearer {env.KEY}").expect("parses");
+        let model = names(&["message"]);
+        let own = Carried::by([&url, &token], &model);
+        assert!(OriginGuard::for_tool(&url, &own, &model, false).is_ok());
+        let operators = Carried::by([&url, &key], &model);
+        let err = OriginGuard::for_tool(&url, &operators, &model, false).expect_err("refused");
+        assert!(
+            err.contains("`{webhook_url}`") && err.contains("allow_hosts"),
+            "{err}"
+        );
+        assert!(OriginGuard::for_tool(&url, &operators, &model, true).is_ok());
+    }
+}
