@@ -157,10 +157,19 @@ pub async fn start(
         .chain(config.secret_env_values())
         .collect();
     tokio::spawn(async move {
+        let redactions = Redactions::new(secrets.iter().map(String::as_str));
         let ended = {
             let session = &taken.session;
             session.shared.set_current(Some(slot.clone()));
-            let ended = run(session, &config, &slot, remote.clone(), arguments.clone()).await;
+            let ended = run(
+                session,
+                &config,
+                &slot,
+                remote.clone(),
+                arguments.clone(),
+                &redactions,
+            )
+            .await;
             session.shared.set_current(None);
             session.touch();
             drop(taken);
@@ -170,7 +179,7 @@ pub async fn start(
             Ended::Outcome(outcome) => {
                 // A secret the user gave the tool never reaches the model, even when the
                 // server repeats it in its answer.
-                let shown = Redactions::new(secrets.iter().map(String::as_str)).outcome(*outcome);
+                let shown = redactions.outcome(*outcome);
                 finish(&task_hub, &slot, shown).await
             }
             Ended::Asks(required) => {
@@ -221,6 +230,7 @@ async fn run(
     slot: &CallSlot,
     remote: String,
     arguments: Map<String, Value>,
+    redactions: &Redactions,
 ) -> Ended {
     const TICK: Duration = Duration::from_millis(250);
     let call = session
@@ -232,14 +242,14 @@ async fn run(
         tokio::select! {
             result = &mut call => return match result {
                 Ok(CallToolResponse::Complete(result)) => {
-                    Ended::Outcome(Box::new(outcome_of(&config.name, Ok(result))))
+                    Ended::Outcome(Box::new(outcome_of(&config.name, Ok(result), redactions)))
                 }
                 Ok(CallToolResponse::InputRequired(required)) => Ended::Asks(Box::new(required)),
                 Ok(_) => Ended::Outcome(Box::new(ToolOutcome::failed(format!(
                     "the MCP server `{}` answered in a way toolgate does not take (a task)",
                     config.name
                 )))),
-                Err(err) => Ended::Outcome(Box::new(outcome_of(&config.name, Err(err)))),
+                Err(err) => Ended::Outcome(Box::new(outcome_of(&config.name, Err(err), redactions))),
             },
             () = tokio::time::sleep(TICK) => {
                 if !slot.waiting.load(Ordering::SeqCst) {
@@ -266,10 +276,13 @@ fn excerpt(text: &str, most: usize) -> String {
 }
 
 /// A server's answer as a tool outcome: the text and structured content it returned, or
-/// why the call failed, in words the model can pass on.
+/// why the call failed, in words the model can pass on. Its texts are masked before
+/// they are cut, so a cut never leaves part of a secret behind; the caller masks the
+/// whole outcome as well.
 pub(super) fn outcome_of(
     server: &str,
     result: Result<CallToolResult, ServiceError>,
+    redactions: &Redactions,
 ) -> ToolOutcome {
     match result {
         Ok(result) => {
@@ -286,7 +299,9 @@ pub(super) fn outcome_of(
                     ),
                 }
             }
-            let text = excerpt(&texts.join("\n"), MAX_RESULT_CHARS);
+            let mut joined = texts.join("\n");
+            redactions.text(&mut joined);
+            let text = excerpt(&joined, MAX_RESULT_CHARS);
             if result.is_error == Some(true) {
                 return ToolOutcome::failed(format!(
                     "the tool of the MCP server `{server}` failed: {}",
@@ -310,10 +325,14 @@ pub(super) fn outcome_of(
             }
             ToolOutcome::ok(value)
         }
-        Err(ServiceError::McpError(error)) => ToolOutcome::failed(format!(
-            "the MCP server `{server}` refused the call: {}",
-            excerpt(&error.message, MAX_ERROR_CHARS)
-        )),
+        Err(ServiceError::McpError(error)) => {
+            let mut message = error.message.to_string();
+            redactions.text(&mut message);
+            ToolOutcome::failed(format!(
+                "the MCP server `{server}` refused the call: {}",
+                excerpt(&message, MAX_ERROR_CHARS)
+            ))
+        }
         Err(ServiceError::TransportClosed | ServiceError::TransportSend(_)) => ToolOutcome::failed(
             format!("the MCP server `{server}` ended the session before the tool finished"),
         ),
@@ -787,18 +806,37 @@ mod tests {
     #[test]
     fn results_keep_text_and_structure_and_errors_say_which_server() {
         let result = CallToolResult::success(vec![rmcp::model::ContentBlock::text("hello")]);
-        let outcome = outcome_of("files", Ok(result));
+        let none = Redactions::new([]);
+        let outcome = outcome_of("files", Ok(result), &none);
         assert!(outcome.success);
         assert_eq!(
             outcome.result.as_ref().map(|r| r["text"].clone()),
             Some(json!("hello"))
         );
-        let failed = outcome_of("files", Err(ServiceError::TransportClosed));
+        let failed = outcome_of("files", Err(ServiceError::TransportClosed), &none);
         assert!(
             failed
                 .error
                 .unwrap_or_default()
                 .contains("`files` ended the session")
         );
+    }
+
+    /// A secret that straddles the cut is masked whole, not left half behind.
+    #[test]
+    fn a_secret_across_the_cut_leaves_nothing_of_itself() {
+        const SECRET: &str = "zq9Xk2Lm7Pw4";
+        let long = format!("{}{SECRET} and more", "a".repeat(MAX_RESULT_CHARS - 5));
+        let redactions = Redactions::new([SECRET]);
+        let result = CallToolResult::success(vec![rmcp::model::ContentBlock::text(long.clone())]);
+        let outcome = redactions.outcome(outcome_of("files", Ok(result), &redactions));
+        let text = outcome
+            .result
+            .map(|r| r["text"].to_string())
+            .unwrap_or_default();
+        assert!(!text.contains(&SECRET[..5]), "{}", &text[text.len() - 40..]);
+        let refused = CallToolResult::error(vec![rmcp::model::ContentBlock::text(long)]);
+        let outcome = redactions.outcome(outcome_of("files", Ok(refused), &redactions));
+        assert!(!outcome.error.unwrap_or_default().contains(&SECRET[..3]));
     }
 }

@@ -284,6 +284,7 @@ pub async fn answer_round(hub: &Arc<McpHub>, row: &InputRequestRow) -> Result<Op
     )
     .await;
     drop(taken);
+    let redactions = Redactions::new(secrets.iter().map(String::as_str));
     let outcome = match answered {
         Err(_) => ToolOutcome::failed(format!(
             "the MCP server `{}` did not finish the call within {} s",
@@ -300,14 +301,14 @@ pub async fn answer_round(hub: &Arc<McpHub>, row: &InputRequestRow) -> Result<Op
             };
             park(hub, &context, asking, required).await
         }
-        Ok(Ok(CallToolResponse::Complete(result))) => outcome_of(&state.server, Ok(result)),
+        Ok(Ok(CallToolResponse::Complete(result))) => {
+            outcome_of(&state.server, Ok(result), &redactions)
+        }
         Ok(Ok(_)) => ToolOutcome::failed(format!(
             "the MCP server `{}` answered in a way toolgate does not take (a task)",
             state.server
         )),
-        Ok(Err(err)) => outcome_of(&state.server, Err(err)),
+        Ok(Err(err)) => outcome_of(&state.server, Err(err), &redactions),
     };
-    Ok(Some(
-        Redactions::new(secrets.iter().map(String::as_str)).outcome(outcome),
-    ))
+    Ok(Some(redactions.outcome(outcome)))
 }
