@@ -28,6 +28,8 @@ pub struct SavedInputRow {
     pub label: Option<String>,
     /// `key:<memory_key>`, `tool:<tool>:<field>` or `legacy:<field>`.
     pub binding: String,
+    /// Given through a field the model may fill, whose card offered the model's value.
+    pub model_proposed: bool,
 }
 
 /// The binding a field's value is remembered under.
@@ -48,17 +50,20 @@ pub struct NewSavedInput<'a> {
     pub label: Option<&'a str>,
     pub value: &'a Value,
     pub is_secret: bool,
+    pub model_proposed: bool,
 }
 
 pub async fn upsert(conn: &mut PgConnection, new: NewSavedInput<'_>) -> sqlx::Result<()> {
     sqlx::query!(
         "insert into saved_tool_inputs
-             (user_id, conversation_id, tool_name, memory_key, name, label, value, is_secret)
-         values ($1, $2, $3, $4, $5, $6, $7, $8)
+             (user_id, conversation_id, tool_name, memory_key, name, label, value, is_secret,
+              model_proposed)
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9)
          on conflict on constraint saved_tool_inputs_binding
          do update set value = excluded.value, is_secret = excluded.is_secret,
                        tool_name = excluded.tool_name, name = excluded.name,
-                       label = excluded.label, updated_at = now()",
+                       label = excluded.label, model_proposed = excluded.model_proposed,
+                       updated_at = now()",
         new.user_id,
         new.conversation_id,
         new.tool_name,
@@ -66,7 +71,8 @@ pub async fn upsert(conn: &mut PgConnection, new: NewSavedInput<'_>) -> sqlx::Re
         new.name,
         new.label,
         new.value,
-        new.is_secret
+        new.is_secret,
+        new.model_proposed
     )
     .execute(conn)
     .await?;
@@ -82,7 +88,7 @@ pub async fn list_for_conversation(
     sqlx::query_as!(
         SavedInputRow,
         r#"select conversation_id, name, value, is_secret, updated_at, tool_name, memory_key,
-                  label, binding as "binding!"
+                  label, binding as "binding!", model_proposed
            from saved_tool_inputs
            where (conversation_id = $1 or conversation_id is null)
              and exists (select 1 from conversations where id = $1)
@@ -107,7 +113,8 @@ pub async fn list_for_conversation_as(
             SavedInputRow,
             r#"select conversation_id, name as "name!", value as "value!",
                       is_secret as "is_secret!", updated_at as "updated_at!", tool_name,
-                      memory_key, label, binding as "binding!"
+                      memory_key, label, binding as "binding!",
+                      model_proposed as "model_proposed!"
                from toolgate_session_values($1, $2)"#,
             user_id,
             conversation_id
@@ -155,6 +162,7 @@ pub struct FieldClaim {
     pub memory_key: Option<String>,
     pub is_secret: bool,
     pub label: Option<String>,
+    pub model_may_fill: bool,
 }
 
 /// What [`attribute_legacy`] did.
@@ -215,10 +223,26 @@ pub async fn attribute_legacy(
             continue;
         }
         for claim in targets {
+            let binding = binding_for(
+                &claim.tool_name,
+                &claim.field_name,
+                claim.memory_key.as_deref(),
+            );
+            // Which field it was given through is not known: if any field of its binding
+            // lets the model fill it, it may have been the model's proposal.
+            let model_proposed = claims.iter().any(|other| {
+                other.model_may_fill
+                    && binding_for(
+                        &other.tool_name,
+                        &other.field_name,
+                        other.memory_key.as_deref(),
+                    ) == binding
+            });
             sqlx::query!(
                 "insert into saved_tool_inputs
-                     (user_id, conversation_id, tool_name, memory_key, name, label, value, is_secret)
-                 values ($1, $2, $3, $4, $5, $6, $7, $8)
+                     (user_id, conversation_id, tool_name, memory_key, name, label, value, is_secret,
+                      model_proposed)
+                 values ($1, $2, $3, $4, $5, $6, $7, $8, $9)
                  on conflict on constraint saved_tool_inputs_binding do nothing",
                 &row.user_id,
                 row.conversation_id,
@@ -227,7 +251,8 @@ pub async fn attribute_legacy(
                 &row.name,
                 claim.label.as_deref(),
                 &row.value,
-                row.is_secret
+                row.is_secret,
+                model_proposed
             )
             .execute(&mut *conn)
             .await?;

@@ -431,6 +431,7 @@ impl ToolRegistry {
                     memory_key: field.memory_key.clone(),
                     is_secret: field.is_secret(),
                     label: field.label.clone(),
+                    model_may_fill: field.model_may_fill,
                 })
             })
             .collect()

@@ -50,6 +50,7 @@ pub async fn remember(
             label: field.label.as_deref(),
             value: kept,
             is_secret: field.is_secret(),
+            model_proposed: field.model_may_fill,
         },
     )
     .await?;
@@ -98,34 +99,25 @@ pub async fn for_tool(
 
 /// A keyed value crosses tools only with the same secrecy, and a secret only between
 /// tools of one origin whose giver still exists. A field only the user fills takes no
-/// value given through a field the model may fill: the model proposed that one (the
-/// card offered the model's value as the default), so it is not the user's own.
+/// value given through a field the model may fill, in any tool (its own too): the card
+/// offered the model's value there, so it is not the user's own. That mark is stored
+/// with the value, so it holds whatever the tools say later.
 fn may_receive(
     registry: &ToolRegistry,
     tool: &Tool,
     field: &FieldSpec,
     row: &SavedInputRow,
 ) -> bool {
-    if row.is_secret != field.is_secret() {
+    if row.is_secret != field.is_secret() || (row.model_proposed && !field.model_may_fill) {
         return false;
     }
-    if row.tool_name.as_deref() == Some(tool.name.as_str()) {
+    if !row.is_secret || row.tool_name.as_deref() == Some(tool.name.as_str()) {
         return true;
     }
-    let giver = row
-        .tool_name
+    row.tool_name
         .as_deref()
-        .and_then(|giver| registry.get(giver));
-    let proposed_by_the_model = giver.as_ref().is_some_and(|giver| {
-        giver
-            .fields()
-            .iter()
-            .any(|given| given.memory_key == field.memory_key && given.model_may_fill)
-    });
-    if proposed_by_the_model && !field.model_may_fill {
-        return false;
-    }
-    !row.is_secret || giver.is_some_and(|giver| giver.origin == tool.origin)
+        .and_then(|giver| registry.get(giver))
+        .is_some_and(|giver| giver.origin == tool.origin)
 }
 
 /// The values remembered for a conversation and the user-wide ones, as the user sees

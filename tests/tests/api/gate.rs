@@ -74,6 +74,20 @@ allow_private_networks = true
 url = "{env.GOOD_BASE}/payout/{billing_account}"
 
 [[tools]]
+name = "move_funds"
+description = "Moves funds from an account the user names to the user's own"
+kind = "http"
+requires_approval = false
+parameters = { type = "object", properties = { from_account = { type = "string" } } }
+[tools.requires_user_input]
+reason = "From which account, to yours"
+save_for_session = true
+fields = [ { name = "from_account", type = "text", model_may_fill = true, memory_key = "funds_account" }, { name = "to_account", type = "text", memory_key = "funds_account", save_for = "call" } ]
+[tools.http]
+allow_private_networks = true
+url = "{env.GOOD_BASE}/move/{from_account}/{to_account}"
+
+[[tools]]
 name = "schedule_report"
 description = "Schedule a report for a day"
 kind = "http"
@@ -516,6 +530,37 @@ async fn a_value_the_model_proposed_never_fills_a_user_only_field_through_a_shar
         billed["user_input_request"]["fields"][0]["default"], "ACC-OF-THE-USER",
         "{billed}"
     );
+
+    // Within one tool too: its user-only field does not take what its own field the
+    // model may fill was given.
+    let id = call_id();
+    g.execute(
+        &token,
+        &conversation,
+        "move_funds",
+        &id,
+        json!({"from_account": "ACC-OF-THE-MODEL"}),
+    )
+    .await;
+    let (_, moved) = g
+        .submit(
+            &token,
+            &id,
+            json!({"from_account": "ACC-OF-THE-MODEL", "to_account": "ACC-OF-THE-USER"}),
+        )
+        .await;
+    assert_eq!(moved["tool_result"]["success"], true, "{moved}");
+    let again = g
+        .execute(&token, &conversation, "move_funds", &call_id(), json!({}))
+        .await;
+    assert_eq!(again["requires_user_input"], true, "{again}");
+    let asked: Vec<&str> = again["user_input_request"]["fields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f["name"].as_str())
+        .collect();
+    assert!(asked.contains(&"to_account"), "{again}");
 }
 
 #[tokio::test]
