@@ -138,21 +138,20 @@ pub async fn stream_events(
     let (sender, receiver) = mpsc::channel::<StreamEvent>(64);
     // Followed before the first read, so nothing written in between is missed.
     let following = state.events.follow(conversation_id);
-    tokio::spawn(async move {
-        relay(
-            state,
-            user_id,
-            conversation_id,
-            after,
-            following,
-            sender,
-            until,
-        )
-        .await;
-        // The user's stream place is free again once the relay ends.
-        drop(slot);
-    });
-    let stream = ReceiverStream::new(receiver).map(|event| {
+    tokio::spawn(relay(
+        state,
+        user_id,
+        conversation_id,
+        after,
+        following,
+        sender,
+        until,
+    ));
+    // The user's stream place is held by the response body: free again once the
+    // connection has taken (or dropped) the last event, not while a client that stopped
+    // reading still holds some.
+    let stream = ReceiverStream::new(receiver).map(move |event| {
+        let _place = &slot;
         let data = serde_json::to_string(&event).unwrap_or_default();
         Ok(Event::default()
             .id(event.id.to_string())
