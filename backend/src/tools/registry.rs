@@ -14,7 +14,7 @@ use protocol::fields::{self, FieldSpec, FieldType, InputRequestSpec};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::kinds::http::{HttpConfig, HttpTool};
+use super::kinds::http::{Fillers, HttpConfig, HttpTool};
 use super::kinds::sql::{SqlConfig, SqlTool};
 use super::mcp::{self, McpConfig};
 use super::redact::Redactions;
@@ -533,18 +533,21 @@ fn build(entry: ToolEntry) -> anyhow::Result<Tool> {
     }
     let runner = match (entry.kind.as_str(), entry.http, entry.sql) {
         ("http", Some(http), None) => {
-            // Arguments that are no field, and fields the model may fill.
-            let model_sets: BTreeSet<String> = known
-                .iter()
-                .filter(|name| {
-                    fields
-                        .iter()
-                        .find(|field| &&field.name == name)
-                        .is_none_or(|field| field.model_may_fill)
-                })
-                .cloned()
-                .collect();
-            Runner::Http(HttpTool::new(http, &known, &model_sets).map_err(anyhow::Error::msg)?)
+            let fillers = Fillers {
+                model_sets: known
+                    .iter()
+                    .filter(|name| {
+                        fields
+                            .iter()
+                            .find(|field| &&field.name == name)
+                            .is_none_or(|field| field.model_may_fill)
+                    })
+                    .cloned()
+                    .collect(),
+                fields: fields.iter().map(|field| field.name.clone()).collect(),
+                known: known.clone(),
+            };
+            Runner::Http(HttpTool::new(http, &fillers).map_err(anyhow::Error::msg)?)
         }
         ("sql", None, Some(sql)) => {
             let options = fields
@@ -847,7 +850,14 @@ url = "{env.LOOKUP_BASE}/accounts/{account}?q={q}"
                 "https://{account}/x",
             )
             .replace("validation = \"^[0-9]+$\"", "model_may_fill = true");
-        parse_tools_file(&may_fill).expect("nothing the model lacks goes out");
+        // A field the model may fill is filled from the user's memory when the model
+        // leaves it out: it is no word of the model's own.
+        assert!(error_of(&may_fill).contains("`{account}`"));
+        let own_words_only = HTTP_TOOL.replace(
+            "{env.LOOKUP_BASE}/accounts/{account}?q={q}",
+            "https://{q}/x",
+        );
+        parse_tools_file(&own_words_only).expect("the model's own words may go anywhere public");
         let may_fill_with_key = may_fill.replace(
             "[tools.http]\n",
             "[tools.http]\nheaders = { X-Key = \"{env.LOOKUP_KEY}\" }\n",

@@ -26,16 +26,17 @@ enum HostChooser {
 pub struct Carried {
     /// Values of the operator's environment.
     pub environment: bool,
-    /// Anything the model does not have: the environment's values, the user's fields,
-    /// who is asking.
+    /// Anything the model does not have: the environment's values, the tool's fields
+    /// (even one the model may fill is filled from the user's memory when the model
+    /// leaves it out), who is asking.
     pub beyond_the_model: bool,
 }
 
 impl Carried {
-    /// Looks through every template of a request.
+    /// Looks through every template of a request; `fields` are the tool's fields.
     pub fn by<'a>(
         templates: impl IntoIterator<Item = &'a Template>,
-        model_sets: &BTreeSet<String>,
+        fields: &BTreeSet<String>,
     ) -> Self {
         let mut carried = Carried {
             environment: false,
@@ -47,7 +48,7 @@ impl Carried {
                     carried.environment = true;
                     carried.beyond_the_model = true;
                 }
-                Part::Value(name) if !model_sets.contains(name) => carried.beyond_the_model = true,
+                Part::Value(name) if fields.contains(name) => carried.beyond_the_model = true,
                 Part::Context(ContextKey::UserId | ContextKey::ConversationId) => {
                     carried.beyond_the_model = true;
                 }
@@ -62,6 +63,8 @@ impl Carried {
 /// template the load-time reading misjudges still cannot send the request elsewhere.
 #[derive(Debug, Default)]
 pub struct OriginGuard {
+    /// Whether the request carries anything that must not go where a value says.
+    active: bool,
     names: BTreeSet<String>,
 }
 
@@ -102,7 +105,10 @@ impl OriginGuard {
         if carried.environment {
             names.extend(url.value_names().map(str::to_owned));
         }
-        Ok(OriginGuard { names })
+        Ok(OriginGuard {
+            active: carried.beyond_the_model,
+            names,
+        })
     }
 
     /// Refuses a call whose URL `rendered` has another origin than the same URL filled
@@ -114,7 +120,7 @@ impl OriginGuard {
         context: &ToolContext,
         rendered: &Url,
     ) -> Result<(), EgressRefused> {
-        if self.names.is_empty() {
+        if !self.active {
             return Ok(());
         }
         let mut neutral = values.clone();
@@ -123,8 +129,17 @@ impl OriginGuard {
                 *value = Value::String("v".to_owned());
             }
         }
+        // The model's call id and the caller's words are no one's choice of host either.
+        let neutral_context = ToolContext {
+            tool_call_id: "v".to_owned(),
+            original_user_request: context
+                .original_user_request
+                .as_ref()
+                .map(|_| "v".to_owned()),
+            ..context.clone()
+        };
         let neutral_origin = url
-            .render(&neutral, context, Encoding::Url)
+            .render(&neutral, &neutral_context, Encoding::Url)
             .ok()
             .and_then(|text| Url::parse(&text).ok())
             .map(|url| url.origin());
@@ -275,6 +290,7 @@ mod tests {
     fn a_call_whose_values_move_the_origin_is_refused() {
         let url = Template::parse("https:///{q}/x").expect("parses");
         let guard = OriginGuard {
+            active: true,
             names: names(&["q"]),
         };
         let check = |q: &str| {
@@ -303,14 +319,32 @@ mod tests {
     }
 
     #[test]
+    fn the_models_call_id_cannot_move_the_origin() {
+        let url = Template::parse("https:/{context.tool_call_id}/x").expect("parses");
+        let guard = OriginGuard {
+            active: true,
+            names: BTreeSet::new(),
+        };
+        let mut called = context();
+        called.tool_call_id = "evil.example".to_owned();
+        let rendered = url
+            .render(&Map::new(), &called, Encoding::Url)
+            .expect("renders");
+        let parsed = Url::parse(&rendered).expect("a URL");
+        assert_eq!(parsed.host_str(), Some("evil.example"));
+        assert!(guard.check(&url, &Map::new(), &called, &parsed).is_err());
+    }
+
+    #[test]
     fn a_user_chosen_host_may_carry_the_users_values_but_not_the_operators() {
         let url = Template::parse("{webhook_url}").expect("parses");
         let token = Template::parse("Bearer {webhook_token}").expect("parses");
         let key = Template::parse("Bearer {env.KEY}").expect("parses");
         let model = names(&["message"]);
-        let own = Carried::by([&url, &token], &model);
+        let fields = names(&["webhook_url", "webhook_token"]);
+        let own = Carried::by([&url, &token], &fields);
         assert!(OriginGuard::for_tool(&url, &own, &model, false).is_ok());
-        let operators = Carried::by([&url, &key], &model);
+        let operators = Carried::by([&url, &key], &fields);
         let err = OriginGuard::for_tool(&url, &operators, &model, false).expect_err("refused");
         assert!(
             err.contains("`{webhook_url}`") && err.contains("allow_hosts"),

@@ -71,14 +71,26 @@ pub struct HttpTool {
     client: reqwest::Client,
 }
 
+/// Who fills a tool's placeholders.
+pub struct Fillers {
+    /// Every argument and field name.
+    pub known: BTreeSet<String>,
+    /// Those the model's arguments fill: arguments that are no field, and fields that
+    /// say `model_may_fill`.
+    pub model_sets: BTreeSet<String>,
+    /// The tool's fields: the user fills them, or what the user remembered does (a field
+    /// the model may fill too).
+    pub fields: BTreeSet<String>,
+}
+
 impl HttpTool {
-    /// Checks the configuration; `known` are the names arguments and fields provide,
-    /// `model_sets` those of them the model's arguments fill.
-    pub fn new(
-        config: HttpConfig,
-        known: &BTreeSet<String>,
-        model_sets: &BTreeSet<String>,
-    ) -> Result<Self, String> {
+    /// Checks the configuration against who fills its placeholders.
+    pub fn new(config: HttpConfig, fillers: &Fillers) -> Result<Self, String> {
+        let Fillers {
+            known,
+            model_sets,
+            fields,
+        } = fillers;
         let method = reqwest::Method::from_bytes(config.method.to_uppercase().as_bytes())
             .map_err(|_| format!("http.method `{}` is not an HTTP method", config.method))?;
         let url = Template::parse(&config.url).map_err(|err| format!("http.url: {err}"))?;
@@ -117,7 +129,7 @@ impl HttpTool {
             Some(Part::Env(name)) => Some(name.clone()),
             _ => None,
         };
-        let carried = Carried::by(templates.iter().map(|(_, template)| template), model_sets);
+        let carried = Carried::by(templates.iter().map(|(_, template)| template), fields);
         let origin_guard =
             OriginGuard::for_tool(&url, &carried, model_sets, !config.allow_hosts.is_empty())?;
         let egress = EgressPolicy::new(&config.allow_hosts, config.allow_private_networks)?;
