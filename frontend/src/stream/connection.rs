@@ -1,5 +1,6 @@
 //! The event stream's connection: an `EventSource` per conversation, opened again
-//! with backoff and `after=<last id>` whenever it drops.
+//! with `after=<last id>` whenever it drops: at once and quietly after a good while
+//! live (the server ends each stream when its token expires), else with backoff.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -28,10 +29,18 @@ fn event_names() -> impl Iterator<Item = &'static str> {
 type EventListener = Closure<dyn FnMut(MessageEvent)>;
 type StateListener = Closure<dyn FnMut(web_sys::Event)>;
 
+/// A stream that was live this long and then ends is opened again at once, without
+/// saying so: the server ends every stream when its token expires. One that ends
+/// sooner goes through the backoff, so a server that keeps ending streams is not
+/// asked again and again.
+const QUIET_AFTER_MS: f64 = 2_000.0;
+
 struct Connection {
     alive: Cell<bool>,
     /// Failed attempts in a row; an opened stream resets it.
     failures: Cell<u32>,
+    /// When the current stream opened (ms since the epoch); 0 until it does.
+    opened_at: Cell<f64>,
     last_event: Cell<i64>,
     source: RefCell<Option<EventSource>>,
     closed: RefCell<Option<oneshot::Sender<()>>>,
@@ -59,6 +68,7 @@ pub fn follow(store: ChatStore, app: AppState) {
     let connection = Rc::new(Connection {
         alive: Cell::new(true),
         failures: Cell::new(0),
+        opened_at: Cell::new(0.0),
         last_event: Cell::new(0),
         source: RefCell::new(None),
         closed: RefCell::new(None),
@@ -80,15 +90,21 @@ async fn run(connection: Rc<Connection>, store: ChatStore, app: AppState) {
         connection.failures.set(failures);
         backoff(failures)
     };
+    // Set while a stream that ended after a good while is opened again: the indicator
+    // keeps saying live unless that fails.
+    let mut quietly = false;
     while connection.alive.get() {
         let Some(token) = app.token() else {
             break;
         };
-        store.link.set(if connection.failures.get() == 0 {
-            Link::Connecting
-        } else {
-            Link::Reconnecting
-        });
+        if !quietly {
+            store.link.set(if connection.failures.get() == 0 {
+                Link::Connecting
+            } else {
+                Link::Reconnecting
+            });
+        }
+        quietly = false;
         let stream_token = match api::stream_token(&token, store.id).await {
             Ok(stream_token) => stream_token,
             Err(err) => {
@@ -123,12 +139,19 @@ async fn run(connection: Rc<Connection>, store: ChatStore, app: AppState) {
         };
         let (closed_tx, closed_rx) = oneshot::channel();
         *connection.closed.borrow_mut() = Some(closed_tx);
+        connection.opened_at.set(0.0);
         attach(&connection, &source, store, app);
         *connection.source.borrow_mut() = Some(source);
         let _ = closed_rx.await;
         connection.listeners.borrow_mut().clear();
         if !connection.alive.get() {
             break;
+        }
+        let opened_at = connection.opened_at.get();
+        if opened_at > 0.0 && clock::now_ms() - opened_at >= QUIET_AFTER_MS {
+            quietly = true;
+            refresh_pending(store, app);
+            continue;
         }
         store.link.set(Link::Reconnecting);
         clock::sleep(failed(&connection)).await;
@@ -175,6 +198,7 @@ fn attach(connection: &Rc<Connection>, source: &EventSource, store: ChatStore, a
     let on_open = StateListener::new(move |_| {
         if let Some(connection) = weak.upgrade() {
             connection.failures.set(0);
+            connection.opened_at.set(clock::now_ms());
         }
         store.link.set(Link::Live);
         app.reached();

@@ -273,6 +273,83 @@ async fn losing_the_network_is_shown_and_the_stream_comes_back_by_itself() {
     b.quit().await;
 }
 
+/// The server ends every event stream when its token expires. The page opens the next
+/// one at once and says nothing: the status (a live region a screen reader reads out)
+/// stays "live", and the stream goes on delivering.
+#[tokio::test]
+async fn a_stream_the_server_ends_after_a_while_is_reopened_without_a_word() {
+    let Some(fx) = Fixture::start("stream_ends").await else {
+        return;
+    };
+    let b = fx.browser().await;
+    sign_in(&b, &fx.base(), &unique("hana")).await;
+    // Keeps every EventSource the page opens, to end one as the server would.
+    b.execute(
+        "window.__sources = []; const Original = window.EventSource; \
+         window.EventSource = function (url, options) { \
+           const source = new Original(url, options); window.__sources.push(source); \
+           return source; }; \
+         window.EventSource.prototype = Original.prototype;",
+        vec![],
+    )
+    .await
+    .expect("follow the page's event sources");
+    new_conversation(&b).await;
+    ask(&b, "Get my P&L report for Q1 2025").await;
+    b.wait_for(PENDING_CARD).await.expect("card");
+    b.wait_for("[data-testid=stream-status][data-state=live]")
+        .await
+        .expect("stream live");
+    tokio::time::sleep(std::time::Duration::from_millis(2_500)).await;
+    let opened = b
+        .execute("return window.__sources.length", vec![])
+        .await
+        .expect("sources")
+        .as_u64()
+        .unwrap_or(0);
+    assert!(opened >= 1, "the page's stream was followed");
+    // Every state the status shows from now on, and the end of the stream as the
+    // browser reports a stream the server closed.
+    b.execute(
+        "window.__states = []; const status = document.querySelector('[data-testid=stream-status]'); \
+         new MutationObserver(() => window.__states.push(status.dataset.state)) \
+           .observe(status, { attributes: true, attributeFilter: ['data-state'] }); \
+         window.__sources[window.__sources.length - 1].dispatchEvent(new Event('error'));",
+        vec![],
+    )
+    .await
+    .expect("end the stream");
+    b.wait_until(
+        "a new stream to open",
+        &format!(
+            "window.__sources.length > {opened} && \
+             window.__sources[window.__sources.length - 1].readyState === 1"
+        ),
+    )
+    .await
+    .expect("reopened");
+    let states = b
+        .execute("return window.__states", vec![])
+        .await
+        .expect("states");
+    assert!(
+        states
+            .as_array()
+            .into_iter()
+            .flatten()
+            .all(|state| state == "live"),
+        "the status only ever said live: {states}"
+    );
+    let input = b
+        .find("[data-testid=input-card] input")
+        .await
+        .expect("input");
+    input.send_keys("9130346988354456").await.expect("type");
+    input.send_keys(ENTER).await.expect("submit");
+    crate::wait_for_answer(&b, "net income").await;
+    b.quit().await;
+}
+
 #[tokio::test]
 async fn without_dev_sign_in_the_page_explains_tokens_and_accepts_a_pasted_one() {
     let Some(fx) = Fixture::start_with("no_dev_auth", |o| o.without("TOOLGATE_DEV_AUTH")).await
