@@ -28,8 +28,9 @@ pub struct SavedInputRow {
     pub label: Option<String>,
     /// `key:<memory_key>`, `tool:<tool>:<field>` or `legacy:<field>`.
     pub binding: String,
-    /// Given through a field the model may fill, whose card offered the model's value.
-    pub model_proposed: bool,
+    /// Given through a field the model may fill, whose card offered the model's value;
+    /// `None` on values remembered before that was recorded.
+    pub model_proposed: Option<bool>,
 }
 
 /// The binding a field's value is remembered under.
@@ -114,7 +115,7 @@ pub async fn list_for_conversation_as(
             r#"select conversation_id, name as "name!", value as "value!",
                       is_secret as "is_secret!", updated_at as "updated_at!", tool_name,
                       memory_key, label, binding as "binding!",
-                      model_proposed as "model_proposed!"
+                      model_proposed
                from toolgate_session_values($1, $2)"#,
             user_id,
             conversation_id
@@ -222,22 +223,12 @@ pub async fn attribute_legacy(
             done.left += 1;
             continue;
         }
+        // Which field it was given through is not known: if any field of its name lets
+        // the model fill it, it may have been the model's proposal.
+        let model_proposed = claims
+            .iter()
+            .any(|claim| claim.field_name == row.name && claim.model_may_fill);
         for claim in targets {
-            let binding = binding_for(
-                &claim.tool_name,
-                &claim.field_name,
-                claim.memory_key.as_deref(),
-            );
-            // Which field it was given through is not known: if any field of its binding
-            // lets the model fill it, it may have been the model's proposal.
-            let model_proposed = claims.iter().any(|other| {
-                other.model_may_fill
-                    && binding_for(
-                        &other.tool_name,
-                        &other.field_name,
-                        other.memory_key.as_deref(),
-                    ) == binding
-            });
             sqlx::query!(
                 "insert into saved_tool_inputs
                      (user_id, conversation_id, tool_name, memory_key, name, label, value, is_secret,

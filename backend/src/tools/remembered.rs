@@ -108,16 +108,34 @@ fn may_receive(
     field: &FieldSpec,
     row: &SavedInputRow,
 ) -> bool {
-    if row.is_secret != field.is_secret() || (row.model_proposed && !field.model_may_fill) {
+    if row.is_secret != field.is_secret() {
         return false;
     }
-    if !row.is_secret || row.tool_name.as_deref() == Some(tool.name.as_str()) {
-        return true;
-    }
-    row.tool_name
+    let giver = row
+        .tool_name
         .as_deref()
-        .and_then(|giver| registry.get(giver))
-        .is_some_and(|giver| giver.origin == tool.origin)
+        .and_then(|giver| registry.get(giver));
+    if !field.model_may_fill && model_proposed(row, giver.as_deref()) {
+        return false;
+    }
+    !row.is_secret
+        || row.tool_name.as_deref() == Some(tool.name.as_str())
+        || giver.is_some_and(|giver| giver.origin == tool.origin)
+}
+
+/// Whether a remembered value was the model's proposal. A value remembered before that
+/// was recorded is judged by its giver's configuration: proposed if the giver has a
+/// field the model may fill under its binding, or if the giver is gone.
+fn model_proposed(row: &SavedInputRow, giver: Option<&Tool>) -> bool {
+    row.model_proposed.unwrap_or_else(|| {
+        giver.is_none_or(|giver| {
+            giver.fields().iter().any(|given| {
+                given.model_may_fill
+                    && binding_for(&giver.name, &given.name, given.memory_key.as_deref())
+                        == row.binding
+            })
+        })
+    })
 }
 
 /// The values remembered for a conversation and the user-wide ones, as the user sees

@@ -563,6 +563,42 @@ async fn a_value_the_model_proposed_never_fills_a_user_only_field_through_a_shar
     assert!(asked.contains(&"to_account"), "{again}");
 }
 
+/// Values remembered before the model's proposals were marked carry no mark: they are
+/// judged by the fields of the tool they were given to.
+#[tokio::test]
+async fn values_remembered_before_the_mark_are_judged_by_their_givers_fields() {
+    let g = gate().await;
+    let (user, token) = g.server.new_user("unmarked").await;
+    let mut db = g.server.db().await;
+    let mut remember_unmarked = async |conversation: &str, giver: &str, value: &str| {
+        sqlx::query(
+            "insert into saved_tool_inputs (user_id, conversation_id, tool_name, memory_key, name, value, is_secret) \
+             values ($1, $2, $3, 'billing_account', 'billing_account', $4, false)",
+        )
+        .bind(&user)
+        .bind(uuid::Uuid::parse_str(conversation).expect("uuid"))
+        .bind(giver)
+        .bind(json!(value))
+        .execute(&mut db)
+        .await
+        .expect("an unmarked row");
+    };
+    // Given to a tool whose field the model may fill: the payout asks.
+    let proposed = g.server.new_conversation(&token).await;
+    remember_unmarked(&proposed, "bills_for_account", "ACC-MAYBE-THE-MODELS").await;
+    let payout = g
+        .execute(&token, &proposed, "pay_out", &call_id(), json!({}))
+        .await;
+    assert_eq!(payout["requires_user_input"], true, "{payout}");
+    // Given to the payout's own user-only field: used.
+    let own = g.server.new_conversation(&token).await;
+    remember_unmarked(&own, "pay_out", "ACC-OF-THE-USER").await;
+    let payout = g
+        .execute(&token, &own, "pay_out", &call_id(), json!({}))
+        .await;
+    assert_eq!(payout["success"], true, "{payout}");
+}
+
 #[tokio::test]
 async fn the_webhook_attack_gets_nothing() {
     let g = gate().await;
