@@ -176,11 +176,12 @@ fn host_chooser(url: &Template, model_sets: &BTreeSet<String>) -> Option<HostCho
             Part::Context(ContextKey::ToolCallId) => {
                 HostChooser::Model("{context.tool_call_id}".to_owned())
             }
-            Part::Value(name) => HostChooser::User(format!("{{{name}}}")),
-            // The caller of the API names it.
+            // Whatever the request's text holds, pasted or quoted too: no one's choice of
+            // a host, and the per-call guard reads it so.
             Part::Context(ContextKey::OriginalUserRequest) => {
-                HostChooser::User("{context.original_user_request}".to_owned())
+                HostChooser::Model("{context.original_user_request}".to_owned())
             }
+            Part::Value(name) => HostChooser::User(format!("{{{name}}}")),
             Part::Env(_) => {
                 // A whole base address when the path follows it; else some piece of it.
                 let path_follows = match parts.get(index + 1) {
@@ -268,7 +269,7 @@ mod tests {
         );
         assert_eq!(
             chooser("https://{context.original_user_request}/", &[]),
-            Some(HostChooser::User(
+            Some(HostChooser::Model(
                 "{context.original_user_request}".to_owned()
             ))
         );
