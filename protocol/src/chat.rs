@@ -491,6 +491,12 @@ pub enum EventKind {
     },
 }
 
+/// The SSE event a stream sends last when the token that opened it expires, just
+/// before it ends (its data: `{"reason": "token_expired"}`). A client that gets it opens
+/// the stream again with a fresh token and `after`, with no need to say it lost the
+/// connection.
+pub const STREAM_EXPIRED_EVENT: &str = "expired";
+
 impl EventKind {
     /// Every SSE event name, for clients that register a listener per name.
     pub const NAMES: [&'static str; 9] = [

@@ -14,7 +14,7 @@ use axum::http::HeaderMap;
 use axum::http::header::AUTHORIZATION;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::Stream;
-use protocol::chat::{StreamEvent, StreamToken};
+use protocol::chat::{STREAM_EXPIRED_EVENT, StreamEvent, StreamToken};
 use serde::Deserialize;
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
@@ -72,8 +72,9 @@ pub struct StreamQuery {
 }
 
 /// Run events of the conversation as server-sent events: `id` is the event id,
-/// `event` its kind, `data` the whole event as JSON. The stream ends when the token
-/// that opened it expires; open it again with a fresh token and `after`.
+/// `event` its kind, `data` the whole event as JSON. When the token that opened it
+/// expires, the stream sends a last event named `expired` (data
+/// `{"reason":"token_expired"}`) and ends; open it again with a fresh token and `after`.
 #[utoipa::path(get, path = "/api/conversations/{id}/events", tag = "chat",
     params(("id" = Uuid, Path, description = "Conversation id"), StreamQuery),
     security(("bearer" = []), ("stream_token" = [])),
@@ -135,30 +136,48 @@ pub async fn stream_events(
     }
     tx.commit().await?;
 
-    let (sender, receiver) = mpsc::channel::<StreamEvent>(64);
+    let (sender, receiver) = mpsc::channel::<Outgoing>(64);
     // Followed before the first read, so nothing written in between is missed.
     let following = state.events.follow(conversation_id);
-    tokio::spawn(relay(
-        state,
-        user_id,
-        conversation_id,
-        after,
-        following,
-        sender,
-        until,
-    ));
+    tokio::spawn(async move {
+        relay(
+            state,
+            user_id,
+            conversation_id,
+            after,
+            following,
+            &sender,
+            until,
+        )
+        .await;
+        if tokio::time::Instant::now() >= until {
+            // Said only to a client that still reads; one that stopped gets nothing more.
+            let _ = sender.try_send(Outgoing::Expired);
+        }
+    });
     // The user's stream place is held by the response body: free again once the
     // connection has taken (or dropped) the last event, not while a client that stopped
     // reading still holds some.
-    let stream = ReceiverStream::new(receiver).map(move |event| {
+    let stream = ReceiverStream::new(receiver).map(move |outgoing| {
         let _place = &slot;
-        let data = serde_json::to_string(&event).unwrap_or_default();
-        Ok(Event::default()
-            .id(event.id.to_string())
-            .event(event.kind.name())
-            .data(data))
+        Ok(match outgoing {
+            Outgoing::Event(event) => Event::default()
+                .id(event.id.to_string())
+                .event(event.kind.name())
+                .data(serde_json::to_string(&event).unwrap_or_default()),
+            Outgoing::Expired => Event::default()
+                .event(STREAM_EXPIRED_EVENT)
+                .data(r#"{"reason":"token_expired"}"#),
+        })
     });
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+/// What a stream's relay hands its response.
+enum Outgoing {
+    Event(Box<StreamEvent>),
+    /// The token that opened the stream has expired; the stream ends after this.
+    Expired,
 }
 
 /// Sends stored events to one client until it goes away, its token expires or the
@@ -171,23 +190,14 @@ async fn relay(
     conversation_id: Uuid,
     mut after: i64,
     mut following: Following,
-    sender: mpsc::Sender<StreamEvent>,
+    sender: &mpsc::Sender<Outgoing>,
     until: tokio::time::Instant,
 ) {
     let mut shutdown = state.shutdown.clone();
     let mut behind = true;
     loop {
         if behind {
-            match catch_up(
-                &state,
-                &user_id,
-                conversation_id,
-                &mut after,
-                &sender,
-                until,
-            )
-            .await
-            {
+            match catch_up(&state, &user_id, conversation_id, &mut after, sender, until).await {
                 Ok(true) => behind = false,
                 Ok(false) => return,
                 Err(err) => {
@@ -206,7 +216,7 @@ async fn relay(
                     let sent = after;
                     for event in batch.events.iter().filter(|event| event.id > sent) {
                         after = event.id;
-                        if !send_before(&sender, event.clone(), until).await {
+                        if !send_before(sender, event.clone(), until).await {
                             return;
                         }
                     }
@@ -222,12 +232,12 @@ async fn relay(
 /// Sends one event unless the client is gone or the token expires first (a client that
 /// stops reading holds the send until then); `false` when it was not sent.
 async fn send_before(
-    sender: &mpsc::Sender<StreamEvent>,
+    sender: &mpsc::Sender<Outgoing>,
     event: StreamEvent,
     until: tokio::time::Instant,
 ) -> bool {
     matches!(
-        tokio::time::timeout_at(until, sender.send(event)).await,
+        tokio::time::timeout_at(until, sender.send(Outgoing::Event(Box::new(event)))).await,
         Ok(Ok(()))
     )
 }
@@ -239,7 +249,7 @@ async fn catch_up(
     user_id: &str,
     conversation_id: Uuid,
     after: &mut i64,
-    sender: &mpsc::Sender<StreamEvent>,
+    sender: &mpsc::Sender<Outgoing>,
     until: tokio::time::Instant,
 ) -> std::result::Result<bool, sqlx::Error> {
     loop {

@@ -1,6 +1,6 @@
 //! The event stream's connection: an `EventSource` per conversation, opened again
-//! with `after=<last id>` whenever it drops: at once and quietly after a good while
-//! live (the server ends each stream when its token expires), else with backoff.
+//! with `after=<last id>` whenever it drops: at once and quietly when the server ended
+//! it because its token expired (it says so first), else with backoff.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -8,7 +8,7 @@ use std::rc::Rc;
 use futures::channel::oneshot;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use protocol::chat::EventKind;
+use protocol::chat::{EventKind, STREAM_EXPIRED_EVENT};
 use send_wrapper::SendWrapper;
 use wasm_bindgen::JsCast;
 use wasm_bindgen::closure::Closure;
@@ -29,18 +29,12 @@ fn event_names() -> impl Iterator<Item = &'static str> {
 type EventListener = Closure<dyn FnMut(MessageEvent)>;
 type StateListener = Closure<dyn FnMut(web_sys::Event)>;
 
-/// A stream that was live this long and then ends is opened again at once, without
-/// saying so: the server ends every stream when its token expires. One that ends
-/// sooner goes through the backoff, so a server that keeps ending streams is not
-/// asked again and again.
-const QUIET_AFTER_MS: f64 = 2_000.0;
-
 struct Connection {
     alive: Cell<bool>,
     /// Failed attempts in a row; an opened stream resets it.
     failures: Cell<u32>,
-    /// When the current stream opened (ms since the epoch); 0 until it does.
-    opened_at: Cell<f64>,
+    /// The server said the current stream's token expired: its end is no loss.
+    expired: Cell<bool>,
     last_event: Cell<i64>,
     source: RefCell<Option<EventSource>>,
     closed: RefCell<Option<oneshot::Sender<()>>>,
@@ -68,7 +62,7 @@ pub fn follow(store: ChatStore, app: AppState) {
     let connection = Rc::new(Connection {
         alive: Cell::new(true),
         failures: Cell::new(0),
-        opened_at: Cell::new(0.0),
+        expired: Cell::new(false),
         last_event: Cell::new(0),
         source: RefCell::new(None),
         closed: RefCell::new(None),
@@ -90,7 +84,7 @@ async fn run(connection: Rc<Connection>, store: ChatStore, app: AppState) {
         connection.failures.set(failures);
         backoff(failures)
     };
-    // Set while a stream that ended after a good while is opened again: the indicator
+    // Set while a stream that ended as its token expired is opened again: the indicator
     // keeps saying live unless that fails.
     let mut quietly = false;
     while connection.alive.get() {
@@ -123,6 +117,7 @@ async fn run(connection: Rc<Connection>, store: ChatStore, app: AppState) {
                         break;
                     }
                     _ => {
+                        store.link.set(Link::Reconnecting);
                         clock::sleep(failed(&connection)).await;
                         continue;
                     }
@@ -134,12 +129,13 @@ async fn run(connection: Rc<Connection>, store: ChatStore, app: AppState) {
         }
         let url = api::events_url(store.id, &stream_token.token, connection.last_event.get());
         let Ok(source) = EventSource::new(&url) else {
+            store.link.set(Link::Reconnecting);
             clock::sleep(failed(&connection)).await;
             continue;
         };
         let (closed_tx, closed_rx) = oneshot::channel();
         *connection.closed.borrow_mut() = Some(closed_tx);
-        connection.opened_at.set(0.0);
+        connection.expired.set(false);
         attach(&connection, &source, store, app);
         *connection.source.borrow_mut() = Some(source);
         let _ = closed_rx.await;
@@ -147,8 +143,9 @@ async fn run(connection: Rc<Connection>, store: ChatStore, app: AppState) {
         if !connection.alive.get() {
             break;
         }
-        let opened_at = connection.opened_at.get();
-        if opened_at > 0.0 && clock::now_ms() - opened_at >= QUIET_AFTER_MS {
+        // The server ends each stream when its token expires, saying so first: the next
+        // one opens at once. At most once per token's life, so this never spins.
+        if connection.expired.replace(false) {
             quietly = true;
             refresh_pending(store, app);
             continue;
@@ -192,13 +189,23 @@ fn attach(connection: &Rc<Connection>, source: &EventSource, store: ChatStore, a
         let _ = source.add_event_listener_with_callback(name, listener.as_ref().unchecked_ref());
         listeners.push(listener);
     }
+    let weak = Rc::downgrade(connection);
+    let on_expired = EventListener::new(move |_: MessageEvent| {
+        if let Some(connection) = weak.upgrade() {
+            connection.expired.set(true);
+        }
+    });
+    let _ = source.add_event_listener_with_callback(
+        STREAM_EXPIRED_EVENT,
+        on_expired.as_ref().unchecked_ref(),
+    );
+    listeners.push(on_expired);
     drop(listeners);
 
     let weak = Rc::downgrade(connection);
     let on_open = StateListener::new(move |_| {
         if let Some(connection) = weak.upgrade() {
             connection.failures.set(0);
-            connection.opened_at.set(clock::now_ms());
         }
         store.link.set(Link::Live);
         app.reached();

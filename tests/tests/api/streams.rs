@@ -274,10 +274,22 @@ async fn a_stream_ends_when_the_token_that_opened_it_expires() {
     .await;
     for (how, mut stream) in [("bearer", by_bearer), ("stream token", by_stream_token)] {
         let ended = tokio::time::timeout(Duration::from_secs(20), async {
-            while let Some(Ok(_)) = stream.next().await {}
+            let mut text = String::new();
+            while let Some(Ok(chunk)) = stream.next().await {
+                text.push_str(&String::from_utf8_lossy(&chunk));
+            }
+            text
         })
         .await;
-        assert!(ended.is_ok(), "the {how} stream is still open");
+        let Ok(text) = ended else {
+            panic!("the {how} stream is still open");
+        };
+        // Its last word says why, so a client can open it again without alarm.
+        assert!(
+            text.trim_end()
+                .ends_with("event: expired\ndata: {\"reason\":\"token_expired\"}"),
+            "the {how} stream ends saying its token expired: {text:?}"
+        );
         assert!(
             started.elapsed() >= Duration::from_secs(1),
             "the {how} stream ended before its token did"

@@ -273,11 +273,12 @@ async fn losing_the_network_is_shown_and_the_stream_comes_back_by_itself() {
     b.quit().await;
 }
 
-/// The server ends every event stream when its token expires. The page opens the next
-/// one at once and says nothing: the status (a live region a screen reader reads out)
-/// stays "live", and the stream goes on delivering.
+/// The server ends every event stream when its token expires, saying so first. The page
+/// opens the next one at once and says nothing: the status (a live region a screen
+/// reader reads out) stays "live", and the stream goes on delivering. A stream that
+/// ends without that word is a lost connection, and the page says so.
 #[tokio::test]
-async fn a_stream_the_server_ends_after_a_while_is_reopened_without_a_word() {
+async fn a_stream_ended_for_its_token_is_reopened_without_a_word() {
     let Some(fx) = Fixture::start("stream_ends").await else {
         return;
     };
@@ -300,7 +301,6 @@ async fn a_stream_the_server_ends_after_a_while_is_reopened_without_a_word() {
     b.wait_for("[data-testid=stream-status][data-state=live]")
         .await
         .expect("stream live");
-    tokio::time::sleep(std::time::Duration::from_millis(2_500)).await;
     let opened = b
         .execute("return window.__sources.length", vec![])
         .await
@@ -308,26 +308,28 @@ async fn a_stream_the_server_ends_after_a_while_is_reopened_without_a_word() {
         .as_u64()
         .unwrap_or(0);
     assert!(opened >= 1, "the page's stream was followed");
-    // Every state the status shows from now on, and the end of the stream as the
-    // browser reports a stream the server closed.
+    // Every state the status shows from now on; then the stream ends as the server
+    // ends it at its token's expiry: the `expired` event, then the close.
     b.execute(
         "window.__states = []; const status = document.querySelector('[data-testid=stream-status]'); \
          new MutationObserver(() => window.__states.push(status.dataset.state)) \
            .observe(status, { attributes: true, attributeFilter: ['data-state'] }); \
-         window.__sources[window.__sources.length - 1].dispatchEvent(new Event('error'));",
+         const source = window.__sources[window.__sources.length - 1]; \
+         source.dispatchEvent(new MessageEvent('expired', { data: '{\"reason\":\"token_expired\"}' })); \
+         source.dispatchEvent(new Event('error'));",
         vec![],
     )
     .await
     .expect("end the stream");
-    b.wait_until(
-        "a new stream to open",
-        &format!(
-            "window.__sources.length > {opened} && \
+    let reopened = |count: u64| {
+        format!(
+            "window.__sources.length > {count} && \
              window.__sources[window.__sources.length - 1].readyState === 1"
-        ),
-    )
-    .await
-    .expect("reopened");
+        )
+    };
+    b.wait_until("a new stream to open", &reopened(opened))
+        .await
+        .expect("reopened");
     let states = b
         .execute("return window.__states", vec![])
         .await
@@ -340,6 +342,34 @@ async fn a_stream_the_server_ends_after_a_while_is_reopened_without_a_word() {
             .all(|state| state == "live"),
         "the status only ever said live: {states}"
     );
+
+    // Without that word, the end is a lost connection: the page says it reconnects.
+    b.execute(
+        "window.__states = []; \
+         window.__sources[window.__sources.length - 1].dispatchEvent(new Event('error'));",
+        vec![],
+    )
+    .await
+    .expect("drop the stream");
+    b.wait_until("a third stream to open", &reopened(opened + 1))
+        .await
+        .expect("reopened again");
+    b.wait_for("[data-testid=stream-status][data-state=live]")
+        .await
+        .expect("live again");
+    let states = b
+        .execute("return window.__states", vec![])
+        .await
+        .expect("states");
+    assert!(
+        states
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|state| state == "reconnecting"),
+        "a lost stream is said to reconnect: {states}"
+    );
+
     let input = b
         .find("[data-testid=input-card] input")
         .await
