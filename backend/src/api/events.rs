@@ -79,7 +79,7 @@ pub struct StreamQuery {
     params(("id" = Uuid, Path, description = "Conversation id"), StreamQuery),
     security(("bearer" = []), ("stream_token" = [])),
     responses(
-        (status = 200, description = "Server-sent events; each event's `data` is one StreamEvent", content_type = "text/event-stream", body = StreamEvent),
+        (status = 200, description = "Server-sent events; each event's `data` is one StreamEvent, except the last one, named `expired` (data `{\"reason\":\"token_expired\"}`, no id), sent when the token that opened the stream expires", content_type = "text/event-stream", body = StreamEvent),
         (status = 401, description = "No bearer token or stream token, or one that is invalid, expired or for another conversation", body = protocol::api::ErrorBody),
         (status = 404, body = protocol::api::ErrorBody),
         (status = 429, description = "Too many event streams open, or over the request allowance", body = protocol::api::ErrorBody)))]
@@ -151,8 +151,10 @@ pub async fn stream_events(
         )
         .await;
         if tokio::time::Instant::now() >= until {
-            // Said only to a client that still reads; one that stopped gets nothing more.
-            let _ = sender.try_send(Outgoing::Expired);
+            // Said to a client that still reads, if slowly; one that stopped reading is
+            // not waited for long.
+            let _ =
+                tokio::time::timeout(Duration::from_secs(2), sender.send(Outgoing::Expired)).await;
         }
     });
     // The user's stream place is held by the response body: free again once the

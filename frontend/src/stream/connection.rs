@@ -29,12 +29,18 @@ fn event_names() -> impl Iterator<Item = &'static str> {
 type EventListener = Closure<dyn FnMut(MessageEvent)>;
 type StateListener = Closure<dyn FnMut(web_sys::Event)>;
 
+/// How long a stream must have been open for its expiry to be followed by a quiet
+/// reopen at once.
+const QUIET_AFTER_MS: f64 = 2_000.0;
+
 struct Connection {
     alive: Cell<bool>,
     /// Failed attempts in a row; an opened stream resets it.
     failures: Cell<u32>,
     /// The server said the current stream's token expired: its end is no loss.
     expired: Cell<bool>,
+    /// When the current stream opened (ms since the epoch); 0 until it does.
+    opened_at: Cell<f64>,
     last_event: Cell<i64>,
     source: RefCell<Option<EventSource>>,
     closed: RefCell<Option<oneshot::Sender<()>>>,
@@ -63,6 +69,7 @@ pub fn follow(store: ChatStore, app: AppState) {
         alive: Cell::new(true),
         failures: Cell::new(0),
         expired: Cell::new(false),
+        opened_at: Cell::new(0.0),
         last_event: Cell::new(0),
         source: RefCell::new(None),
         closed: RefCell::new(None),
@@ -136,6 +143,7 @@ async fn run(connection: Rc<Connection>, store: ChatStore, app: AppState) {
         let (closed_tx, closed_rx) = oneshot::channel();
         *connection.closed.borrow_mut() = Some(closed_tx);
         connection.expired.set(false);
+        connection.opened_at.set(0.0);
         attach(&connection, &source, store, app);
         *connection.source.borrow_mut() = Some(source);
         let _ = closed_rx.await;
@@ -144,8 +152,13 @@ async fn run(connection: Rc<Connection>, store: ChatStore, app: AppState) {
             break;
         }
         // The server ends each stream when its token expires, saying so first: the next
-        // one opens at once. At most once per token's life, so this never spins.
-        if connection.expired.replace(false) {
+        // one opens at once. Only after a stream that lived a while, so tokens that live
+        // a second or less (a server set so) go through the backoff instead of spinning.
+        let lived = clock::now_ms() - connection.opened_at.get();
+        if connection.expired.replace(false)
+            && connection.opened_at.get() > 0.0
+            && lived >= QUIET_AFTER_MS
+        {
             quietly = true;
             refresh_pending(store, app);
             continue;
@@ -206,6 +219,7 @@ fn attach(connection: &Rc<Connection>, source: &EventSource, store: ChatStore, a
     let on_open = StateListener::new(move |_| {
         if let Some(connection) = weak.upgrade() {
             connection.failures.set(0);
+            connection.opened_at.set(clock::now_ms());
         }
         store.link.set(Link::Live);
         app.reached();
