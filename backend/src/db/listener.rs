@@ -96,7 +96,12 @@ impl EventHub {
         let listening = hub.clone();
         tokio::spawn(async move {
             loop {
-                if let Err(err) = listening.listen(&pool).await {
+                let result = listening.listen(&pool).await;
+                // The pool closes as the server stops: nothing is lost, nothing to say.
+                if pool.is_closed() {
+                    return;
+                }
+                if let Err(err) = result {
                     tracing::warn!(error = %err, "event listener lost its connection; reconnecting");
                 }
                 tokio::time::sleep(Duration::from_secs(1)).await;

@@ -62,6 +62,12 @@ async fn graceful_shutdown_on_sigterm() {
         "{}",
         server.logs()
     );
+    // A stop is no fault: nothing warns of a lost connection on the way out.
+    assert!(
+        !server.logs().contains("lost its connection"),
+        "{}",
+        server.logs()
+    );
 }
 
 #[tokio::test]
