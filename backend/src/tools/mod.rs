@@ -26,6 +26,22 @@ pub struct ToolContext {
     pub arguments: Map<String, Value>,
 }
 
+#[cfg(test)]
+impl ToolContext {
+    /// Alice's call `call_1` in the nil conversation, asking for her P&L: for tests of
+    /// what renders the context.
+    pub fn sample() -> Self {
+        ToolContext {
+            user_id: "alice".into(),
+            conversation_id: Uuid::nil(),
+            run_id: None,
+            tool_call_id: "call_1".into(),
+            original_user_request: Some("Get my P&L".into()),
+            arguments: Map::new(),
+        }
+    }
+}
+
 /// The tool call a result belongs to: what a run records it under.
 #[derive(Clone, Debug)]
 pub struct CallRef {

@@ -283,31 +283,27 @@ fn collect_templates(value: &Value, found: &mut Vec<Template>) -> Result<(), Str
 mod tests {
     use super::*;
     use serde_json::json;
-    use uuid::Uuid;
-
-    fn context() -> ToolContext {
-        ToolContext {
-            user_id: "alice".into(),
-            conversation_id: Uuid::nil(),
-            run_id: None,
-            tool_call_id: "call_1".into(),
-            original_user_request: Some("Get my P&L".into()),
-            arguments: Map::new(),
-        }
-    }
 
     #[test]
     fn url_values_are_percent_encoded() {
         let template = Template::parse("https://x/{id}/r?q={q}&x={{y}}").expect("parses");
         let values = json!({"id": "a/b", "q": "Q1 & Q2"});
         let url = template
-            .render(values.as_object().expect("map"), &context(), Encoding::Url)
+            .render(
+                values.as_object().expect("map"),
+                &ToolContext::sample(),
+                Encoding::Url,
+            )
             .expect("renders");
         assert_eq!(url, "https://x/a%2Fb/r?q=Q1%20%26%20Q2&x={y}");
         let based = Template::parse("{base}/hook/{id}").expect("parses");
         let values = json!({"base": "https://h.example/a b", "id": "x/y"});
         let url = based
-            .render(values.as_object().expect("map"), &context(), Encoding::Url)
+            .render(
+                values.as_object().expect("map"),
+                &ToolContext::sample(),
+                Encoding::Url,
+            )
             .expect("renders");
         assert_eq!(url, "https://h.example/a b/hook/x%2Fy");
     }
@@ -318,20 +314,30 @@ mod tests {
             .expect("valid");
         for (owner, repo) in [("..", ".."), (".", "x"), ("x", "..")] {
             let values = json!({"owner": owner, "repo": repo});
-            let rendered =
-                template.render(values.as_object().expect("map"), &context(), Encoding::Url);
+            let rendered = template.render(
+                values.as_object().expect("map"),
+                &ToolContext::sample(),
+                Encoding::Url,
+            );
             assert!(rendered.is_err(), "{owner}/{repo}: {rendered:?}");
         }
         for (owner, repo) in [("a", "../x"), ("a\\..", "b"), ("a/./b", "c")] {
             let values = json!({"owner": owner, "repo": repo});
-            let rendered =
-                template.render(values.as_object().expect("map"), &context(), Encoding::Url);
+            let rendered = template.render(
+                values.as_object().expect("map"),
+                &ToolContext::sample(),
+                Encoding::Url,
+            );
             assert!(rendered.is_err(), "{owner}/{repo}: {rendered:?}");
         }
         // Dots that are no path step stay, encoded like the rest.
         let values = json!({"owner": "...", "repo": "v1.2/x"});
         let rendered = template
-            .render(values.as_object().expect("map"), &context(), Encoding::Url)
+            .render(
+                values.as_object().expect("map"),
+                &ToolContext::sample(),
+                Encoding::Url,
+            )
             .expect("rendered");
         assert_eq!(
             rendered,
@@ -354,8 +360,12 @@ mod tests {
         let body =
             json!({"n": "{n}", "text": "asked: {context.original_user_request}", "list": ["{n}"]});
         let values = json!({"n": 5});
-        let rendered =
-            render_json(&body, values.as_object().expect("map"), &context()).expect("renders");
+        let rendered = render_json(
+            &body,
+            values.as_object().expect("map"),
+            &ToolContext::sample(),
+        )
+        .expect("renders");
         assert_eq!(
             rendered,
             json!({"n": 5, "text": "asked: Get my P&L", "list": [5]})
@@ -370,7 +380,7 @@ mod tests {
             template
                 .render(
                     values.as_object().expect("map"),
-                    &context(),
+                    &ToolContext::sample(),
                     Encoding::Header
                 )
                 .is_err()

@@ -221,7 +221,6 @@ fn origin_ends(text: &str) -> bool {
 mod tests {
     use super::*;
     use serde_json::json;
-    use uuid::Uuid;
 
     fn names(list: &[&str]) -> BTreeSet<String> {
         list.iter().map(|name| (*name).to_owned()).collect()
@@ -275,17 +274,6 @@ mod tests {
         );
     }
 
-    fn context() -> ToolContext {
-        ToolContext {
-            user_id: "alice".into(),
-            conversation_id: Uuid::nil(),
-            run_id: None,
-            tool_call_id: "call_1".into(),
-            original_user_request: None,
-            arguments: Map::new(),
-        }
-    }
-
     /// The guard judges the URL as filled in, whatever the load-time reading thought.
     #[test]
     fn a_call_whose_values_move_the_origin_is_refused() {
@@ -297,10 +285,10 @@ mod tests {
         let check = |q: &str| {
             let values = json!({"q": q}).as_object().cloned().unwrap_or_default();
             let rendered = url
-                .render(&values, &context(), Encoding::Url)
+                .render(&values, &ToolContext::sample(), Encoding::Url)
                 .expect("renders");
             let parsed = Url::parse(&rendered).expect("a URL");
-            guard.check(&url, &values, &context(), &parsed)
+            guard.check(&url, &values, &ToolContext::sample(), &parsed)
         };
         assert!(check("evil.example").is_err());
         let path_only = Template::parse("https://api.example.com/{q}").expect("parses");
@@ -309,12 +297,12 @@ mod tests {
             .cloned()
             .unwrap_or_default();
         let rendered = path_only
-            .render(&values, &context(), Encoding::Url)
+            .render(&values, &ToolContext::sample(), Encoding::Url)
             .expect("renders");
         let parsed = Url::parse(&rendered).expect("a URL");
         assert!(
             guard
-                .check(&path_only, &values, &context(), &parsed)
+                .check(&path_only, &values, &ToolContext::sample(), &parsed)
                 .is_ok()
         );
     }
@@ -326,7 +314,7 @@ mod tests {
             active: true,
             names: BTreeSet::new(),
         };
-        let mut called = context();
+        let mut called = ToolContext::sample();
         called.tool_call_id = "evil.example".to_owned();
         let rendered = url
             .render(&Map::new(), &called, Encoding::Url)
