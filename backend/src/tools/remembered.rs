@@ -5,6 +5,8 @@
 //! the same origin, and only into a secret field, so no tool receives a secret it was
 //! not given merely by naming a field like it.
 
+use std::sync::Arc;
+
 use protocol::api::{SavedScope, SavedValue};
 use protocol::fields::{FieldSpec, MASKED, SaveFor};
 use serde_json::{Map, Value};
@@ -111,24 +113,26 @@ fn may_receive(
     if row.is_secret != field.is_secret() {
         return false;
     }
-    let giver = row
-        .tool_name
-        .as_deref()
-        .and_then(|giver| registry.get(giver));
-    if !field.model_may_fill && model_proposed(row, giver.as_deref()) {
+    // The giver is looked up only where the row alone does not decide.
+    let giver = || {
+        row.tool_name
+            .as_deref()
+            .and_then(|giver| registry.get(giver))
+    };
+    if !field.model_may_fill && model_proposed(row, giver) {
         return false;
     }
     !row.is_secret
         || row.tool_name.as_deref() == Some(tool.name.as_str())
-        || giver.is_some_and(|giver| giver.origin == tool.origin)
+        || giver().is_some_and(|giver| giver.origin == tool.origin)
 }
 
 /// Whether a remembered value was the model's proposal. A value remembered before that
 /// was recorded is judged by its giver's configuration: proposed if the giver has a
 /// field the model may fill under its binding, or if the giver is gone.
-fn model_proposed(row: &SavedInputRow, giver: Option<&Tool>) -> bool {
+fn model_proposed(row: &SavedInputRow, giver: impl FnOnce() -> Option<Arc<Tool>>) -> bool {
     row.model_proposed.unwrap_or_else(|| {
-        giver.is_none_or(|giver| {
+        giver().is_none_or(|giver| {
             giver.fields().iter().any(|given| {
                 given.model_may_fill
                     && binding_for(&giver.name, &given.name, given.memory_key.as_deref())
@@ -139,8 +143,9 @@ fn model_proposed(row: &SavedInputRow, giver: Option<&Tool>) -> bool {
 }
 
 /// The values remembered for a conversation and the user-wide ones, as the user sees
-/// them: secrets masked, each with the tool or key it belongs to. One round trip, outside any transaction (the read sets the identity for its own
-/// statement); an unknown conversation, or another user's, is `NotFound`.
+/// them: secrets masked, each with the tool or key it belongs to. One round trip, outside
+/// any transaction (the read sets the identity for its own statement); an unknown
+/// conversation, or another user's, is `NotFound`.
 pub async fn list(pool: &PgPool, user_id: &str, conversation_id: Uuid) -> Result<Vec<SavedValue>> {
     let rows = saved_inputs::list_for_conversation_as(pool, user_id, conversation_id)
         .await?
