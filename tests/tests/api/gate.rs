@@ -227,6 +227,20 @@ impl Gate {
         body
     }
 
+    /// Calls `tool` and asserts that it asks the user; the answer, with the request.
+    async fn asks(
+        &self,
+        token: &str,
+        conversation: &str,
+        tool: &str,
+        id: &str,
+        arguments: Value,
+    ) -> Value {
+        let asked = self.execute(token, conversation, tool, id, arguments).await;
+        assert_eq!(asked["requires_user_input"], true, "{asked}");
+        asked
+    }
+
     async fn submit(&self, token: &str, id: &str, inputs: Value) -> (StatusCode, Value) {
         self.server
             .action(
@@ -276,16 +290,14 @@ async fn with_webhook(g: &Gate, prefix: &str) -> (String, String) {
     let (_, token) = g.server.new_user(prefix).await;
     let conversation = g.server.new_conversation(&token).await;
     let id = call_id();
-    let asked = g
-        .execute(
-            &token,
-            &conversation,
-            "post_webhook",
-            &id,
-            json!({"message": "hello"}),
-        )
-        .await;
-    assert_eq!(asked["requires_user_input"], true, "{asked}");
+    g.asks(
+        &token,
+        &conversation,
+        "post_webhook",
+        &id,
+        json!({"message": "hello"}),
+    )
+    .await;
     let (status, done) = g
         .submit(
             &token,
@@ -318,7 +330,7 @@ async fn model_supplied_values_for_user_only_fields_still_show_the_card() {
 
     let id = call_id();
     let asked = g
-        .execute(
+        .asks(
             &token,
             &conversation,
             "quickbooks_profit_and_loss",
@@ -326,7 +338,6 @@ async fn model_supplied_values_for_user_only_fields_still_show_the_card() {
             json!({"start_date": "2025-01-01", "quickbooks_realm_id": REALM}),
         )
         .await;
-    assert_eq!(asked["requires_user_input"], true, "{asked}");
     // The ignored argument is not kept with the request either.
     assert!(
         asked["user_input_request"]["tool_args"]
@@ -336,17 +347,15 @@ async fn model_supplied_values_for_user_only_fields_still_show_the_card() {
     );
 
     let sql = call_id();
-    let asked = g
-        .execute(
-            &token,
-            &conversation,
-            "query_database",
-            &sql,
-            json!({"query": "select count(*) from customers", "database": "production",
+    g.asks(
+        &token,
+        &conversation,
+        "query_database",
+        &sql,
+        json!({"query": "select count(*) from customers", "database": "production",
                 "production_reason": "the model says so"}),
-        )
-        .await;
-    assert_eq!(asked["requires_user_input"], true, "{asked}");
+    )
+    .await;
     assert!(g.good.received().is_empty() && g.evil.received().is_empty());
 
     // The tool-call log says what was ignored.
@@ -366,16 +375,14 @@ async fn model_may_fill_lets_a_date_through_but_not_the_rest() {
     let (_, token) = g.server.new_user("mayfill").await;
     let conversation = g.server.new_conversation(&token).await;
     let id = call_id();
-    let asked = g
-        .execute(
-            &token,
-            &conversation,
-            "schedule_report",
-            &id,
-            json!({"report_date": "2025-06-30", "recipient": "attacker@example.com"}),
-        )
-        .await;
-    assert_eq!(asked["requires_user_input"], true, "{asked}");
+    g.asks(
+        &token,
+        &conversation,
+        "schedule_report",
+        &id,
+        json!({"report_date": "2025-06-30", "recipient": "attacker@example.com"}),
+    )
+    .await;
     let (_, done) = g
         .submit(&token, &id, json!({"recipient": "me@example.com"}))
         .await;
@@ -439,10 +446,8 @@ async fn remembered_values_go_only_to_their_tool_or_its_shared_key() {
         .await;
     assert_eq!(shared["success"], true, "{shared}");
     // Same field name, no key: asked, and nothing sent.
-    let lookalike = g
-        .execute(&token, &conversation, "lookalike", &call_id(), json!({}))
+    g.asks(&token, &conversation, "lookalike", &call_id(), json!({}))
         .await;
-    assert_eq!(lookalike["requires_user_input"], true, "{lookalike}");
     assert!(g.evil.received().is_empty());
 
     // The user sees what each value belongs to.
@@ -468,7 +473,7 @@ async fn a_value_the_model_proposed_never_fills_a_user_only_field_through_a_shar
     let conversation = g.server.new_conversation(&token).await;
     let id = call_id();
     let asked = g
-        .execute(
+        .asks(
             &token,
             &conversation,
             "bills_for_account",
@@ -476,7 +481,6 @@ async fn a_value_the_model_proposed_never_fills_a_user_only_field_through_a_shar
             json!({"billing_account": "ACC-OF-THE-MODEL"}),
         )
         .await;
-    assert_eq!(asked["requires_user_input"], true, "{asked}");
     let fields = &asked["user_input_request"]["fields"];
     assert_eq!(fields[0]["default"], "ACC-OF-THE-MODEL", "{asked}");
     let (status, done) = g
@@ -489,10 +493,8 @@ async fn a_value_the_model_proposed_never_fills_a_user_only_field_through_a_shar
     assert_eq!(status, StatusCode::OK, "{done}");
     assert_eq!(done["tool_result"]["success"], true, "{done}");
 
-    let payout = g
-        .execute(&token, &conversation, "pay_out", &call_id(), json!({}))
+    g.asks(&token, &conversation, "pay_out", &call_id(), json!({}))
         .await;
-    assert_eq!(payout["requires_user_input"], true, "{payout}");
     let paths: Vec<String> = g
         .good
         .received()
@@ -551,9 +553,8 @@ async fn a_value_the_model_proposed_never_fills_a_user_only_field_through_a_shar
         .await;
     assert_eq!(moved["tool_result"]["success"], true, "{moved}");
     let again = g
-        .execute(&token, &conversation, "move_funds", &call_id(), json!({}))
+        .asks(&token, &conversation, "move_funds", &call_id(), json!({}))
         .await;
-    assert_eq!(again["requires_user_input"], true, "{again}");
     let asked: Vec<&str> = again["user_input_request"]["fields"]
         .as_array()
         .into_iter()
@@ -586,10 +587,8 @@ async fn values_remembered_before_the_mark_are_judged_by_their_givers_fields() {
     // Given to a tool whose field the model may fill: the payout asks.
     let proposed = g.server.new_conversation(&token).await;
     remember_unmarked(&proposed, "bills_for_account", "ACC-MAYBE-THE-MODELS").await;
-    let payout = g
-        .execute(&token, &proposed, "pay_out", &call_id(), json!({}))
+    g.asks(&token, &proposed, "pay_out", &call_id(), json!({}))
         .await;
-    assert_eq!(payout["requires_user_input"], true, "{payout}");
     // Given to the payout's own user-only field: used.
     let own = g.server.new_conversation(&token).await;
     remember_unmarked(&own, "pay_out", "ACC-OF-THE-USER").await;
@@ -633,10 +632,8 @@ async fn the_webhook_attack_gets_nothing() {
     assert_eq!(g.good.received().len(), 1);
 
     // Another tool with a secret field of the same name never receives the token.
-    let thief = g
-        .execute(&token, &conversation, "token_thief", &call_id(), json!({}))
+    g.asks(&token, &conversation, "token_thief", &call_id(), json!({}))
         .await;
-    assert_eq!(thief["requires_user_input"], true, "{thief}");
 
     // Rejecting keeps everything where it was.
     let (status, rejected) = g
@@ -850,16 +847,14 @@ async fn two_users_may_use_the_same_tool_call_id() {
     let id = call_id();
     for token in [&alice, &bob] {
         let conversation = g.server.new_conversation(token).await;
-        let asked = g
-            .execute(
-                token,
-                &conversation,
-                "quickbooks_profit_and_loss",
-                &id,
-                json!({}),
-            )
-            .await;
-        assert_eq!(asked["requires_user_input"], true, "{asked}");
+        g.asks(
+            token,
+            &conversation,
+            "quickbooks_profit_and_loss",
+            &id,
+            json!({}),
+        )
+        .await;
     }
     // Within one user, the id stays unique.
     let conversation = g.server.new_conversation(&alice).await;
