@@ -333,17 +333,10 @@ async fn a_stream_ended_for_its_token_is_reopened_without_a_word() {
     b.wait_until("a new stream to open", &reopened(opened))
         .await
         .expect("reopened");
-    let states = b
-        .execute("return window.__states", vec![])
-        .await
-        .expect("states");
+    let states = shown_states(&b).await;
     assert!(
-        states
-            .as_array()
-            .into_iter()
-            .flatten()
-            .all(|state| state == "live"),
-        "the status only ever said live: {states}"
+        states.iter().all(|state| state == "live"),
+        "the status only ever said live: {states:?}"
     );
 
     // Without that word, or from a stream that had barely opened (a token that expires
@@ -375,17 +368,10 @@ async fn a_stream_ended_for_its_token_is_reopened_without_a_word() {
         b.wait_for("[data-testid=stream-status][data-state=live]")
             .await
             .expect("live again");
-        let states = b
-            .execute("return window.__states", vec![])
-            .await
-            .expect("states");
+        let states = shown_states(&b).await;
         assert!(
-            states
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|state| state == "reconnecting"),
-            "a lost stream is said to reconnect ({end}): {states}"
+            states.iter().any(|state| state == "reconnecting"),
+            "a lost stream is said to reconnect ({end}): {states:?}"
         );
     }
 
@@ -397,6 +383,20 @@ async fn a_stream_ended_for_its_token_is_reopened_without_a_word() {
     input.send_keys(ENTER).await.expect("submit");
     crate::wait_for_answer(&b, "net income").await;
     b.quit().await;
+}
+
+/// The stream states the page recorded in `window.__states`.
+async fn shown_states(b: &crate::webdriver::Browser) -> Vec<String> {
+    let states = b
+        .execute("return window.__states", vec![])
+        .await
+        .expect("states");
+    states
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|state| state.as_str().map(str::to_owned))
+        .collect()
 }
 
 #[tokio::test]
