@@ -227,6 +227,34 @@ async fn a_tool_that_lets_the_model_choose_where_its_token_goes_stops_start_up()
     assert!(!err.contains(TOKEN), "{err}");
 }
 
+/// A listed host does not make a model-filled `X-Forwarded-Host` safe: a front shared by
+/// many sites would hand the operator's token to the site the model names. Refused at
+/// start, naming the tool and the header.
+#[tokio::test]
+async fn a_tool_that_lets_the_model_name_the_site_behind_its_host_stops_start_up() {
+    let routed_by_the_model = TOOLS.replacen(
+        "headers = { Authorization = \"Bearer {env.EGRESS_TOKEN}\" }",
+        "headers = { Authorization = \"Bearer {env.EGRESS_TOKEN}\", X-Forwarded-Host = \"{target}\" }",
+        1,
+    );
+    assert_ne!(routed_by_the_model, TOOLS, "the replacement must apply");
+    let (_dir, path) = write_temp_file("tools.toml", &routed_by_the_model);
+    let started = TestServer::try_start(
+        ServerOptions::default()
+            .env("TOOLGATE_TOOLS", &path.to_string_lossy())
+            .env("EGRESS_TOKEN", TOKEN),
+    )
+    .await;
+    let err = format!("{:#}", started.err().expect("refused"));
+    assert!(
+        err.contains("tool `fetch_inside`")
+            && err.contains("x-forwarded-host")
+            && err.contains("`{target}`"),
+        "{err}"
+    );
+    assert!(!err.contains(TOKEN), "{err}");
+}
+
 /// A service that redirects: across origins with 307, within its origin with 303.
 async fn redirector(elsewhere: String) -> String {
     let app = axum::Router::new()

@@ -155,6 +155,56 @@ impl OriginGuard {
     }
 }
 
+/// Headers that name the site a request is for. A front that many sites share (a CDN, a
+/// reverse proxy) picks the site by them, whatever host the URL named, so whoever fills
+/// one picks where the request and all it carries end up; `allow_hosts` checks where the
+/// connection goes, not which site behind it answers, and cannot vouch for them.
+const ROUTING_HEADERS: [&str; 6] = [
+    "host",
+    "forwarded",
+    "x-forwarded-host",
+    "x-forwarded-server",
+    "x-host",
+    "x-original-host",
+];
+
+/// Refuses a routing header (`Host`, `Forwarded`, `X-Forwarded-Host`, ...) that the model
+/// fills while the request carries anything beyond the model's words, or that the user
+/// fills while it carries the environment's values: the URL's rule for its host, with no
+/// host list to lift it.
+pub fn check_routing_header(
+    name: &str,
+    template: &Template,
+    carried: &Carried,
+    model_sets: &BTreeSet<String>,
+) -> Result<(), String> {
+    if !ROUTING_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
+        return Ok(());
+    }
+    for part in template.parts() {
+        match chooser_of(part, model_sets) {
+            Some(HostChooser::Model(placeholder)) if carried.beyond_the_model => {
+                return Err(format!(
+                    "http.headers.{name}: the model's `{placeholder}` decides which site the \
+                     request reaches behind its host, and the request carries values the \
+                     model does not have (the environment's, the user's fields); a header \
+                     that names the site takes only the operator's values"
+                ));
+            }
+            Some(HostChooser::User(placeholder)) if carried.environment => {
+                return Err(format!(
+                    "http.headers.{name}: the user's `{placeholder}` decides which site the \
+                     request reaches behind its host, and the request carries the \
+                     environment's values; a header that names the site takes only the \
+                     operator's values"
+                ));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// The first placeholder before the URL's path that the operator does not fill.
 fn host_chooser(url: &Template, model_sets: &BTreeSet<String>) -> Option<HostChooser> {
     let parts = url.parts();
@@ -164,24 +214,11 @@ fn host_chooser(url: &Template, model_sets: &BTreeSet<String>) -> Option<HostCho
         if origin_ends(&text) {
             return None;
         }
-        let chooser = match part {
+        match part {
             // URLs drop tabs and line breaks wherever they are.
             Part::Literal(literal) => {
                 text.extend(literal.chars().filter(|c| !matches!(c, '\t' | '\n' | '\r')));
-                continue;
             }
-            Part::Value(name) if model_sets.contains(name) => {
-                HostChooser::Model(format!("{{{name}}}"))
-            }
-            Part::Context(ContextKey::ToolCallId) => {
-                HostChooser::Model("{context.tool_call_id}".to_owned())
-            }
-            // Whatever the request's text holds, pasted or quoted too: no one's choice of
-            // a host, and the per-call guard reads it so.
-            Part::Context(ContextKey::OriginalUserRequest) => {
-                HostChooser::Model("{context.original_user_request}".to_owned())
-            }
-            Part::Value(name) => HostChooser::User(format!("{{{name}}}")),
             Part::Env(_) => {
                 // A whole base address when the path follows it; else some piece of it.
                 let path_follows = match parts.get(index + 1) {
@@ -194,16 +231,36 @@ fn host_chooser(url: &Template, model_sets: &BTreeSet<String>) -> Option<HostCho
                 } else {
                     "operator"
                 });
-                continue;
             }
             Part::Context(ContextKey::UserId | ContextKey::ConversationId) => {
                 text.push_str("server");
-                continue;
             }
-        };
-        return Some(chooser);
+            Part::Value(_) | Part::Context(_) => return chooser_of(part, model_sets),
+        }
     }
     None
+}
+
+/// Who fills a placeholder, when neither the operator (the environment) nor the server
+/// (who is asking, in which conversation) does.
+fn chooser_of(part: &Part, model_sets: &BTreeSet<String>) -> Option<HostChooser> {
+    match part {
+        Part::Value(name) if model_sets.contains(name) => {
+            Some(HostChooser::Model(format!("{{{name}}}")))
+        }
+        Part::Value(name) => Some(HostChooser::User(format!("{{{name}}}"))),
+        Part::Context(ContextKey::ToolCallId) => {
+            Some(HostChooser::Model("{context.tool_call_id}".to_owned()))
+        }
+        // Whatever the request's text holds, pasted or quoted too: no one's choice of a
+        // host, and the per-call guard reads it so.
+        Part::Context(ContextKey::OriginalUserRequest) => Some(HostChooser::Model(
+            "{context.original_user_request}".to_owned(),
+        )),
+        Part::Literal(_)
+        | Part::Env(_)
+        | Part::Context(ContextKey::UserId | ContextKey::ConversationId) => None,
+    }
 }
 
 /// Whether `text` already holds a whole origin: a scheme, a host and the start of what
@@ -322,6 +379,45 @@ mod tests {
         let parsed = Url::parse(&rendered).expect("a URL");
         assert_eq!(parsed.host_str(), Some("evil.example"));
         assert!(guard.check(&url, &Map::new(), &called, &parsed).is_err());
+    }
+
+    /// A header a shared front routes by is held to the URL's rule, host list or not.
+    #[test]
+    fn a_routing_header_is_filled_by_the_operator_when_the_request_carries_secrets() {
+        let key = Template::parse("Bearer {env.KEY}").expect("parses");
+        let model = names(&["site"]);
+        let fields = names(&["tenant", "tenant_token"]);
+        let site = Template::parse("{site}").expect("parses");
+        let tenant = Template::parse("{tenant}.example.com").expect("parses");
+        let operators = Carried::by([&key], &fields);
+        for (name, template) in [
+            ("Host", &site),
+            ("X-Forwarded-Host", &site),
+            (
+                "forwarded",
+                &Template::parse("host={site}").expect("parses"),
+            ),
+            (
+                "Host",
+                &Template::parse("{context.tool_call_id}").expect("parses"),
+            ),
+            ("X-Host", &tenant),
+        ] {
+            let err =
+                check_routing_header(name, template, &operators, &model).expect_err("refused");
+            assert!(err.contains(&format!("http.headers.{name}")), "{err}");
+        }
+        // The operator's own values, a header that routes nothing, and a user who only
+        // sends their own values where they like: allowed.
+        let operator_site = Template::parse("{env.SITE}").expect("parses");
+        assert!(check_routing_header("Host", &operator_site, &operators, &model).is_ok());
+        assert!(check_routing_header("X-Request-Site", &site, &operators, &model).is_ok());
+        let token = Template::parse("Bearer {tenant_token}").expect("parses");
+        let own = Carried::by([&token], &fields);
+        assert!(check_routing_header("Host", &tenant, &own, &model).is_ok());
+        assert!(check_routing_header("Host", &site, &own, &model).is_err());
+        let nothing = Carried::by([&site], &fields);
+        assert!(check_routing_header("Host", &site, &nothing, &model).is_ok());
     }
 
     #[test]

@@ -132,6 +132,9 @@ impl HttpTool {
         let carried = Carried::by(templates.iter().map(|(_, template)| template), fields);
         let origin_guard =
             OriginGuard::for_tool(&url, &carried, model_sets, !config.allow_hosts.is_empty())?;
+        for (name, template) in &headers {
+            host_choice::check_routing_header(name.as_str(), template, &carried, model_sets)?;
+        }
         let egress = EgressPolicy::new(&config.allow_hosts, config.allow_private_networks)?;
         let client = egress.client()?;
         Ok(HttpTool {
