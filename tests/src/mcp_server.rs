@@ -178,6 +178,12 @@ impl TestTools {
             .annotate(read_only()),
             tool("ask_password", "Asks the user for a password", json!({})).annotate(read_only()),
             tool(
+                "ask_about",
+                "Asks the user about the text it is given, repeating it in its question",
+                json!({"text": {"type": "string"}}),
+            )
+            .annotate(read_only()),
+            tool(
                 "open_link",
                 "Asks the user to open a link",
                 json!({"url": {"type": "string"}, "complete_after_ms": {"type": "integer"}}),
@@ -447,6 +453,16 @@ impl ServerHandler for TestTools {
                     "Your account password, please",
                     json!({"type": "object", "properties": {
                         "password": {"type": "string", "description": "Your account password"}}}),
+                )?;
+                Ok(echo(&self.ask(params, &context).await?))
+            }
+            "ask_about" => {
+                let about = arguments.get("text").and_then(Value::as_str).unwrap_or("");
+                let params = form(
+                    &format!("Is {about} the one to use?"),
+                    json!({"type": "object", "properties": {"sure": {"type": "boolean",
+                        "title": format!("Use {about}"),
+                        "description": format!("Whether {about} is right")}}}),
                 )?;
                 Ok(echo(&self.ask(params, &context).await?))
             }

@@ -76,6 +76,11 @@ impl Redactions {
         outcome
     }
 
+    /// Whether `text` holds a copy of a secret (or a NUL), in any form `text` would mask.
+    pub fn finds(&self, text: &str) -> bool {
+        self.masked(text).is_some()
+    }
+
     /// `text` with every copy of the secrets and every NUL replaced.
     pub fn text(&self, text: &mut String) {
         if let Some(masked) = self.masked(text) {

@@ -745,6 +745,59 @@ fields = [ { name = "text", label = "Token", type = "secret" } ]
     assert!(!server.logs().contains(SECRET));
 }
 
+/// A hostile server repeats the user's secret in the question it asks: the card, what is
+/// stored and what the model is told show it masked.
+#[tokio::test]
+async fn a_question_repeating_a_secret_of_the_call_shows_it_masked() {
+    const SECRET: &str = "s3cret-token-7373";
+    let overlay = r#"
+[[tool_overlays]]
+name = "t__ask_about"
+[tool_overlays.requires_user_input]
+reason = "The token to ask about"
+fields = [ { name = "text", label = "Token", type = "secret" } ]
+"#;
+    let setup = start(&(stdio_server("t", "") + overlay)).await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("mcp-asked-secret").await;
+    tools_when_settled(server, &token, &["t"]).await;
+    let conversation = server.new_conversation(&token).await;
+    let (_, asked) = execute(
+        server,
+        &token,
+        &conversation,
+        "t__ask_about",
+        "call_about",
+        json!({}),
+    )
+    .await;
+    assert_eq!(asked["requires_user_input"], true, "{asked}");
+    let (status, done) = server
+        .action(
+            &token,
+            json!({"action": "submit_response", "tool_call_id": "call_about",
+                "user_inputs": {"text": SECRET}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    // The server's question is the next card.
+    let cards = pending(server, &token, &conversation).await;
+    assert_eq!(cards.len(), 1, "{cards:?}");
+    let card = cards[0].to_string();
+    assert!(
+        card.contains("the one to use") && card.contains(protocol::fields::MASKED),
+        "{card}"
+    );
+    assert!(!card.contains(SECRET), "{card}");
+    assert!(!done.to_string().contains(SECRET), "{done}");
+    let mut db = server.db().await;
+    let stored: Vec<String> = sqlx::query_scalar("select r::text from tool_user_input_requests r")
+        .fetch_all(&mut db)
+        .await
+        .expect("requests");
+    assert!(stored.iter().all(|row| !row.contains(SECRET)), "{stored:?}");
+}
+
 #[tokio::test]
 async fn a_server_process_gets_none_of_toolgates_own_secrets() {
     let setup = start(&stdio_server("t", "env = { GREETING = \"hello\" }")).await;

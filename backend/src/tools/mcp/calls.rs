@@ -73,6 +73,8 @@ pub struct CallSlot {
     waiting: AtomicBool,
     /// Questions asked so far; a server asking without end is refused.
     questions: AtomicUsize,
+    /// The call's secrets: masked in what the server answers and in what it asks.
+    redactions: Redactions,
 }
 
 /// A call the hub remembers, for those who wait for what it does next.
@@ -127,6 +129,12 @@ pub async fn start(
             return ToolOutcome::failed(unreachable.public);
         }
     };
+    let secrets: Vec<String> = secret_fields
+        .iter()
+        .filter_map(|name| arguments.get(name).and_then(Value::as_str))
+        .map(str::to_owned)
+        .chain(server.config.secret_env_values())
+        .collect();
     let (state, mut watching) = watch::channel(CallState::Running);
     let slot = Arc::new(CallSlot {
         context: context.clone(),
@@ -136,6 +144,7 @@ pub async fn start(
         asked: AtomicBool::new(false),
         waiting: AtomicBool::new(false),
         questions: AtomicUsize::new(0),
+        redactions: Redactions::new(secrets.iter().map(String::as_str)),
     });
     hub.calls.lock().unwrap_or_else(|p| p.into_inner()).insert(
         key(&context),
@@ -150,14 +159,8 @@ pub async fn start(
         server.config.clone(),
         target.remote_name.clone(),
     );
-    let secrets: Vec<String> = secret_fields
-        .iter()
-        .filter_map(|name| arguments.get(name).and_then(Value::as_str))
-        .map(str::to_owned)
-        .chain(config.secret_env_values())
-        .collect();
     tokio::spawn(async move {
-        let redactions = Redactions::new(secrets.iter().map(String::as_str));
+        let redactions = &slot.redactions;
         let ended = {
             let session = &taken.session;
             session.shared.set_current(Some(slot.clone()));
@@ -167,7 +170,7 @@ pub async fn start(
                 &slot,
                 remote.clone(),
                 arguments.clone(),
-                &redactions,
+                redactions,
             )
             .await;
             session.shared.set_current(None);
@@ -189,6 +192,7 @@ pub async fn start(
                     arguments: &arguments,
                     secret_fields: &secret_fields,
                     round_number: 1,
+                    redactions,
                 };
                 let outcome = stateless::park(&task_hub, &slot.context, asking, *required).await;
                 if outcome.requires_user_input {
@@ -413,7 +417,7 @@ pub async fn on_elicitation(
         tracing::warn!(%server, "declined a question past the most one call may ask");
         return decline;
     }
-    let question = match Question::of(&request, server) {
+    let question = match Question::of(&request, server, &slot.redactions) {
         Ok(question) => question,
         Err(reason) => {
             tracing::warn!(%server, %reason, "declined an elicitation toolgate cannot show");
@@ -446,9 +450,15 @@ pub(super) struct Question {
 }
 
 impl Question {
+    /// The server's question, its words masked where they repeat a secret of the call
+    /// (the user's secret values, the server's environment): a hostile server must not
+    /// show the operator's key to the user, nor have it stored. A question whose link,
+    /// field names, choices or defaults carry one is refused: they go back to the server
+    /// as they are, so they cannot be masked.
     pub(super) fn of(
         request: &ElicitRequestParams,
         server: &str,
+        redactions: &Redactions,
     ) -> std::result::Result<Question, String> {
         let (message, mode, fields, url, elicitation_id) = match request {
             ElicitRequestParams::FormElicitationParams {
@@ -476,12 +486,21 @@ impl Question {
             ),
             _ => return Err("an elicitation mode toolgate does not know".to_owned()),
         };
-        let message = message.trim();
+        let mut message = message.trim().to_owned();
+        // Masked before the cut, which could otherwise leave part of a secret behind.
+        redactions.text(&mut message);
         let message = if message.is_empty() {
             format!("The MCP server `{server}` asks:")
         } else {
-            excerpt(message, MAX_MESSAGE_CHARS)
+            excerpt(&message, MAX_MESSAGE_CHARS)
         };
+        if url.as_deref().is_some_and(|url| redactions.finds(url)) {
+            return Err("its link carries a secret of the call".to_owned());
+        }
+        let mut fields = fields;
+        for field in &mut fields {
+            masked_field(field, redactions)?;
+        }
         Ok(Question {
             message,
             mode,
@@ -490,6 +509,48 @@ impl Question {
             elicitation_id,
         })
     }
+}
+
+/// `field` with its words masked; refused when what goes back to the server as it is (its
+/// name, its choices' values, its default, its pattern) carries a secret.
+fn masked_field(field: &mut FieldSpec, redactions: &Redactions) -> std::result::Result<(), String> {
+    let returned = field
+        .options
+        .iter()
+        .map(|option| option.value.as_str())
+        .chain([
+            field.name.as_str(),
+            field.validation.as_deref().unwrap_or_default(),
+        ]);
+    let default = field
+        .default
+        .as_ref()
+        .map(Value::to_string)
+        .unwrap_or_default();
+    if returned
+        .chain([default.as_str()])
+        .any(|text| redactions.finds(text))
+    {
+        return Err(format!(
+            "the field `{}` carries a secret of the call",
+            field.name
+        ));
+    }
+    for text in [
+        &mut field.label,
+        &mut field.description,
+        &mut field.placeholder,
+        &mut field.warning,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        redactions.text(text);
+    }
+    for option in &mut field.options {
+        redactions.text(&mut option.label);
+    }
+    Ok(())
 }
 
 /// Stores the question as a pending request of the call's user and announces it, in one
@@ -820,6 +881,53 @@ mod tests {
                 .unwrap_or_default()
                 .contains("`files` ended the session")
         );
+    }
+
+    fn asked(params: Value) -> ElicitRequestParams {
+        serde_json::from_value(params).expect("an elicitation")
+    }
+
+    /// A hostile server repeats a secret of the call in its question: the words are shown
+    /// masked; where it would go back to the server as it is, the question is refused.
+    #[test]
+    fn a_question_repeating_a_secret_shows_it_masked_or_is_not_asked() {
+        const SECRET: &str = "zq9Xk2Lm7Pw4";
+        let redactions = Redactions::new([SECRET]);
+        let form = |property: Value| {
+            asked(
+                json!({"mode": "form", "message": format!("Is {SECRET} the key to use?"),
+                "requestedSchema": {"type": "object", "properties": {"choice": property}}}),
+            )
+        };
+        let worded = form(json!({"type": "boolean", "title": format!("Use {SECRET}"),
+            "description": format!("The key {SECRET}, as given")}));
+        let question = Question::of(&worded, "files", &redactions).expect("asked");
+        let shown = format!("{} {:?}", question.message, question.fields);
+        assert!(!shown.contains(&SECRET[..4]), "{shown}");
+        assert!(
+            question.message.contains(protocol::fields::MASKED),
+            "{shown}"
+        );
+        // Without secrets the same question is shown as the server wrote it.
+        let plain = Question::of(&worded, "files", &Redactions::new([])).expect("asked");
+        assert!(plain.message.contains(SECRET));
+
+        for property in [
+            json!({"type": "string", "enum": [SECRET, "other"]}),
+            json!({"type": "string", "default": format!("key={SECRET}")}),
+        ] {
+            let err = Question::of(&form(property.clone()), "files", &redactions)
+                .err()
+                .unwrap_or_else(|| panic!("asked with {property}"));
+            assert!(err.contains("`choice`") && !err.contains(SECRET), "{err}");
+        }
+        let link = asked(json!({"mode": "url", "message": "Connect your account",
+            "url": format!("https://auth.example.com/connect?key={SECRET}"),
+            "elicitationId": "e-1"}));
+        let err = Question::of(&link, "files", &redactions)
+            .err()
+            .unwrap_or_else(|| panic!("a link with the secret was offered"));
+        assert!(!err.contains(SECRET), "{err}");
     }
 
     /// A secret that straddles the cut is masked whole, not left half behind.

@@ -57,6 +57,8 @@ pub struct Asking<'a> {
     /// Which of them are secrets (sealed when stored).
     pub secret_fields: &'a [String],
     pub round_number: u32,
+    /// The call's secrets, masked in the questions.
+    pub redactions: &'a Redactions,
 }
 
 /// A call the server answered with questions: they become cards. The outcome is the
@@ -73,6 +75,7 @@ pub async fn park(
         arguments,
         secret_fields,
         round_number,
+        redactions,
     } = asking;
     if round_number > MAX_ROUNDS {
         return ToolOutcome::failed(format!(
@@ -87,7 +90,7 @@ pub async fn park(
                 "the MCP server `{server}` asked for something toolgate does not provide (only questions to the user)"
             ));
         };
-        match Question::of(&elicitation.params, server) {
+        match Question::of(&elicitation.params, server, redactions) {
             Ok(question) => asked.push((key, question)),
             Err(reason) => {
                 tracing::warn!(%server, %reason, "a stateless question toolgate cannot show");
@@ -298,6 +301,7 @@ pub async fn answer_round(hub: &Arc<McpHub>, row: &InputRequestRow) -> Result<Op
                 arguments: &arguments,
                 secret_fields: &state.secret_fields,
                 round_number: state.round_number + 1,
+                redactions: &redactions,
             };
             park(hub, &context, asking, required).await
         }
