@@ -97,6 +97,8 @@ impl Redactions {
                     for (mut key, mut item) in std::mem::take(map) {
                         self.text(&mut key);
                         self.value(&mut item);
+                        // Two keys may read the same once masked; neither value is lost.
+                        let key = unused_key(map, key);
                         map.insert(key, item);
                     }
                 } else {
@@ -213,6 +215,21 @@ fn json_escape_len(rest: &[u8], c: char) -> Option<usize> {
     Some(len)
 }
 
+/// `key`, or `key (2)`, `key (3)`, ... when `map` already holds it.
+fn unused_key(map: &serde_json::Map<String, Value>, key: String) -> String {
+    if !map.contains_key(&key) {
+        return key;
+    }
+    let mut n = 2;
+    loop {
+        let numbered = format!("{key} ({n})");
+        if !map.contains_key(&numbered) {
+            return numbered;
+        }
+        n += 1;
+    }
+}
+
 /// The value of ASCII hex digits (either case); `None` if any is not one.
 fn hex_value(digits: &[u8]) -> Option<u32> {
     digits.iter().try_fold(0u32, |value, digit| {
@@ -289,6 +306,24 @@ mod tests {
             .standing_in("[redacted]")
             .outcome(failed);
         assert_eq!(masked.error.as_deref(), Some("HTTP 401: sent [redacted]"));
+    }
+
+    #[test]
+    fn keys_that_read_the_same_once_masked_keep_both_values() {
+        let outcome = ToolOutcome::ok(json!({
+            "token zq9Xk2Lm7Pw4": 1,
+            "token Hh4Rt8Yu2Ee6": 2,
+            "token ••••••••": 3,
+        }));
+        let masked = Redactions::new(["zq9Xk2Lm7Pw4", "Hh4Rt8Yu2Ee6"]).outcome(outcome);
+        let result = masked.result.unwrap_or_default();
+        let mut values: Vec<i64> = result
+            .as_object()
+            .map(|map| map.values().filter_map(Value::as_i64).collect())
+            .unwrap_or_default();
+        values.sort_unstable();
+        assert_eq!(values, [1, 2, 3], "{result}");
+        assert!(!result.to_string().contains("zq9X"), "{result}");
     }
 
     #[test]
