@@ -201,6 +201,18 @@ async fn a_local_listener_is_unreachable_in_every_form_unless_allowed() {
     assert_eq!(e.listener.received().len(), 2);
 }
 
+/// Why a server given `tools` (and the operator's token) refuses to start.
+async fn refused_start(tools: &str) -> String {
+    let (_dir, path) = write_temp_file("tools.toml", tools);
+    let started = TestServer::try_start(
+        ServerOptions::default()
+            .env("TOOLGATE_TOOLS", &path.to_string_lossy())
+            .env("EGRESS_TOKEN", TOKEN),
+    )
+    .await;
+    format!("{:#}", started.err().expect("refused"))
+}
+
 /// A tool whose host the model chooses and whose request carries the operator's token
 /// would hand that token to whatever host a prompt-injected model names: refused at
 /// start, naming the tool, unless its hosts are listed.
@@ -212,14 +224,7 @@ async fn a_tool_that_lets_the_model_choose_where_its_token_goes_stops_start_up()
         1,
     );
     assert_ne!(fetch_with_token, TOOLS, "the replacement must apply");
-    let (_dir, path) = write_temp_file("tools.toml", &fetch_with_token);
-    let started = TestServer::try_start(
-        ServerOptions::default()
-            .env("TOOLGATE_TOOLS", &path.to_string_lossy())
-            .env("EGRESS_TOKEN", TOKEN),
-    )
-    .await;
-    let err = format!("{:#}", started.err().expect("refused"));
+    let err = refused_start(&fetch_with_token).await;
     assert!(
         err.contains("tool `fetch`") && err.contains("`{target}`") && err.contains("allow_hosts"),
         "{err}"
@@ -238,14 +243,7 @@ async fn a_tool_that_lets_the_model_name_the_site_behind_its_host_stops_start_up
         1,
     );
     assert_ne!(routed_by_the_model, TOOLS, "the replacement must apply");
-    let (_dir, path) = write_temp_file("tools.toml", &routed_by_the_model);
-    let started = TestServer::try_start(
-        ServerOptions::default()
-            .env("TOOLGATE_TOOLS", &path.to_string_lossy())
-            .env("EGRESS_TOKEN", TOKEN),
-    )
-    .await;
-    let err = format!("{:#}", started.err().expect("refused"));
+    let err = refused_start(&routed_by_the_model).await;
     assert!(
         err.contains("tool `fetch_inside`")
             && err.contains("x-forwarded-host")

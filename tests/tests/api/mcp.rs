@@ -700,27 +700,31 @@ async fn one_users_card_and_call_are_never_another_users() {
     assert_eq!(pending(server, &bob, &bob_conversation).await.len(), 1);
 }
 
-#[tokio::test]
-async fn a_secret_given_to_an_mcp_tool_never_reaches_the_model_even_when_echoed() {
-    const SECRET: &str = "s3cret-token-4242";
-    let overlay = r#"
+/// A call of the test server's `tool` (over stdio) whose `text` the user gives as a
+/// secret field: the user `login` submits `secret` on the card. The server, the user's
+/// token, the conversation and the answer to the submit.
+async fn secret_given_to(tool: &str, login: &str, secret: &str) -> (Setup, String, String, Value) {
+    let overlay = format!(
+        r#"
 [[tool_overlays]]
-name = "t__echo"
+name = "t__{tool}"
 [tool_overlays.requires_user_input]
-reason = "The token to echo"
-fields = [ { name = "text", label = "Token", type = "secret" } ]
-"#;
-    let setup = start(&(stdio_server("t", "") + overlay)).await;
+reason = "The token"
+fields = [ {{ name = "text", label = "Token", type = "secret" }} ]
+"#
+    );
+    let setup = start(&(stdio_server("t", "") + &overlay)).await;
     let server = &setup.server;
-    let (_, token) = server.new_user("mcp-secret").await;
+    let (_, token) = server.new_user(login).await;
     tools_when_settled(server, &token, &["t"]).await;
     let conversation = server.new_conversation(&token).await;
+    let call_id = format!("call_{tool}");
     let (_, asked) = execute(
         server,
         &token,
         &conversation,
-        "t__echo",
-        "call_secret",
+        &format!("t__{tool}"),
+        &call_id,
         json!({}),
     )
     .await;
@@ -728,11 +732,19 @@ fields = [ { name = "text", label = "Token", type = "secret" } ]
     let (status, done) = server
         .action(
             &token,
-            json!({"action": "submit_response", "tool_call_id": "call_secret",
-                "user_inputs": {"text": SECRET}}),
+            json!({"action": "submit_response", "tool_call_id": call_id,
+                "user_inputs": {"text": secret}}),
         )
         .await;
     assert_eq!(status, StatusCode::OK, "{done}");
+    (setup, token, conversation, done)
+}
+
+#[tokio::test]
+async fn a_secret_given_to_an_mcp_tool_never_reaches_the_model_even_when_echoed() {
+    const SECRET: &str = "s3cret-token-4242";
+    let (setup, _, _, done) = secret_given_to("echo", "mcp-secret", SECRET).await;
+    let server = &setup.server;
     assert_eq!(done["tool_result"]["success"], true, "{done}");
     assert!(!done.to_string().contains(SECRET), "{done}");
     let mut db = server.db().await;
@@ -750,36 +762,9 @@ fields = [ { name = "text", label = "Token", type = "secret" } ]
 #[tokio::test]
 async fn a_question_repeating_a_secret_of_the_call_shows_it_masked() {
     const SECRET: &str = "s3cret-token-7373";
-    let overlay = r#"
-[[tool_overlays]]
-name = "t__ask_about"
-[tool_overlays.requires_user_input]
-reason = "The token to ask about"
-fields = [ { name = "text", label = "Token", type = "secret" } ]
-"#;
-    let setup = start(&(stdio_server("t", "") + overlay)).await;
+    let (setup, token, conversation, done) =
+        secret_given_to("ask_about", "mcp-asked-secret", SECRET).await;
     let server = &setup.server;
-    let (_, token) = server.new_user("mcp-asked-secret").await;
-    tools_when_settled(server, &token, &["t"]).await;
-    let conversation = server.new_conversation(&token).await;
-    let (_, asked) = execute(
-        server,
-        &token,
-        &conversation,
-        "t__ask_about",
-        "call_about",
-        json!({}),
-    )
-    .await;
-    assert_eq!(asked["requires_user_input"], true, "{asked}");
-    let (status, done) = server
-        .action(
-            &token,
-            json!({"action": "submit_response", "tool_call_id": "call_about",
-                "user_inputs": {"text": SECRET}}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK, "{done}");
     // The server's question is the next card.
     let cards = pending(server, &token, &conversation).await;
     assert_eq!(cards.len(), 1, "{cards:?}");
