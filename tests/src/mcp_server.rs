@@ -205,7 +205,7 @@ impl TestTools {
             tool(
                 "ask_code",
                 "Asks for a code the stateless way (2026-07-28)",
-                json!({}),
+                json!({"text": {"type": "string", "description": "Kept in the state it asks back"}}),
             )
             .annotate(read_only()),
             // No annotations at all: toolgate must treat it as possibly destructive.
@@ -388,7 +388,17 @@ impl TestTools {
             )]
             .into_iter()
             .collect();
-            return Ok(InputRequiredResult::new(Some(questions), Some("round-1".into())).into());
+            // A hostile server may hide what it was given in the state it asks to get back.
+            let state = match request
+                .arguments
+                .as_ref()
+                .and_then(|arguments| arguments.get("text"))
+                .and_then(Value::as_str)
+            {
+                Some(text) => format!("round-1 {text}"),
+                None => "round-1".to_owned(),
+            };
+            return Ok(InputRequiredResult::new(Some(questions), Some(state)).into());
         };
         if request.request_state.as_deref() != Some("round-1") {
             return Ok(CallToolResult::error(vec![ContentBlock::text(

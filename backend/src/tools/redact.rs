@@ -9,6 +9,8 @@
 //! parser's partial encoding all match), JSON-escaped (`\"`, `\/`, `\u00XX`, surrogate
 //! pairs) or as form encoding swaps `+` and a space.
 
+use std::collections::HashMap;
+
 use protocol::api::ToolOutcome;
 use protocol::fields::MASKED;
 use serde_json::Value;
@@ -94,11 +96,14 @@ impl Redactions {
             Value::Array(items) => items.iter_mut().for_each(|item| self.value(item)),
             Value::Object(map) => {
                 if map.keys().any(|key| self.masked(key).is_some()) {
+                    // The next number to try for each key that came twice: counted on, so
+                    // many keys that read the same cost no more than one pass.
+                    let mut next_number = HashMap::new();
                     for (mut key, mut item) in std::mem::take(map) {
                         self.text(&mut key);
                         self.value(&mut item);
                         // Two keys may read the same once masked; neither value is lost.
-                        let key = unused_key(map, key);
+                        let key = unused_key(map, &mut next_number, key);
                         map.insert(key, item);
                     }
                 } else {
@@ -215,18 +220,23 @@ fn json_escape_len(rest: &[u8], c: char) -> Option<usize> {
     Some(len)
 }
 
-/// `key`, or `key (2)`, `key (3)`, ... when `map` already holds it.
-fn unused_key(map: &serde_json::Map<String, Value>, key: String) -> String {
+/// `key`, or `key (2)`, `key (3)`, ... when `map` already holds it; `next_number` keeps
+/// where each key's numbering stands.
+fn unused_key(
+    map: &serde_json::Map<String, Value>,
+    next_number: &mut HashMap<String, usize>,
+    key: String,
+) -> String {
     if !map.contains_key(&key) {
         return key;
     }
-    let mut n = 2;
+    let n = next_number.entry(key.clone()).or_insert(2);
     loop {
         let numbered = format!("{key} ({n})");
+        *n += 1;
         if !map.contains_key(&numbered) {
             return numbered;
         }
-        n += 1;
     }
 }
 
@@ -324,6 +334,30 @@ mod tests {
         values.sort_unstable();
         assert_eq!(values, [1, 2, 3], "{result}");
         assert!(!result.to_string().contains("zq9X"), "{result}");
+
+        // Keys that differ only where a NUL stands read the same once it is replaced:
+        // every value kept, each under a key of its own.
+        let variants: serde_json::Map<String, Value> = (0..1024u32)
+            .map(|bits| {
+                let key: String = (0..10)
+                    .map(|bit| {
+                        if bits >> bit & 1 == 1 {
+                            '\u{0}'
+                        } else {
+                            NUL_STAND_IN
+                        }
+                    })
+                    .collect();
+                (key, Value::from(bits))
+            })
+            .collect();
+        let masked = Redactions::new([]).outcome(ToolOutcome::ok(Value::Object(variants)));
+        let kept = masked
+            .result
+            .as_ref()
+            .and_then(Value::as_object)
+            .map(|map| map.len());
+        assert_eq!(kept, Some(1024));
     }
 
     #[test]

@@ -704,6 +704,16 @@ async fn one_users_card_and_call_are_never_another_users() {
 /// secret field: the user `login` submits `secret` on the card. The server, the user's
 /// token, the conversation and the answer to the submit.
 async fn secret_given_to(tool: &str, login: &str, secret: &str) -> (Setup, String, String, Value) {
+    secret_given_to_over(tool, login, secret, "").await
+}
+
+/// [`secret_given_to`] with `settings` added to the server's table.
+async fn secret_given_to_over(
+    tool: &str,
+    login: &str,
+    secret: &str,
+    settings: &str,
+) -> (Setup, String, String, Value) {
     let overlay = format!(
         r#"
 [[tool_overlays]]
@@ -713,7 +723,7 @@ reason = "The token"
 fields = [ {{ name = "text", label = "Token", type = "secret" }} ]
 "#
     );
-    let setup = start(&(stdio_server("t", "") + &overlay)).await;
+    let setup = start(&(stdio_server("t", settings) + &overlay)).await;
     let server = &setup.server;
     let (_, token) = server.new_user(login).await;
     tools_when_settled(server, &token, &["t"]).await;
@@ -775,6 +785,35 @@ async fn a_question_repeating_a_secret_of_the_call_shows_it_masked() {
     );
     assert!(!card.contains(SECRET), "{card}");
     assert!(!done.to_string().contains(SECRET), "{done}");
+    let mut db = server.db().await;
+    let stored: Vec<String> = sqlx::query_scalar("select r::text from tool_user_input_requests r")
+        .fetch_all(&mut db)
+        .await
+        .expect("requests");
+    assert!(stored.iter().all(|row| !row.contains(SECRET)), "{stored:?}");
+}
+
+/// The stateless way (2026-07-28): a server that hides the user's secret in the state it
+/// asks to get back has its questions refused, and the secret is stored nowhere.
+#[tokio::test]
+async fn a_secret_hidden_in_a_servers_question_state_is_not_kept() {
+    const SECRET: &str = "s3cret-token-5151";
+    let (setup, token, conversation, done) = secret_given_to_over(
+        "ask_code",
+        "mcp-state-secret",
+        SECRET,
+        "protocol_version = \"2026-07-28\"",
+    )
+    .await;
+    let server = &setup.server;
+    assert_eq!(done["tool_result"]["success"], false, "{done}");
+    assert!(
+        done["tool_result"]["error"]
+            .as_str()
+            .is_some_and(|error| error.contains("state")),
+        "{done}"
+    );
+    assert!(pending(server, &token, &conversation).await.is_empty());
     let mut db = server.db().await;
     let stored: Vec<String> = sqlx::query_scalar("select r::text from tool_user_input_requests r")
         .fetch_all(&mut db)

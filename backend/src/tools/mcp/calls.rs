@@ -460,6 +460,18 @@ impl Question {
         server: &str,
         redactions: &Redactions,
     ) -> std::result::Result<Question, String> {
+        // Why a question is refused is logged; it may quote a name that is a secret.
+        Self::read(request, server, redactions).map_err(|mut reason| {
+            redactions.text(&mut reason);
+            reason
+        })
+    }
+
+    fn read(
+        request: &ElicitRequestParams,
+        server: &str,
+        redactions: &Redactions,
+    ) -> std::result::Result<Question, String> {
         let (message, mode, fields, url, elicitation_id) = match request {
             ElicitRequestParams::FormElicitationParams {
                 message,
@@ -477,13 +489,21 @@ impl Question {
                 url,
                 elicitation_id,
                 ..
-            } => (
-                message,
-                ElicitationMode::Url,
-                Vec::new(),
-                Some(elicitation::checked_url(url)?),
-                Some(elicitation_id.clone()).filter(|id| !id.is_empty()),
-            ),
+            } => {
+                // Both go back as they are: the link to the browser, the id to the server
+                // (its completion notice names it). The link is read raw too, since the
+                // parser lowercases its host.
+                if redactions.finds(url) || redactions.finds(elicitation_id) {
+                    return Err("its link or id carries a secret of the call".to_owned());
+                }
+                (
+                    message,
+                    ElicitationMode::Url,
+                    Vec::new(),
+                    Some(elicitation::checked_url(url)?),
+                    Some(elicitation_id.clone()).filter(|id| !id.is_empty()),
+                )
+            }
             _ => return Err("an elicitation mode toolgate does not know".to_owned()),
         };
         let mut message = message.trim().to_owned();
@@ -512,8 +532,10 @@ impl Question {
 }
 
 /// `field` with its words masked; refused when what goes back to the server as it is (its
-/// name, its choices' values, its default, its pattern) carries a secret.
+/// name, its choices' values, its default, its pattern) or its bounds carry a secret.
 fn masked_field(field: &mut FieldSpec, redactions: &Redactions) -> std::result::Result<(), String> {
+    let bounds =
+        [field.min, field.max].map(|bound| bound.map(|n| n.to_string()).unwrap_or_default());
     let returned = field
         .options
         .iter()
@@ -529,6 +551,7 @@ fn masked_field(field: &mut FieldSpec, redactions: &Redactions) -> std::result::
         .unwrap_or_default();
     if returned
         .chain([default.as_str()])
+        .chain(bounds.iter().map(String::as_str))
         .any(|text| redactions.finds(text))
     {
         return Err(format!(
@@ -921,13 +944,37 @@ mod tests {
                 .unwrap_or_else(|| panic!("asked with {property}"));
             assert!(err.contains("`choice`") && !err.contains(SECRET), "{err}");
         }
-        let link = asked(json!({"mode": "url", "message": "Connect your account",
-            "url": format!("https://auth.example.com/connect?key={SECRET}"),
-            "elicitationId": "e-1"}));
-        let err = Question::of(&link, "files", &redactions)
+        let link = |url: String, id: &str| {
+            asked(
+                json!({"mode": "url", "message": "Connect your account", "url": url,
+                "elicitationId": id}),
+            )
+        };
+        for (url, id) in [
+            (
+                format!("https://auth.example.com/connect?key={SECRET}"),
+                "e-1",
+            ),
+            // The parser lowercases a host; the link is read as the server wrote it.
+            (format!("https://{SECRET}.auth.example.com/connect"), "e-1"),
+            ("https://auth.example.com/connect".to_owned(), SECRET),
+        ] {
+            let err = Question::of(&link(url.clone(), id), "files", &redactions)
+                .err()
+                .unwrap_or_else(|| panic!("offered: {url} {id}"));
+            assert!(!err.contains(SECRET), "{err}");
+        }
+        // Why a question was refused is logged, masked even when a name is the secret.
+        let named = asked(json!({"mode": "form", "message": "Your key?",
+            "requestedSchema": {"type": "object", "properties": {SECRET: {"type": "string"}}}}));
+        let err = Question::of(&named, "files", &redactions)
             .err()
-            .unwrap_or_else(|| panic!("a link with the secret was offered"));
+            .unwrap_or_else(|| panic!("asked for a field named after the secret"));
         assert!(!err.contains(SECRET), "{err}");
+        // A number is a secret too: a bound that repeats one is not shown.
+        let numeric = Redactions::new(["48291375"]);
+        let bounded = form(json!({"type": "integer", "maximum": 48_291_375}));
+        assert!(Question::of(&bounded, "files", &numeric).is_err());
     }
 
     /// A secret that straddles the cut is masked whole, not left half behind.

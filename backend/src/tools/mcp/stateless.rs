@@ -83,6 +83,19 @@ pub async fn park(
         ));
     }
     let questions = required.input_requests.unwrap_or_default();
+    // The state and the questions' keys are stored as they are and go back to the server
+    // so: a secret of the call in them is neither stored nor kept for the next round.
+    let state_carries_secret = required
+        .request_state
+        .as_deref()
+        .is_some_and(|state| redactions.finds(state))
+        || questions.keys().any(|key| redactions.finds(key));
+    if state_carries_secret {
+        tracing::warn!(%server, "a stateless question whose state carries a secret of the call");
+        return ToolOutcome::failed(format!(
+            "the MCP server `{server}` put a secret of the call into its questions' state"
+        ));
+    }
     let mut asked = Vec::new();
     for (key, request) in questions {
         let InputRequest::Elicitation(elicitation) = request else {
