@@ -155,18 +155,16 @@ impl OriginGuard {
     }
 }
 
-/// Headers that name the site a request is for. A front that many sites share (a CDN, a
-/// reverse proxy) picks the site by them, whatever host the URL named, so whoever fills
-/// one picks where the request and all it carries end up; `allow_hosts` checks where the
-/// connection goes, not which site behind it answers, and cannot vouch for them.
-const ROUTING_HEADERS: [&str; 6] = [
-    "host",
-    "forwarded",
-    "x-forwarded-host",
-    "x-forwarded-server",
-    "x-host",
-    "x-original-host",
-];
+/// Whether a header may name the site a request is for. A front that many sites share (a
+/// CDN, a reverse proxy) picks the site by such headers, whatever host the URL named, so
+/// whoever fills one picks where the request and all it carries end up; `allow_hosts`
+/// checks where the connection goes, not which site behind it answers. Fronts have their
+/// own names for them (`X-Forwarded-Host`, `X-Original-Host`, `X-HTTP-Host-Override`,
+/// ...): any name that mentions a host or forwarding counts.
+fn may_route(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    name.contains("host") || name.contains("forwarded")
+}
 
 /// Refuses a routing header (`Host`, `Forwarded`, `X-Forwarded-Host`, ...) that the model
 /// fills while the request carries anything beyond the model's words, or that the user
@@ -178,7 +176,7 @@ pub fn check_routing_header(
     carried: &Carried,
     model_sets: &BTreeSet<String>,
 ) -> Result<(), String> {
-    if !ROUTING_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
+    if !may_route(name) {
         return Ok(());
     }
     for part in template.parts() {
@@ -402,6 +400,7 @@ mod tests {
                 &Template::parse("{context.tool_call_id}").expect("parses"),
             ),
             ("X-Host", &tenant),
+            ("X-HTTP-Host-Override", &site),
         ] {
             let err =
                 check_routing_header(name, template, &operators, &model).expect_err("refused");
