@@ -101,10 +101,12 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let sweeper = tokio::spawn(background::run(state.clone()));
     let stopping = state.clone();
     let header_read_timeout = state.config.header_read_timeout;
+    let grace = state.config.shutdown_grace;
     listen::serve(
         listener,
         app(state.clone()),
         header_read_timeout,
+        grace,
         async move {
             shutdown_signal().await;
             stopping.begin_shutdown();

@@ -3,7 +3,9 @@
 //! hold its connection, and a file descriptor, for as long as it likes; here hyper
 //! closes a connection whose request headers have not arrived within the timeout.
 //! Shutting down works as `axum::serve`'s does: stop accepting, let every connection
-//! finish what it is answering, wait for them.
+//! finish what it is answering, wait for them; but for no longer than the grace period,
+//! so a client that stops reading, or sends its body a byte at a time, cannot hold the
+//! stop (and the hand-over of the runs after it).
 
 use std::future::Future;
 use std::pin::pin;
@@ -22,11 +24,12 @@ use tokio::task::JoinSet;
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 
 /// Answers connections on `listener` with `app` until `shutdown` completes, then waits
-/// for the open connections to finish.
+/// up to `grace` for the open connections to finish and closes the rest.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     header_read_timeout: Duration,
+    grace: Duration,
     shutdown: impl Future<Output = ()>,
 ) {
     let (closing, closed) = watch::channel(false);
@@ -66,5 +69,15 @@ pub async fn serve(
         while connections.try_join_next().is_some() {}
     }
     let _ = closing.send(true);
-    while connections.join_next().await.is_some() {}
+    let drained = tokio::time::timeout(grace, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            open = connections.len(),
+            "closed the connections still open when the grace period ended"
+        );
+        connections.shutdown().await;
+    }
 }

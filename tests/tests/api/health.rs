@@ -70,6 +70,49 @@ async fn graceful_shutdown_on_sigterm() {
     );
 }
 
+/// A client that sends its headers and then never the body it announced holds a
+/// request open for as long as it likes; the stop waits for it only the grace period.
+#[tokio::test]
+async fn a_request_that_never_finishes_does_not_hold_the_stop() {
+    use tokio::io::AsyncWriteExt;
+
+    let mut server =
+        TestServer::start_with(ServerOptions::default().env("TOOLGATE_SHUTDOWN_GRACE", "1s")).await;
+    let (_, token) = server.new_user("stalling").await;
+    let address = server.url("");
+    let address = address
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned();
+    let mut stalled = tokio::net::TcpStream::connect(&address)
+        .await
+        .expect("connects");
+    stalled
+        .write_all(
+            format!(
+                "POST /api/conversations HTTP/1.1\r\nHost: {address}\r\n\
+                 Authorization: Bearer {token}\r\nContent-Type: application/json\r\n\
+                 Content-Length: 1000\r\n\r\n{{"
+            )
+            .as_bytes(),
+        )
+        .await
+        .expect("sends the start of a request");
+    // The request is under way before the stop begins.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let status = server
+        .terminate()
+        .await
+        .expect("stops although a request never finishes");
+    assert!(status.success(), "exit status {status}");
+    assert!(
+        server.logs().contains("grace period ended") && server.logs().contains("toolgate stopped"),
+        "{}",
+        server.logs()
+    );
+    drop(stalled);
+}
+
 #[tokio::test]
 async fn openapi_document_lists_the_routes_and_docs_page_is_served() {
     let server = TestServer::start().await;
