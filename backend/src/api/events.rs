@@ -48,11 +48,14 @@ pub async fn create_stream_token(
         return Err(Error::NotFound("conversation"));
     }
     tx.commit().await?;
-    let (token, exp) = state.jwt.sign_stream(
-        &user.user_id,
-        conversation_id,
-        chrono::Duration::minutes(STREAM_TOKEN_MINUTES),
-    )?;
+    // No longer than the token that asks for it, so a stream cannot outlive the session:
+    // a stolen token about to expire buys no more time.
+    let left = user.expires_at - chrono::Utc::now().timestamp();
+    let lifetime =
+        chrono::Duration::minutes(STREAM_TOKEN_MINUTES).min(chrono::Duration::seconds(left.max(1)));
+    let (token, exp) = state
+        .jwt
+        .sign_stream(&user.user_id, conversation_id, lifetime)?;
     Ok(Json(StreamToken {
         token,
         expires_at: chrono::DateTime::from_timestamp(exp, 0).unwrap_or_else(chrono::Utc::now),
@@ -238,6 +241,11 @@ async fn send_before(
     event: StreamEvent,
     until: tokio::time::Instant,
 ) -> bool {
+    // `timeout_at` tries the send before it looks at the clock: a send that could go at
+    // once would still go after the expiry.
+    if tokio::time::Instant::now() >= until {
+        return false;
+    }
     matches!(
         tokio::time::timeout_at(until, sender.send(Outgoing::Event(Box::new(event)))).await,
         Ok(Ok(()))
@@ -271,5 +279,39 @@ async fn catch_up(
         if !full {
             return Ok(true);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use protocol::chat::EventKind;
+
+    use super::*;
+
+    fn delta(id: i64) -> StreamEvent {
+        StreamEvent {
+            id,
+            conversation_id: Uuid::nil(),
+            run_id: None,
+            kind: EventKind::TextDelta {
+                delta: "words".to_owned(),
+            },
+        }
+    }
+
+    /// Once the token has expired nothing more goes out, even with room to send it.
+    #[tokio::test]
+    async fn nothing_is_sent_once_the_token_has_expired() {
+        let (sender, mut receiver) = mpsc::channel(4);
+        let later = tokio::time::Instant::now() + Duration::from_secs(60);
+        assert!(send_before(&sender, delta(1), later).await);
+        let expired = tokio::time::Instant::now();
+        assert!(!send_before(&sender, delta(2), expired).await);
+        drop(sender);
+        let mut sent = Vec::new();
+        while let Some(Outgoing::Event(event)) = receiver.recv().await {
+            sent.push(event.id);
+        }
+        assert_eq!(sent, [1]);
     }
 }

@@ -19,14 +19,23 @@ use crate::state::AppState;
 #[derive(Clone, Debug)]
 pub struct AuthUser {
     pub user_id: String,
+    /// When the caller's token expires (`exp`, seconds since the Unix epoch): what it is
+    /// used to obtain expires no later.
+    pub expires_at: i64,
 }
 
 impl FromRequestParts<AppState> for AuthUser {
     type Rejection = Error;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Error> {
-        let user_id = bearer_user(state, &parts.headers)?;
-        Ok(AuthUser { user_id })
+        let Verified {
+            user_id,
+            expires_at,
+        } = bearer(state, &parts.headers)?;
+        Ok(AuthUser {
+            user_id,
+            expires_at,
+        })
     }
 }
 

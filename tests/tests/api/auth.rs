@@ -288,6 +288,46 @@ async fn the_lifetime_limit_is_configurable_and_issued_tokens_keep_within_it() {
     assert_eq!(response.status(), StatusCode::OK);
 }
 
+/// A stream token never outlives the token that asked for it: a stolen token about to
+/// expire buys no more minutes of the user's events.
+#[tokio::test]
+async fn a_stream_token_expires_no_later_than_the_token_that_asked_for_it() {
+    let server = TestServer::start().await;
+    let stream_expiry = |token: String| {
+        let server = &server;
+        async move {
+            let conversation = server.new_conversation(&token).await;
+            let (status, stream) = server
+                .send(
+                    "POST",
+                    &format!("/api/conversations/{conversation}/stream-token"),
+                    Some(&token),
+                    None,
+                )
+                .await;
+            assert_eq!(status, StatusCode::OK, "{stream}");
+            chrono::DateTime::parse_from_rfc3339(stream["expires_at"].as_str().unwrap_or(""))
+                .expect("expires_at")
+                .timestamp()
+        }
+    };
+    let leaving = now() + 90;
+    let short = sign_token(
+        &json!({"sub": "leaving-soon", "exp": leaving}),
+        JWT_SECRET,
+        Algorithm::HS256,
+    );
+    let expires = stream_expiry(short).await;
+    assert!(
+        expires <= leaving,
+        "stream token expires at {expires}, its asker at {leaving}"
+    );
+    // A token with time to spare gets the stream's full ten minutes.
+    let (_, staying) = server.new_user("staying").await;
+    let expires = stream_expiry(staying).await;
+    assert!(expires >= now() + 500, "stream token expires at {expires}");
+}
+
 #[tokio::test]
 async fn a_bad_token_lifetime_setting_stops_the_start() {
     let result = TestServer::try_start(
