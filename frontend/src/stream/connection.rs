@@ -35,7 +35,7 @@ const QUIET_AFTER_MS: f64 = 2_000.0;
 
 struct Connection {
     alive: Cell<bool>,
-    /// Failed attempts in a row; an opened stream resets it.
+    /// Failed attempts in a row; a stream that stayed open a while resets it.
     failures: Cell<u32>,
     /// The server said the current stream's token expired: its end is no loss.
     expired: Cell<bool>,
@@ -163,12 +163,29 @@ async fn run(connection: Rc<Connection>, store: ChatStore, app: AppState) {
             refresh_pending(store, app);
             continue;
         }
+        connection.failures.set(failures_so_far(
+            connection.failures.get(),
+            lived,
+            connection.opened_at.get() > 0.0,
+        ));
         store.link.set(Link::Reconnecting);
         clock::sleep(failed(&connection)).await;
         // A fresh stream may have missed requests made outside any run.
         if connection.alive.get() {
             refresh_pending(store, app);
         }
+    }
+}
+
+/// The failures in a row once a stream has ended after `lived_ms`: one that stayed open a
+/// while starts the count again; one that dropped at once (a proxy that cuts streams, a
+/// server that ends them as they open) adds to it, so the waits grow instead of
+/// repeating every half second.
+fn failures_so_far(failures: u32, lived_ms: f64, opened: bool) -> u32 {
+    if opened && lived_ms >= QUIET_AFTER_MS {
+        0
+    } else {
+        failures
     }
 }
 
@@ -218,7 +235,6 @@ fn attach(connection: &Rc<Connection>, source: &EventSource, store: ChatStore, a
     let weak = Rc::downgrade(connection);
     let on_open = StateListener::new(move |_| {
         if let Some(connection) = weak.upgrade() {
-            connection.failures.set(0);
             connection.opened_at.set(clock::now_ms());
         }
         store.link.set(Link::Live);
@@ -261,6 +277,13 @@ pub fn refresh_pending(store: ChatStore, app: AppState) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn streams_that_drop_as_they_open_wait_longer_each_time() {
+        assert_eq!(failures_so_far(3, 60_000.0, true), 0);
+        assert_eq!(failures_so_far(3, 100.0, true), 3);
+        assert_eq!(failures_so_far(3, 60_000.0, false), 3);
+    }
 
     #[test]
     fn reconnecting_backs_off_but_not_forever() {
