@@ -36,6 +36,9 @@ pub enum Error {
     Conflict { code: &'static str, message: String },
     #[error("request body is larger than {limit} bytes")]
     PayloadTooLarge { limit: usize },
+    /// The body did not arrive in time (a client sending it a byte at a time).
+    #[error("request body not received within {seconds} s")]
+    BodyTimeout { seconds: u64 },
     /// A body not labelled `application/json`.
     #[error("unsupported media type")]
     UnsupportedMediaType,
@@ -93,6 +96,7 @@ impl Error {
             Error::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             Error::Conflict { code, .. } => (StatusCode::CONFLICT, code),
             Error::PayloadTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            Error::BodyTimeout { .. } => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
             Error::Unprocessable { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "validation_failed"),
             Error::TooManyRequests { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
             Error::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "database_unavailable"),
@@ -155,6 +159,10 @@ impl IntoResponse for Error {
             Error::PayloadTooLarge { limit } => {
                 (format!("request body is larger than {limit} bytes"), None)
             }
+            Error::BodyTimeout { seconds } => (
+                format!("the request body did not arrive within {seconds} s"),
+                None,
+            ),
             Error::Unprocessable { message, fields } => (message, Some(fields)),
             Error::TooManyRequests { message, .. } => (message, None),
             Error::Unavailable(err) => {

@@ -1,6 +1,6 @@
 //! JSON bodies that fail with our error format: 415 unless labelled
-//! `application/json`, 400 naming the bad path, 413 when too large, instead of axum's
-//! plain-text rejections.
+//! `application/json`, 400 naming the bad path, 413 when too large, 408 when too slow,
+//! instead of axum's plain-text rejections.
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, OptionalFromRequest, Request};
@@ -72,8 +72,16 @@ fn is_blank(bytes: &Bytes) -> bool {
     bytes.iter().all(u8::is_ascii_whitespace)
 }
 
+/// The body, read within the same time a client has for its headers: one that sends it
+/// a byte at a time would otherwise hold a connection (and its request) for ever.
 async fn read_body(req: Request, state: &AppState) -> Result<Bytes, Error> {
-    Bytes::from_request(req, state).await.map_err(|rejection| {
+    let within = state.config.header_read_timeout;
+    let read = tokio::time::timeout(within, Bytes::from_request(req, state))
+        .await
+        .map_err(|_| Error::BodyTimeout {
+            seconds: within.as_secs().max(1),
+        })?;
+    read.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             Error::PayloadTooLarge {
                 limit: state.config.max_body_bytes,

@@ -299,6 +299,48 @@ async fn a_client_that_trickles_its_headers_is_cut_off_and_others_are_served() {
 }
 
 #[tokio::test]
+async fn a_client_that_trickles_its_body_gets_a_408_that_says_why() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let server =
+        TestServer::start_with(ServerOptions::default().env("TOOLGATE_HEADER_READ_TIMEOUT", "1s"))
+            .await;
+    let (_, token) = server.new_user("trickling-body").await;
+    let address = server.base.trim_start_matches("http://").to_owned();
+    // Its headers in full, then a body that stops after one byte of the 100 announced.
+    let mut trickling = tokio::net::TcpStream::connect(&address)
+        .await
+        .expect("connect");
+    trickling
+        .write_all(
+            format!(
+                "POST /api/conversations HTTP/1.1\r\nHost: toolgate\r\n\
+                 Authorization: Bearer {token}\r\nContent-Type: application/json\r\n\
+                 Content-Length: 100\r\nConnection: close\r\n\r\n{{"
+            )
+            .as_bytes(),
+        )
+        .await
+        .expect("write");
+    let mut answer = Vec::new();
+    let answered =
+        tokio::time::timeout(Duration::from_secs(10), trickling.read_to_end(&mut answer)).await;
+    assert!(answered.is_ok(), "no answer 10 s after the body stopped");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    let body: Value = answer
+        .split_once("\r\n\r\n")
+        .and_then(|(_, body)| serde_json::from_str(body).ok())
+        .unwrap_or_default();
+    assert_eq!(body["error"]["code"], "request_timeout", "{answer}");
+    // Nothing was made of half a request.
+    let (_, list) = server
+        .send("GET", "/api/conversations", Some(&token), None)
+        .await;
+    assert_eq!(list["conversations"], json!([]), "{list}");
+}
+
+#[tokio::test]
 async fn a_bad_replay_position_names_the_field() {
     let server = TestServer::start().await;
     let (_, token) = server.new_user("after").await;
