@@ -550,6 +550,18 @@ fn build(entry: ToolEntry) -> anyhow::Result<Tool> {
             Runner::Http(HttpTool::new(http, &fillers).map_err(anyhow::Error::msg)?)
         }
         ("sql", None, Some(sql)) => {
+            // Which database (and login) a query runs on is the user's choice, never a
+            // prompt-injected model's.
+            if fields
+                .iter()
+                .any(|f| f.name == sql.database_field && f.model_may_fill)
+            {
+                bail!(
+                    "sql.database_field `{}` is one the model may fill; which database a query \
+                     runs on is the user's choice: remove model_may_fill from it",
+                    sql.database_field
+                );
+            }
             let options = fields
                 .iter()
                 .find(|f| f.name == sql.database_field && f.kind == FieldType::Select)

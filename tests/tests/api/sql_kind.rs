@@ -273,6 +273,11 @@ async fn only_one_read_only_statement_gets_past_the_parser() {
             "could not be parsed",
         ),
         ("select * from customers for update", "FOR UPDATE"),
+        // An operator that runs into `--`: Postgres would read the next line as SQL.
+        (
+            "select 'a' ~-- '\nversion() as hidden, /*' as a, 2 ~*/ 3 as b",
+            "runs into a comment",
+        ),
         ("select * into stolen from customers", "INTO"),
         ("set role toolgate_demo_production", "not SET"),
         ("delete from customers", "not DELETE"),
@@ -350,6 +355,30 @@ async fn running_sql_text_is_hidden_from_other_sessions() {
     for session in sessions {
         session.await.expect("join").expect("the sleeping query");
     }
+}
+
+/// Which database a query runs on is the user's choice: a tools file that lets the
+/// model fill it does not load.
+#[tokio::test]
+async fn a_database_field_the_model_may_fill_stops_start_up() {
+    let tools = TOOLS.replacen(
+        r#"options = ["production", "staging", "development"] } ]"#,
+        r#"options = ["production", "staging", "development"], model_may_fill = true } ]"#,
+        1,
+    );
+    assert_ne!(tools, TOOLS, "the replacement must apply");
+    let (_dir, path) = write_temp_file("tools.toml", &tools);
+    let started = TestServer::try_start(
+        ServerOptions::default()
+            .env("TOOLGATE_TOOLS", &path.to_string_lossy())
+            .env("TOOLGATE_DEMO", "1"),
+    )
+    .await;
+    let err = format!("{:#}", started.err().expect("refused"));
+    assert!(
+        err.contains("sql.database_field `database`") && err.contains("model_may_fill"),
+        "{err}"
+    );
 }
 
 #[tokio::test]

@@ -125,6 +125,19 @@ fn checked(sql: &str) -> Result<String, String> {
             "the query has more than {MAX_QUERY_TOKENS} words and symbols; {ONE_QUERY}, shorter"
         ));
     }
+    // Postgres ends an operator where `--` or `/*` begins and reads the rest as a
+    // comment; the parser here reads the whole run as one operator. The two would then
+    // disagree on what the query says, and what runs would not be what was checked.
+    let hides_a_comment = |operator: &str| operator.contains("--") || operator.contains("/*");
+    if tokens
+        .iter()
+        .any(|token| matches!(token, Token::CustomBinaryOperator(op) if hides_a_comment(op)))
+    {
+        return Err(format!(
+            "the query has an operator that runs into a comment (`--` or `/*`); put a space \
+             between them; {ONE_QUERY}"
+        ));
+    }
     let statement = single_statement(sql)?;
     let Statement::Query(query) = &statement else {
         let first_word = tokens.iter().find_map(|token| match token {
@@ -341,6 +354,19 @@ mod tests {
             !text.contains("hidden") && !text.contains("trailing"),
             "{text}"
         );
+    }
+
+    /// An operator that runs into `--` hides, from a checker that reads it whole, the
+    /// rest of the line from Postgres: a call of a refused function could ride there.
+    #[test]
+    fn a_comment_inside_an_operator_is_refused() {
+        let hidden = "SELECT 'a' ~-- '\ncurrent_user::text AS x, \
+                      (select array_agg(pg_cancel_backend(pid)) from pg_stat_activity) AS y, \
+                      /*' AS a, 2 ~*/ 3 AS b";
+        assert!(refusal(hidden).contains("comment"), "{}", refusal(hidden));
+        assert!(refusal("select 1 ~/* x */ 2").contains("comment"));
+        // With a space the same operators are plain ones.
+        assert!(checked("select 'a' ~ 'b', 2 * 3").is_ok());
     }
 
     #[test]
