@@ -56,7 +56,7 @@ pub fn outcome_for(row: &InputRequestRow) -> ToolOutcome {
         },
         (_, RequestStatus::Completed | RequestStatus::Approved) => {
             format!(
-                "the server stopped before the tool ran with the user's answer, so `{tool}` did not run; ask again"
+                "the server stopped after the user's answer and before `{tool}`'s result was recorded, so it may or may not have run; tell the user, and do not call it again before they have checked"
             )
         }
         (_, status) => format!("`{tool}` did not run (the request is {}).", status.as_str()),

@@ -41,6 +41,24 @@ pub struct Executor {
     pub input_ttl: Duration,
 }
 
+impl Executor {
+    /// The longest one call of `tool_name` may work (time spent waiting for the user
+    /// aside); zero for a tool that answers at once or no longer exists.
+    pub fn longest_call(&self, tool_name: &str) -> Duration {
+        match self
+            .tools
+            .get(tool_name)
+            .as_deref()
+            .map(|tool| &tool.runner)
+        {
+            Some(Runner::Http(http)) => http.longest_call(),
+            Some(Runner::Sql(sql)) => sql.longest_call(),
+            Some(Runner::Mcp(target)) => self.mcp.call_timeout(&target.server),
+            Some(Runner::Calculator | Runner::ReadSkill(_)) | None => Duration::ZERO,
+        }
+    }
+}
+
 /// One tool call as the executor receives it.
 #[derive(Clone, Debug)]
 pub struct ToolCall {

@@ -1101,10 +1101,7 @@ async fn a_run_left_waiting_with_nothing_to_wait_for_is_resumed() {
         .as_str()
         .unwrap_or_default()
         .to_owned();
-    assert!(
-        text.contains("the server stopped before the tool ran"),
-        "{text}"
-    );
+    assert!(text.contains("may or may not have run"), "{text}");
 }
 
 /// The text streamed since the last flush is written with the answer: the last

@@ -71,9 +71,23 @@ async fn take_over(runner: &Runner, run: &runs::LapsedRun) -> Result<()> {
     Ok(())
 }
 
-/// How long after a request was settled its follow-up may still be running (a tool's
-/// retry with the user's answer); the sweep leaves such runs alone until then.
+/// How long after a request was settled its follow-up (the tool run again with the
+/// user's answer) may still be starting, on top of the longest the tool's call may take;
+/// the sweep leaves such runs alone until then.
 const FOLLOW_UP_GRACE: Duration = Duration::from_secs(180);
+
+/// Whether the follow-up of a request settled at `settled_at` may still be under way, for
+/// a tool whose call takes at most `longest_call`: an approved payment still running must
+/// not be reported as not run, which invites a second one.
+fn follow_up_may_be_running(
+    settled_at: Option<chrono::DateTime<chrono::Utc>>,
+    now: chrono::DateTime<chrono::Utc>,
+    longest_call: Duration,
+) -> bool {
+    let window = chrono::Duration::from_std(FOLLOW_UP_GRACE.saturating_add(longest_call))
+        .unwrap_or(chrono::Duration::MAX);
+    settled_at.is_none_or(|at| now.signed_duration_since(at) < window)
+}
 
 /// How long a waiting run must have been quiet before the sweep takes it over, so it
 /// never races the request that is settling it right now.
@@ -103,12 +117,11 @@ pub async fn resume_stranded_runs(runner: &Runner) -> Result<usize> {
         let settled = input_requests::settled_without_result(&mut tx, run.id).await?;
         // A request settled a moment ago may still have its follow-up under way (the tool
         // running again with the answer), which records the result itself.
-        let recent = chrono::Utc::now()
-            - chrono::Duration::from_std(FOLLOW_UP_GRACE).unwrap_or(chrono::Duration::minutes(3));
-        if settled
-            .iter()
-            .any(|row| row.completed_at.is_none_or(|at| at > recent))
-        {
+        let now = chrono::Utc::now();
+        if settled.iter().any(|row| {
+            let longest = runner.executor.longest_call(&row.tool_name);
+            follow_up_may_be_running(row.completed_at, now, longest)
+        }) {
             continue;
         }
         // An MCP call whose live session is still working on the answer will report.
@@ -172,4 +185,31 @@ pub async fn resume_stranded_runs(runner: &Runner) -> Result<usize> {
         );
     }
     Ok(resumed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_follow_up_is_left_alone_for_as_long_as_its_tool_may_take() {
+        let now = chrono::Utc::now();
+        let ago = |seconds| Some(now - chrono::Duration::seconds(seconds));
+        assert!(follow_up_may_be_running(None, now, Duration::ZERO));
+        assert!(follow_up_may_be_running(ago(60), now, Duration::ZERO));
+        assert!(!follow_up_may_be_running(ago(200), now, Duration::ZERO));
+        // A tool that may take an hour: ten minutes after the yes it may still be working.
+        assert!(follow_up_may_be_running(
+            ago(600),
+            now,
+            Duration::from_secs(3600)
+        ));
+        assert!(!follow_up_may_be_running(
+            ago(4000),
+            now,
+            Duration::from_secs(3600)
+        ));
+        // A timeout too long to add up is read as "may still be running".
+        assert!(follow_up_may_be_running(ago(4000), now, Duration::MAX));
+    }
 }

@@ -87,6 +87,13 @@ pub struct McpHub {
 }
 
 impl McpHub {
+    /// How long a call to `server` may work (time spent waiting for the user aside).
+    pub fn call_timeout(&self, server: &str) -> Duration {
+        self.servers
+            .get(server)
+            .map_or(Duration::ZERO, |server| server.config.call_timeout)
+    }
+
     /// Starts a supervisor per enabled server. Outcomes of calls that finish after
     /// waiting for the user arrive on the returned receiver, for the agent to deliver.
     pub fn start(

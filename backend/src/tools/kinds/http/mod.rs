@@ -152,6 +152,11 @@ impl HttpTool {
         })
     }
 
+    /// The longest one call takes: the whole request, its answer read in full included.
+    pub fn longest_call(&self) -> Duration {
+        self.timeout
+    }
+
     /// Whether a call changes something somewhere: any method but GET, HEAD and OPTIONS.
     pub fn has_side_effects(&self) -> bool {
         !matches!(

@@ -184,6 +184,12 @@ impl SqlTool {
         redact::secret_env_values(self.env_names())
     }
 
+    /// The longest one call takes: a wait for the pool, for a place among the user's
+    /// running queries and for a connection, each as long as a query, then the query.
+    pub fn longest_call(&self) -> Duration {
+        (self.statement_timeout + Duration::from_secs(1)) * 4
+    }
+
     pub fn unavailable_reason(&self) -> Option<String> {
         let missing: Vec<&str> = self
             .env_names()
