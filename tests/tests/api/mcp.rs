@@ -9,18 +9,19 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tests::{MockLlm, MockReply, ServerOptions, TempDir, TestServer, write_temp_file};
 
-/// The tools file entry for the test server over stdio, named `name`.
+/// The tools file entry for the test server over stdio, named `name`, whose word that a
+/// tool only reads is trusted.
 fn stdio_server(name: &str, extra: &str) -> String {
     let binary = tests::mcp_server::binary().expect("the test MCP server is built with the tests");
     format!(
-        "[[mcp_servers]]\nname = \"{name}\"\ncommand = \"{}\"\n{extra}\n",
+        "[[mcp_servers]]\nname = \"{name}\"\ncommand = \"{}\"\ntrust_annotations = true\n{extra}\n",
         binary.display()
     )
 }
 
 fn http_server(name: &str, url: &str, extra: &str) -> String {
     format!(
-        "[[mcp_servers]]\nname = \"{name}\"\nurl = \"{url}\"\nallow_private_networks = true\n{extra}\n"
+        "[[mcp_servers]]\nname = \"{name}\"\nurl = \"{url}\"\nallow_private_networks = true\ntrust_annotations = true\n{extra}\n"
     )
 }
 
@@ -1165,6 +1166,36 @@ enabled = false
         refused,
         json!({"success": false, "error": "the tool `t__ask_password` is disabled"})
     );
+}
+
+/// A server's word that a tool only reads is its own: unless the operator trusts the
+/// server, its read-only tool waits for the user's yes like any other.
+#[tokio::test]
+async fn a_read_only_mark_lifts_approval_only_for_a_trusted_server() {
+    let binary = tests::mcp_server::binary().expect("the test MCP server is built with the tests");
+    let untrusted = format!(
+        "[[mcp_servers]]\nname = \"t\"\ncommand = \"{}\"\n",
+        binary.display()
+    );
+    let setup = start(&untrusted).await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("mcp-untrusted").await;
+    let listed = tools_when_settled(server, &token, &["t"]).await;
+    let echo = tool(&listed, "t__echo");
+    assert!(echo["requires_approval"].is_object(), "{echo}");
+    let conversation = server.new_conversation(&token).await;
+    let (status, asked) = execute(
+        server,
+        &token,
+        &conversation,
+        "t__echo",
+        "call_echo",
+        json!({"text": "hello"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{asked}");
+    assert_eq!(asked["requires_approval"], true, "{asked}");
+    assert!(!asked.to_string().contains("echo: hello"), "{asked}");
 }
 
 #[tokio::test]

@@ -19,7 +19,7 @@ async fn with_test_server(test: &str) -> Option<(Fixture, TempDir)> {
     let (dir, path) = write_temp_file(
         "tools.toml",
         &format!(
-            "[[mcp_servers]]\nname = \"t\"\ncommand = \"{}\"\n",
+            "[[mcp_servers]]\nname = \"t\"\ncommand = \"{}\"\ntrust_annotations = true\n",
             binary.display()
         ),
     );

@@ -334,7 +334,9 @@ fn tool_of(
         anyhow::bail!("the overlay's key_argument `{key}` is not an argument");
     }
     let annotations = remote.annotations.as_ref();
-    let read_only = annotations.and_then(|a| a.read_only_hint) == Some(true);
+    // The server's own word, taken only from a server the operator trusts.
+    let read_only =
+        server.trust_annotations && annotations.and_then(|a| a.read_only_hint) == Some(true);
     let destructive = annotations.and_then(|a| a.destructive_hint) == Some(true);
     let approval = read_approval(
         overlay.requires_approval.clone(),

@@ -87,6 +87,8 @@ pub struct ServerEntry {
     #[serde(default)]
     protocol_version: Option<String>,
     #[serde(default)]
+    trust_annotations: bool,
+    #[serde(default)]
     tools: BTreeMap<String, OverlayBody>,
 }
 
@@ -149,6 +151,10 @@ pub struct ServerConfig {
     /// Most sessions with the server at once.
     pub max_sessions: usize,
     pub revision: Revision,
+    /// Whether the server's word that a tool only reads (`readOnlyHint`) lets the tool
+    /// run without the user's approval. Off unless the operator says so: a hostile or
+    /// compromised server would mark its destructive tools read-only.
+    pub trust_annotations: bool,
     /// `tools.<name>` tables, by the server's own tool name.
     pub tools: BTreeMap<String, Overlay>,
 }
@@ -407,6 +413,7 @@ fn read_server(entry: ServerEntry) -> anyhow::Result<ServerConfig> {
         )?,
         max_sessions,
         revision,
+        trust_annotations: entry.trust_annotations,
         tools,
     })
 }
