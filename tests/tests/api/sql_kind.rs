@@ -381,6 +381,72 @@ async fn a_database_field_the_model_may_fill_stops_start_up() {
     );
 }
 
+/// A login that may signal other sessions (or read the server's files, or every table)
+/// reaches beyond its database: refused, as a superuser is.
+#[tokio::test]
+async fn a_login_with_powers_beyond_its_database_is_refused() {
+    let database_url = tests::fresh_database().await.expect("a database");
+    let signaller = tests::demo_reader_url(&database_url, "staging").replace(
+        "toolgate_demo_staging:demo-reader",
+        "toolgate_test_signaller:signaller",
+    );
+    let tools = TOOLS.replacen(
+        "databases.staging = { url = \"{env.TOOLGATE_DEMO_SQL_STAGING_URL}\"",
+        "databases.staging = { url = \"{env.SIGNALLER_URL}\"",
+        1,
+    );
+    assert_ne!(tools, TOOLS, "the replacement must apply");
+    let (_dir, path) = write_temp_file("tools.toml", &tools);
+    let server = TestServer::start_with(ServerOptions {
+        database_url: Some(database_url),
+        ..ServerOptions::default()
+            .env("TOOLGATE_TOOLS", &path.to_string_lossy())
+            .env("TOOLGATE_DEMO", "1")
+            .env("SIGNALLER_URL", &signaller)
+    })
+    .await;
+    let mut db = server.db().await;
+    for statement in [
+        "do $$ begin
+           if not exists (select from pg_roles where rolname = 'toolgate_test_signaller') then
+             create role toolgate_test_signaller login password 'signaller';
+           end if;
+         end $$",
+        "grant pg_signal_backend to toolgate_test_signaller",
+        "grant usage on schema demo_staging to toolgate_test_signaller",
+        "grant select on all tables in schema demo_staging to toolgate_test_signaller",
+    ] {
+        sqlx::query(statement)
+            .execute(&mut db)
+            .await
+            .expect("set up the login");
+    }
+    let (user, token) = server.new_user("sql-signaller").await;
+    let conversation = server.new_conversation(&token).await;
+    let f = Fixture {
+        server,
+        user,
+        token,
+        conversation,
+        _tools: _dir,
+    };
+    let outcome = f
+        .run("staging", "select count(*) as n from customers")
+        .await;
+    assert_eq!(outcome["success"], false, "{outcome}");
+    assert!(
+        outcome["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("pg_signal_backend")),
+        "{outcome}"
+    );
+    // The demo's development login, with no such power, reads as before.
+    let outcome = f
+        .run("development", "select count(*) as n from customers")
+        .await;
+    assert_eq!(outcome["success"], true, "{outcome}");
+}
+
 #[tokio::test]
 async fn a_superuser_login_is_refused() {
     let f = start().await;

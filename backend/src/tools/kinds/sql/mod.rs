@@ -96,6 +96,16 @@ pub struct SqlTool {
     running: PerUserLimit,
 }
 
+/// Built-in roles whose members reach beyond the database a login is for: the server's
+/// files and programs, other sessions, every table of every database.
+const PRIVILEGED_ROLES: [&str; 5] = [
+    "pg_execute_server_program",
+    "pg_read_all_data",
+    "pg_read_server_files",
+    "pg_signal_backend",
+    "pg_write_server_files",
+];
+
 const SUPERUSER_REFUSED: &str = "this tool's database login is a superuser, which a sql tool \
     refuses; configure a login that can only read this database";
 
@@ -267,11 +277,15 @@ impl SqlTool {
                     set_config('search_path', coalesce($2, current_setting('search_path')), true),
                     set_config('application_name', $3, true),
                     set_config('standard_conforming_strings', 'on', true),
-                    current_setting('is_superuser')",
+                    current_setting('is_superuser'),
+                    (select string_agg(rolname, ', ' order by rolname) from pg_roles
+                      where rolname = any($4) and pg_has_role(current_user, oid, 'member')),
+                    (select rolbypassrls from pg_roles where rolname = current_user)",
         )
         .bind(self.statement_timeout.as_millis().to_string())
         .bind(&database.schema)
         .bind(session::call_name())
+        .bind(&PRIVILEGED_ROLES[..])
         .persistent(false)
         .fetch_one(&mut *tx)
         .await
@@ -279,6 +293,22 @@ impl SqlTool {
         let superuser: String = settings.try_get(4).map_err(|err| describe(&err))?;
         if superuser == "on" {
             return Err(SUPERUSER_REFUSED.into());
+        }
+        let privileged: Option<String> = settings.try_get(5).map_err(|err| describe(&err))?;
+        if let Some(roles) = privileged {
+            return Err(format!(
+                "this tool's database login is a member of {roles}, which reaches beyond one \
+                 database (the server's files or programs, other sessions, every table); \
+                 configure a login that can only read this database"
+            ));
+        }
+        let bypasses_rls: Option<bool> = settings.try_get(6).map_err(|err| describe(&err))?;
+        if bypasses_rls == Some(true) {
+            return Err(
+                "this tool's database login bypasses row-level security; configure a \
+                        login that can only read this database"
+                    .into(),
+            );
         }
         // Postgres measures each row and sends its JSON only while it fits the cap, so
         // an oversized value never travels or sits in this process.
