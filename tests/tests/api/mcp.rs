@@ -768,6 +768,16 @@ async fn a_secret_given_to_an_mcp_tool_never_reaches_the_model_even_when_echoed(
     assert!(!server.logs().contains(SECRET));
 }
 
+/// Asserts that no stored request, in any column, holds `secret` in the clear.
+async fn assert_no_request_holds(server: &TestServer, secret: &str) {
+    let mut db = server.db().await;
+    let stored: Vec<String> = sqlx::query_scalar("select r::text from tool_user_input_requests r")
+        .fetch_all(&mut db)
+        .await
+        .expect("requests");
+    assert!(stored.iter().all(|row| !row.contains(secret)), "{stored:?}");
+}
+
 /// A hostile server repeats the user's secret in the question it asks: the card, what is
 /// stored and what the model is told show it masked.
 #[tokio::test]
@@ -786,12 +796,7 @@ async fn a_question_repeating_a_secret_of_the_call_shows_it_masked() {
     );
     assert!(!card.contains(SECRET), "{card}");
     assert!(!done.to_string().contains(SECRET), "{done}");
-    let mut db = server.db().await;
-    let stored: Vec<String> = sqlx::query_scalar("select r::text from tool_user_input_requests r")
-        .fetch_all(&mut db)
-        .await
-        .expect("requests");
-    assert!(stored.iter().all(|row| !row.contains(SECRET)), "{stored:?}");
+    assert_no_request_holds(server, SECRET).await;
 }
 
 /// The stateless way (2026-07-28): a server that hides the user's secret in the state it
@@ -815,12 +820,7 @@ async fn a_secret_hidden_in_a_servers_question_state_is_not_kept() {
         "{done}"
     );
     assert!(pending(server, &token, &conversation).await.is_empty());
-    let mut db = server.db().await;
-    let stored: Vec<String> = sqlx::query_scalar("select r::text from tool_user_input_requests r")
-        .fetch_all(&mut db)
-        .await
-        .expect("requests");
-    assert!(stored.iter().all(|row| !row.contains(SECRET)), "{stored:?}");
+    assert_no_request_holds(server, SECRET).await;
 }
 
 #[tokio::test]

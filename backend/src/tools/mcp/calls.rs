@@ -129,12 +129,6 @@ pub async fn start(
             return ToolOutcome::failed(unreachable.public);
         }
     };
-    let secrets: Vec<String> = secret_fields
-        .iter()
-        .filter_map(|name| arguments.get(name).and_then(Value::as_str))
-        .map(str::to_owned)
-        .chain(server.config.secret_env_values())
-        .collect();
     let (state, mut watching) = watch::channel(CallState::Running);
     let slot = Arc::new(CallSlot {
         context: context.clone(),
@@ -144,7 +138,7 @@ pub async fn start(
         asked: AtomicBool::new(false),
         waiting: AtomicBool::new(false),
         questions: AtomicUsize::new(0),
-        redactions: Redactions::new(secrets.iter().map(String::as_str)),
+        redactions: call_redactions(&server.config, &arguments, &secret_fields),
     });
     hub.calls.lock().unwrap_or_else(|p| p.into_inner()).insert(
         key(&context),
@@ -218,6 +212,22 @@ pub async fn start(
         Ok(CallState::Finished(outcome)) => *outcome,
         _ => ToolOutcome::failed("the call to the MCP server ended unexpectedly"),
     }
+}
+
+/// A call's secrets: the values of its secret fields (in plain text in `arguments`) and
+/// what the environment gives the server's settings.
+pub(super) fn call_redactions(
+    config: &ServerConfig,
+    arguments: &Map<String, Value>,
+    secret_fields: &[String],
+) -> Redactions {
+    let secrets: Vec<String> = secret_fields
+        .iter()
+        .filter_map(|name| arguments.get(name).and_then(Value::as_str))
+        .map(str::to_owned)
+        .chain(config.secret_env_values())
+        .collect();
+    Redactions::new(secrets.iter().map(String::as_str))
 }
 
 /// How a call ended: with an outcome, or with the server's questions (2026-07-28),

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use super::calls::{Question, answer_of, outcome_of, waiting_for};
+use super::calls::{Question, answer_of, call_redactions, outcome_of, waiting_for};
 use super::{CallContext, McpHub};
 use crate::db::input_requests::{self, InputRequestRow};
 use crate::db::{self, conversations, events};
@@ -257,7 +257,6 @@ pub async fn answer_round(hub: &Arc<McpHub>, row: &InputRequestRow) -> Result<Op
         );
     }
     let mut arguments = Map::new();
-    let mut secrets = Vec::new();
     for (name, value) in &state.arguments {
         if state.secret_fields.contains(name) {
             let opened = hub
@@ -265,9 +264,6 @@ pub async fn answer_round(hub: &Arc<McpHub>, row: &InputRequestRow) -> Result<Op
                 .vault
                 .open(&row.user_id, name, value)
                 .map_err(|err| anyhow::anyhow!("opening a stored argument `{name}`: {err}"))?;
-            if let Some(text) = opened.as_str() {
-                secrets.push(text.to_owned());
-            }
             arguments.insert(name.clone(), opened);
         } else {
             arguments.insert(name.clone(), value.clone());
@@ -283,7 +279,6 @@ pub async fn answer_round(hub: &Arc<McpHub>, row: &InputRequestRow) -> Result<Op
             state.server
         ))));
     };
-    secrets.extend(server.config.secret_env_values());
     let taken = match server.take_session(hub, &row.user_id).await {
         Ok(taken) => taken,
         Err(unreachable) => return Ok(Some(ToolOutcome::failed(unreachable.public))),
@@ -300,7 +295,7 @@ pub async fn answer_round(hub: &Arc<McpHub>, row: &InputRequestRow) -> Result<Op
     )
     .await;
     drop(taken);
-    let redactions = Redactions::new(secrets.iter().map(String::as_str));
+    let redactions = call_redactions(&server.config, &arguments, &state.secret_fields);
     let outcome = match answered {
         Err(_) => ToolOutcome::failed(format!(
             "the MCP server `{}` did not finish the call within {} s",
