@@ -186,7 +186,17 @@ impl TestTools {
             tool(
                 "open_link",
                 "Asks the user to open a link",
-                json!({"url": {"type": "string"}, "complete_after_ms": {"type": "integer"}}),
+                json!({
+                    "url": {"type": "string"},
+                    "complete_after_ms": {"type": "integer"},
+                    "elicitation_id": {"type": "string", "description": "The question's id (default: a new one)"}
+                }),
+            )
+            .annotate(read_only()),
+            tool(
+                "finish_link",
+                "Says a link's question is complete, without asking anything",
+                json!({"elicitation_id": {"type": "string"}}),
             )
             .annotate(read_only()),
             tool("delete_thing", "Deletes a thing", json!({}))
@@ -230,6 +240,23 @@ impl TestTools {
         }
         tools
     }
+}
+
+/// Tells the client that a URL-mode question is complete (`notifications/elicitation/complete`).
+async fn say_complete(
+    context: &RequestContext<RoleServer>,
+    elicitation_id: &str,
+) -> Result<(), ErrorData> {
+    context
+        .peer
+        .send_notification(ServerNotification::CustomNotification(
+            CustomNotification::new(
+                "notifications/elicitation/complete",
+                Some(json!({"elicitationId": elicitation_id})),
+            ),
+        ))
+        .await
+        .map_err(failed)
 }
 
 fn shared_state_file() -> Option<PathBuf> {
@@ -332,7 +359,11 @@ impl TestTools {
         arguments: &Map<String, Value>,
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let elicitation_id = uuid::Uuid::new_v4().to_string();
+        // Many servers number their questions per session: a caller may fix the id.
+        let elicitation_id = arguments
+            .get("elicitation_id")
+            .and_then(Value::as_str)
+            .map_or_else(|| uuid::Uuid::new_v4().to_string(), str::to_owned);
         let url = arguments.get("url").and_then(Value::as_str).map_or_else(
             || format!("https://auth.example.com/connect?session={elicitation_id}"),
             str::to_owned,
@@ -353,16 +384,7 @@ impl TestTools {
         let after = number(arguments, "complete_after_ms");
         if after > 0 && answer.action == rmcp::model::ElicitationAction::Accept {
             tokio::time::sleep(Duration::from_millis(after)).await;
-            context
-                .peer
-                .send_notification(ServerNotification::CustomNotification(
-                    CustomNotification::new(
-                        "notifications/elicitation/complete",
-                        Some(json!({"elicitationId": elicitation_id})),
-                    ),
-                ))
-                .await
-                .map_err(failed)?;
+            say_complete(context, &elicitation_id).await?;
         }
         let action = serde_json::to_value(answer.action).map_err(failed)?;
         Ok(text(format!("url: {}", action.as_str().unwrap_or("?"))))
@@ -484,6 +506,11 @@ impl ServerHandler for TestTools {
                 Ok(echo(&self.ask(params, &context).await?))
             }
             "open_link" => self.open_link(&arguments, &context).await,
+            "finish_link" => {
+                let id = arguments.get("elicitation_id").and_then(Value::as_str);
+                say_complete(&context, id.unwrap_or_default()).await?;
+                Ok(text("said complete"))
+            }
             "delete_thing" => Ok(text("deleted")),
             "slow" => {
                 tokio::time::sleep(Duration::from_millis(number(&arguments, "ms"))).await;

@@ -216,21 +216,23 @@ pub async fn pending_elicitations_of_call(
 }
 
 /// The newest URL-mode question of `server` with this elicitation id that this process
-/// holds (background path: any user).
+/// holds for `user_id` (background path: the caller names the user).
 pub async fn find_elicitation(
     conn: &mut PgConnection,
     holder: Uuid,
     server: &str,
+    user_id: &str,
     elicitation_id: &str,
 ) -> sqlx::Result<Option<InputRequestRow>> {
     request_rows!(
         "select",
         "from tool_user_input_requests
-         where held_by = $1 and elicitation ->> 'server' = $2
-           and elicitation ->> 'elicitation_id' = $3
+         where held_by = $1 and elicitation ->> 'server' = $2 and user_id = $3
+           and elicitation ->> 'elicitation_id' = $4
          order by created_at desc limit 1",
         holder,
         server,
+        user_id,
         elicitation_id,
     )
     .fetch_optional(conn)

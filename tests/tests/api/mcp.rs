@@ -577,6 +577,62 @@ async fn url_mode_is_a_link_card_that_completes_when_the_server_says_so() {
         .await;
 }
 
+/// Servers often number their questions per session, so two users' open link cards can
+/// carry the same id. A completion notice on one user's session completes that user's
+/// card, never the other's, even when the other's is newer.
+#[tokio::test]
+async fn a_completion_notice_on_one_users_session_never_completes_another_users_card() {
+    let setup = start(&stdio_server("t", "")).await;
+    let server = &setup.server;
+    let (_, alice) = server.new_user("mcp-url-alice").await;
+    let (_, bob) = server.new_user("mcp-url-bob").await;
+    tools_when_settled(server, &alice, &["t"]).await;
+    let alice_chat = server.new_conversation(&alice).await;
+    let bob_chat = server.new_conversation(&bob).await;
+    let mut cards = Vec::new();
+    for (token, conversation, call) in
+        [(&alice, &alice_chat, "call_a"), (&bob, &bob_chat, "call_b")]
+    {
+        let (_, asked) = execute(
+            server,
+            token,
+            conversation,
+            "t__open_link",
+            call,
+            json!({"elicitation_id": "1"}),
+        )
+        .await;
+        assert_eq!(
+            asked["user_input_request"]["elicitation"]["mode"], "url",
+            "{asked}"
+        );
+        cards.push(asked["user_input_request"]["id"].clone());
+    }
+    let (status, said) = execute(
+        server,
+        &alice,
+        &alice_chat,
+        "t__finish_link",
+        "call_finish",
+        json!({"elicitation_id": "1"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{said}");
+    server
+        .events_until(&alice, &alice_chat, 0, Duration::from_secs(10), |e| {
+            e["type"] == "elicitation_completed" && e["request_id"] == cards[0]
+        })
+        .await;
+    let still_open = pending(server, &bob, &bob_chat).await;
+    assert!(
+        still_open
+            .iter()
+            .any(|r| r["id"] == cards[1] && r["status"] == "pending"),
+        "bob's card was completed by alice's notice: {still_open:?}\n{}",
+        server.logs()
+    );
+}
+
 #[tokio::test]
 async fn what_a_hostile_server_asks_for_is_refused_or_flagged() {
     let setup = start(&stdio_server("t", "")).await;

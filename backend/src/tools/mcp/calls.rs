@@ -734,11 +734,19 @@ pub(super) fn answer_of(row: &InputRequestRow) -> ElicitResult {
 
 /// The server says a URL-mode interaction is complete: a card still open completes (the
 /// server is told it was accepted), and the web chat is told either way.
+///
+/// Only a question of the session's own user: servers often number their questions per
+/// session, so another user's question may carry the same id, and a notice on one
+/// user's session must never answer another user's card.
 pub async fn on_elicitation_complete(shared: &SessionShared, elicitation_id: &str) {
     let Some(hub) = shared.hub.upgrade() else {
         return;
     };
-    if let Err(err) = complete_url_question(&hub, &shared.server, elicitation_id).await {
+    let Some(owner) = shared.owner.as_deref() else {
+        tracing::debug!(server = %shared.server, "ignored a completion notice on the tool-list session");
+        return;
+    };
+    if let Err(err) = complete_url_question(&hub, &shared.server, owner, elicitation_id).await {
         tracing::warn!(server = %shared.server, error = %err, "could not record an elicitation's completion");
     }
 }
@@ -746,12 +754,18 @@ pub async fn on_elicitation_complete(shared: &SessionShared, elicitation_id: &st
 async fn complete_url_question(
     hub: &Arc<McpHub>,
     server: &str,
+    user_id: &str,
     elicitation_id: &str,
 ) -> Result<()> {
     let mut tx = db::begin_background(&hub.deps.pool).await?;
-    let found =
-        input_requests::find_elicitation(&mut tx, hub.deps.instance, server, elicitation_id)
-            .await?;
+    let found = input_requests::find_elicitation(
+        &mut tx,
+        hub.deps.instance,
+        server,
+        user_id,
+        elicitation_id,
+    )
+    .await?;
     tx.commit().await?;
     let Some(row) = found else {
         return Ok(());

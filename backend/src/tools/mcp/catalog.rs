@@ -107,6 +107,7 @@ impl Server {
         }
         let shared = SessionShared::new(
             &self.config.name,
+            Some(user_id),
             Arc::downgrade(hub),
             self.list_changed.clone(),
         );
@@ -174,7 +175,12 @@ pub async fn supervise(hub: Arc<McpHub>, server: Arc<Server>) {
         if hub.is_stopping() {
             return;
         }
-        let shared = SessionShared::new(&name, Arc::downgrade(&hub), server.list_changed.clone());
+        let shared = SessionShared::new(
+            &name,
+            None,
+            Arc::downgrade(&hub),
+            server.list_changed.clone(),
+        );
         let session = match Session::open(&server.config, shared.clone()).await {
             Ok(session) => session,
             Err(unreachable) => {

@@ -52,6 +52,10 @@ impl Unreachable {
 /// What a session's client side shares with the calls that use it.
 pub struct SessionShared {
     pub server: String,
+    /// The user whose calls this session carries; `None` for the session that only
+    /// watches the server's tool list. A notice the server sends on a session can
+    /// concern that user's questions only.
+    pub owner: Option<String>,
     pub hub: Weak<McpHub>,
     /// The call running in this session now: elicitations belong to it.
     pub current: Mutex<Option<Arc<CallSlot>>>,
@@ -61,9 +65,15 @@ pub struct SessionShared {
 }
 
 impl SessionShared {
-    pub fn new(server: &str, hub: Weak<McpHub>, list_changed: Arc<Notify>) -> Arc<Self> {
+    pub fn new(
+        server: &str,
+        owner: Option<&str>,
+        hub: Weak<McpHub>,
+        list_changed: Arc<Notify>,
+    ) -> Arc<Self> {
         Arc::new(SessionShared {
             server: server.to_owned(),
+            owner: owner.map(str::to_owned),
             hub,
             current: Mutex::new(None),
             closed: watch::channel(false).0,
