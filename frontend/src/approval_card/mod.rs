@@ -334,26 +334,16 @@ pub fn ApprovalCard(request_id: Uuid) -> impl IntoView {
         focus(format!("card-{}-{button}", request_id.simple()));
     };
 
-    // When a card appears, its Approve button gets the focus, unless the user is busy
-    // in another card that still waits. The input card of the same call (its values
-    // just sent) does not count: this card is what follows it.
+    // When a card appears, the card itself gets the focus (Tab then reaches Approve),
+    // unless the user is busy elsewhere. Never the Approve button: an Enter or a Space
+    // meant for something else (the rest of a message, scrolling the page) would approve
+    // a call whose arguments the user has not read.
     if first.status == RequestStatus::Pending {
-        let approve_id = approve_id.clone();
         let card_id = card_id.clone();
         let call = first.tool_call_id.clone();
         request_animation_frame(move || {
-            let elsewhere = focus::active()
-                .and_then(|el| {
-                    el.closest(".input-card[data-status=pending]")
-                        .ok()
-                        .flatten()
-                })
-                .is_some_and(|card| {
-                    card.id() != card_id
-                        && card.get_attribute("data-tool-call-id").as_deref() != Some(&call)
-                });
-            if !elsewhere {
-                focus::move_to(&approve_id);
+            if !focus::busy_elsewhere(&card_id, &call) {
+                focus::move_to(&card_id);
             }
         });
     }

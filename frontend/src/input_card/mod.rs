@@ -156,13 +156,19 @@ pub fn InputCard(request_id: Uuid) -> impl IntoView {
     let decline = move || end_card(true);
 
     // When a card appears, the first empty field gets the focus, unless the user is busy
-    // in another card.
+    // elsewhere (typing a message, or in another card): what they type next is meant
+    // for there, not for a form a tool asks.
     if first.status == RequestStatus::Pending {
+        let card_id = format!("card-{}", request_id.simple());
+        let call = first.tool_call_id.clone();
         request_animation_frame(move || {
             let elsewhere = focus::active()
                 .and_then(|el| el.closest(".input-card").ok().flatten())
                 .is_some();
-            if !elsewhere && let Some(name) = form.first_to_fill(None) {
+            if !elsewhere
+                && !focus::busy_elsewhere(&card_id, &call)
+                && let Some(name) = form.first_to_fill(None)
+            {
                 form.focus_field(&name);
             }
         });

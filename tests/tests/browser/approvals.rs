@@ -422,6 +422,88 @@ async fn rejecting_with_a_message_tells_the_assistant() {
     b.quit().await;
 }
 
+/// Keys meant for the message box never reach a card that appears meanwhile: the focus
+/// stays where the user is typing, so an Enter or a Space cannot approve a call whose
+/// arguments the user has not read.
+#[tokio::test]
+async fn a_card_that_appears_while_the_user_types_does_not_take_their_keys() {
+    let Some(fx) = Fixture::start("approval_typing").await else {
+        return;
+    };
+    let b = fx.browser().await;
+    sign_in(&b, &fx.base(), &unique("typing")).await;
+    new_conversation(&b).await;
+    ask(&b, DB_QUESTION).await;
+    let card = format!("{DB_CARD}[data-status=pending]");
+    appear(&b, &card).await;
+    b.find(&format!(
+        "{card} [data-field=database] select option[value=production]"
+    ))
+    .await
+    .expect("production option")
+    .click()
+    .await
+    .expect("choose production");
+    appear(
+        &b,
+        &format!("{card} [data-field=production_reason] textarea"),
+    )
+    .await
+    .send_keys(REASON)
+    .await
+    .expect("type the reason");
+    // The user goes on to write their next message, and the card is sent by a click
+    // that leaves the focus where it is (as the approval follows while they type).
+    let composer = b
+        .find("[data-testid=composer-input]")
+        .await
+        .expect("message box");
+    composer.send_keys("and then").await.expect("type");
+    b.execute(
+        &format!(
+            "document.querySelector({}).click();",
+            json!(format!("{card} [data-testid=card-submit]"))
+        ),
+        vec![],
+    )
+    .await
+    .expect("send the card");
+    appear(&b, PENDING_APPROVAL).await;
+    // Two frames: the card's own focus move runs in the next one.
+    b.execute(
+        "return new Promise(done => requestAnimationFrame(() => requestAnimationFrame(() => done(true))));",
+        vec![],
+    )
+    .await
+    .expect("two frames");
+    until(
+        &b,
+        "the focus still in the message box",
+        &focused_is("composer-input"),
+    )
+    .await;
+    b.active()
+        .await
+        .expect("focus")
+        .send_keys(" more ")
+        .await
+        .expect("type on");
+    assert_eq!(
+        b.count(PENDING_APPROVAL).await.expect("count"),
+        1,
+        "the approval was given by keys meant for the message box"
+    );
+    let typed = b
+        .execute(
+            "return document.querySelector('[data-testid=composer-input]').value;",
+            vec![],
+        )
+        .await
+        .expect("message box text");
+    assert_eq!(typed.as_str(), Some("and then more "), "{typed}");
+    b.quit().await;
+}
+
 #[tokio::test]
 async fn an_approval_can_be_reached_and_given_with_the_keyboard_alone() {
     let Some(fx) = Fixture::start("approval_keyboard").await else {
@@ -430,13 +512,21 @@ async fn an_approval_can_be_reached_and_given_with_the_keyboard_alone() {
     let b = fx.browser().await;
     reach_approval(&fx, &b, "keys").await;
 
-    // From here on, keys only, always to the focused element.
+    // From here on, keys only, always to the focused element. The card takes the focus,
+    // never its Approve button: Tab reaches that.
     until(
         &b,
-        "the focus on Approve when the card appears",
-        &focused_is("approval-approve"),
+        "the focus on the card when it appears",
+        &focused_is("approval-card"),
     )
     .await;
+    b.active()
+        .await
+        .expect("focus")
+        .send_keys(TAB)
+        .await
+        .expect("tab");
+    until(&b, "Tab to reach Approve", &focused_is("approval-approve")).await;
     b.active()
         .await
         .expect("focus")
