@@ -17,7 +17,7 @@ use serde_json::Value;
 
 /// Shorter secrets are left as they are: replacing two or three characters wherever
 /// they occur would garble the rest of the answer and hide little.
-const MIN_SECRET_CHARS: usize = 4;
+pub const MIN_SECRET_CHARS: usize = 4;
 
 /// Shorter environment values (a version, a region) are no keys; masked wherever they
 /// appear they would only garble answers.
@@ -110,7 +110,14 @@ impl Redactions {
                     map.values_mut().for_each(|item| self.value(item));
                 }
             }
-            _ => {}
+            // A PIN or an account number comes back as a JSON number as readily as a
+            // string; masked, it becomes the masked text.
+            Value::Number(number) => {
+                if let Some(masked) = self.masked(&number.to_string()) {
+                    *value = Value::String(masked);
+                }
+            }
+            Value::Bool(_) | Value::Null => {}
         }
     }
 
@@ -316,6 +323,24 @@ mod tests {
             .standing_in("[redacted]")
             .outcome(failed);
         assert_eq!(masked.error.as_deref(), Some("HTTP 401: sent [redacted]"));
+    }
+
+    #[test]
+    fn a_secret_echoed_as_a_json_number_is_masked() {
+        let outcome = ToolOutcome::ok(json!({
+            "account": 48291375,
+            "pin_and_more": [1048291375, 4829.5],
+            "other": 12,
+        }));
+        let masked = Redactions::new(["48291375", "4829.5"]).outcome(outcome);
+        assert_eq!(
+            masked.result,
+            Some(json!({
+                "account": MASKED,
+                "pin_and_more": [format!("10{MASKED}"), MASKED],
+                "other": 12,
+            }))
+        );
     }
 
     #[test]
