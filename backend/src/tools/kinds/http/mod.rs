@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::tools::ToolContext;
-use crate::tools::redact::{self, Redactions};
+use crate::tools::redact::{self, MIN_SECRET_CHARS, Redactions};
 use crate::tools::template::{Encoding, Part, Template, json_templates, render_json};
 
 /// The `[tools.http]` table of a tools file.
@@ -259,8 +259,11 @@ impl HttpTool {
 /// Longest excerpt of an error page passed on to the model.
 const EXCERPT_CHARS: usize = 200;
 
-/// Every value the request carried that must not come back in an excerpt: its
-/// rendered headers and every string value it was filled with, longer than a word.
+/// Every value the request carried that must not come back in an excerpt: the words of
+/// its rendered headers longer than a word, and every string value it was filled with
+/// that is long enough to be a secret. A short secret (a PIN) is replaced here too,
+/// before the excerpt is cut: cut first, it could leave its first characters behind,
+/// which the mask applied later to the whole outcome no longer recognises.
 fn carried_values<'a>(
     values: &'a Map<String, Value>,
     headers: &'a [String],
@@ -268,8 +271,13 @@ fn carried_values<'a>(
     headers
         .iter()
         .flat_map(|header| header.split_whitespace())
-        .chain(values.values().filter_map(Value::as_str))
-        .filter(|text| text.len() >= 8)
+        .filter(|word| word.len() >= 8)
+        .chain(
+            values
+                .values()
+                .filter_map(Value::as_str)
+                .filter(|text| text.chars().count() >= MIN_SECRET_CHARS),
+        )
 }
 
 /// A short, single-line excerpt of an error page, with anything the request carried
@@ -299,5 +307,24 @@ fn describe_send_error(err: &reqwest::Error) -> String {
         "the service could not be reached".to_owned()
     } else {
         "the request to the service failed".to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_short_secret_at_the_cut_of_an_error_excerpt_leaves_nothing_behind() {
+        let values = json!({"pin": "73916", "note": "ok"});
+        let values = values.as_object().cloned().unwrap_or_default();
+        // The PIN straddles the cut: two of its characters would be shown.
+        let body = format!("{}73916 was refused", "x".repeat(EXCERPT_CHARS - 2));
+        let redactions = Redactions::new(carried_values(&values, &[])).standing_in("[redacted]");
+        let shown = excerpt(body.as_bytes(), &redactions);
+        assert!(shown.starts_with("xx") && shown.ends_with('…'), "{shown}");
+        assert!(!shown.contains("73"), "{shown}");
     }
 }
