@@ -69,8 +69,10 @@ impl Default for ApprovalSpec {
 
 impl ApprovalSpec {
     /// Whether a call with these values (arguments and filled fields) needs approval.
+    /// Conditions are read leniently ([`VisibleIf::may_hold`]): when in doubt, the user
+    /// is asked.
     pub fn applies_to(&self, values: &Map<String, Value>) -> bool {
-        self.when.is_empty() || self.when.iter().any(|rule| rule.holds(values))
+        self.when.is_empty() || self.when.iter().any(|rule| rule.may_hold(values))
     }
 
     pub fn allows(&self, decision: Decision) -> bool {
@@ -99,6 +101,40 @@ mod tests {
         assert!(!spec.applies_to(&values("staging")));
         assert_eq!(spec.decisions, Decision::ALL);
         assert!(ApprovalSpec::default().applies_to(&Map::new()));
+    }
+
+    #[test]
+    fn a_condition_cannot_be_dodged_by_writing_the_value_another_way() {
+        let spec: ApprovalSpec = serde_json::from_value(json!({"when": [
+            {"field": "database", "equals": "production"},
+            {"field": "targets", "one_of": ["production", "billing"]},
+            {"field": "amount", "equals": 5},
+        ]}))
+        .expect("valid");
+        let needs = |values: Value| spec.applies_to(values.as_object().expect("object"));
+        for asked in [
+            json!({"database": "Production"}),
+            json!({"database": " production\n"}),
+            json!({"database": ["staging", "production"]}),
+            json!({"database": [["production"]]}),
+            // A multiselect's value is a list.
+            json!({"targets": ["staging", "billing"]}),
+            json!({"amount": 5.0}),
+            json!({"amount": "5.00"}),
+            json!({"amount": [5]}),
+        ] {
+            assert!(needs(asked.clone()), "{asked} slipped past the condition");
+        }
+        for not_asked in [
+            json!({"database": "staging"}),
+            json!({"database": ["staging"]}),
+            json!({"database": "production-copy"}),
+            json!({"targets": []}),
+            json!({"amount": 6}),
+            json!({}),
+        ] {
+            assert!(!needs(not_asked.clone()), "{not_asked} needed approval");
+        }
     }
 
     #[test]

@@ -285,6 +285,50 @@ impl VisibleIf {
             actual.is_some_and(|a| !is_empty(a) && a != &Value::Bool(false))
         }
     }
+
+    /// Whether the named value may be what the rule names, read as a service receiving
+    /// it might: any item of a list (a multiselect's value is one), text without regard
+    /// to case or surrounding spaces, numbers by value. For approval conditions, where a
+    /// call the rule means must not slip by written another way (`["production"]`,
+    /// `"Production "`, `5.0` for `5`).
+    pub fn may_hold(&self, values: &Map<String, Value>) -> bool {
+        let expected: Vec<&Value> = match (&self.equals, &self.one_of) {
+            (Some(expected), _) => vec![expected],
+            (None, Some(choices)) => choices.iter().collect(),
+            (None, None) => return self.holds(values),
+        };
+        values.get(&self.field).is_some_and(|actual| {
+            any_item(actual, &|item| {
+                expected.iter().any(|e| same_meaning(item, e))
+            })
+        })
+    }
+}
+
+/// Whether `matches` accepts `value` or, for a list, any item at any depth.
+fn any_item(value: &Value, matches: &impl Fn(&Value) -> bool) -> bool {
+    match value {
+        Value::Array(items) => items.iter().any(|item| any_item(item, matches)),
+        other => matches(other),
+    }
+}
+
+/// [`loosely_equal`], or the same text once trimmed and lowercased, or the same number.
+fn same_meaning(actual: &Value, expected: &Value) -> bool {
+    if loosely_equal(actual, expected) {
+        return true;
+    }
+    let (Some(actual), Some(expected)) = (scalar_text(actual), scalar_text(expected)) else {
+        return false;
+    };
+    let (actual, expected) = (actual.trim(), expected.trim());
+    if actual.to_lowercase() == expected.to_lowercase() {
+        return true;
+    }
+    matches!(
+        (actual.parse::<f64>(), expected.parse::<f64>()),
+        (Ok(a), Ok(e)) if a == e
+    )
 }
 
 /// One value the user is asked for.
