@@ -12,6 +12,7 @@ pub mod fields;
 #[cfg(feature = "sqlx")]
 mod stored;
 pub mod timestamp;
+pub mod unseen;
 
 pub use fields::{
     FieldSpec, FieldType, InputRequestSpec, SaveFor, SelectOption, VisibleIf, check_field_specs,

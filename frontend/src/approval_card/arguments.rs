@@ -45,18 +45,21 @@ fn field_named<'a>(fields: &'a [FieldSpec], name: &str) -> Option<&'a FieldSpec>
     fields.iter().find(|f| f.name == name)
 }
 
+/// The label an argument is shown under: its field's, else its name, with what cannot be
+/// seen written out (two keys must not read the same).
 pub(super) fn label_of(fields: &[FieldSpec], name: &str) -> String {
     field_named(fields, name)
         .map(|f| f.label().to_owned())
-        .unwrap_or_else(|| name.to_owned())
+        .unwrap_or_else(|| value_text::revealed(name))
 }
 
-/// How a value reads on the card: strings as they are, the rest as indented JSON.
+/// How a value reads on the card: strings as they are, the rest as indented JSON; what
+/// a reader cannot see, or what would reorder the text, written out.
 pub(super) fn shown(value: &Value) -> (String, bool) {
-    match value {
-        Value::String(text) => (text.clone(), false),
-        other => (value_text::pretty(other), true),
-    }
+    (
+        value_text::revealed(&draft_of(value)),
+        !matches!(value, Value::String(_)),
+    )
 }
 
 pub(super) fn describe(request: &InputRequest) -> Vec<Arg> {
@@ -99,9 +102,13 @@ pub(super) fn describe(request: &InputRequest) -> Vec<Arg> {
         .collect()
 }
 
-/// The text an argument's input starts from.
+/// The text an argument's input starts from: the value itself, so that sending it
+/// unchanged sends the same value.
 pub(super) fn draft_of(value: &Value) -> String {
-    shown(value).0
+    match value {
+        Value::String(text) => text.clone(),
+        other => value_text::pretty(other),
+    }
 }
 
 /// An edited argument back to JSON: strings as typed, the rest parsed.
@@ -303,6 +310,21 @@ mod tests {
         assert_eq!(by_name("query").label, "query");
         assert_eq!(by_name("query").editor, Editor::Text { multiline: false });
         assert_eq!(by_name("limit").editor, Editor::Json { multiline: false });
+    }
+
+    #[test]
+    fn hidden_characters_in_values_and_names_are_shown() {
+        let (text, structured) = shown(&json!("rm -rf /tmp/\u{202E}gol.txt"));
+        assert_eq!(text, "rm -rf /tmp/⟨U+202E⟩gol.txt");
+        assert!(!structured);
+        let (text, structured) = shown(&json!({"to": "ops@example.com\u{200B}"}));
+        assert!(text.contains("ops@example.com⟨U+200B⟩"), "{text}");
+        assert!(structured);
+        let r = request(json!({"to": "a", "to\u{200B}": "b"}));
+        assert_eq!(label_of(&r.fields, "to\u{200B}"), "to⟨U+200B⟩");
+        assert_eq!(label_of(&r.fields, "database"), "Database");
+        // The edit form starts from the value itself: sent unchanged, it is the same.
+        assert_eq!(draft_of(&json!("a\u{202E}b")), "a\u{202E}b");
     }
 
     #[test]
