@@ -7,6 +7,7 @@
 use std::borrow::Cow;
 
 use protocol::fields::{self, FieldSpec, FieldType, SelectOption};
+use protocol::unseen::is_unseen;
 use rmcp::model::{
     ElicitationSchema, EnumSchema, MultiSelectEnumSchema, PrimitiveSchemaDefinition,
     SingleSelectEnumSchema, StringFormat,
@@ -31,6 +32,14 @@ const SENSITIVE_WORDS: &[&str] = &[
     "credential",
     "pin code",
     "one-time code",
+    "one time code",
+    "passcode",
+    "verification code",
+    "security code",
+    "2fa",
+    "kennwort",
+    "mot de passe",
+    "contraseña",
     "credit card",
     "card number",
     "cvv",
@@ -238,16 +247,53 @@ fn field_of(name: &str, definition: &PrimitiveSchemaDefinition) -> Result<FieldS
     Ok(field)
 }
 
+/// Whether a field asks, in its name, label or description, for what forms must not.
+/// The words are read as a person sees them: without invisible characters (which would
+/// split `pass\u{200B}word` unseen) and with look-alike letters of other scripts read
+/// as the Latin ones they imitate (`раssword` in Cyrillic).
 fn looks_sensitive(field: &FieldSpec) -> bool {
-    let said = format!(
+    let said: String = format!(
         "{} {} {}",
         field.name.replace(['_', '-'], " "),
         field.label.as_deref().unwrap_or_default(),
         field.description.as_deref().unwrap_or_default()
     )
-    .to_lowercase();
+    .chars()
+    .filter(|c| !is_unseen(*c))
+    .flat_map(char::to_lowercase)
+    .map(latin_look_alike)
+    .collect();
     SENSITIVE_WORDS.iter().any(|word| said.contains(word))
-        || said.split_whitespace().any(|word| word == "pin")
+        || said
+            .split(|c: char| !c.is_alphanumeric())
+            .any(|word| matches!(word, "pin" | "otp"))
+}
+
+/// The Latin letter a lower-case Cyrillic or Greek letter is drawn like, else itself.
+fn latin_look_alike(c: char) -> char {
+    match c {
+        'а' | 'α' => 'a',
+        'с' | 'ϲ' => 'c',
+        'ԁ' => 'd',
+        'е' | 'ё' | 'ε' => 'e',
+        'һ' => 'h',
+        'і' | 'ї' | 'ι' => 'i',
+        'ј' => 'j',
+        'к' | 'κ' => 'k',
+        'ӏ' => 'l',
+        'п' | 'η' => 'n',
+        'о' | 'ο' | 'σ' => 'o',
+        'р' | 'ρ' => 'p',
+        'ԛ' => 'q',
+        'ѕ' => 's',
+        'т' | 'τ' => 't',
+        'υ' | 'ս' => 'u',
+        'ν' | 'ѵ' => 'v',
+        'ԝ' | 'ω' => 'w',
+        'х' | 'χ' => 'x',
+        'у' | 'γ' => 'y',
+        _ => c,
+    }
 }
 
 /// The URL of a URL-mode elicitation, if it is one a card may offer: http(s), with a
@@ -437,6 +483,42 @@ mod tests {
         assert_eq!(fields[1].name, "password");
         assert!(warning.contains("`files`"), "{warning}");
         assert_eq!(fields[0].warning, None);
+    }
+
+    #[test]
+    fn a_secret_asked_for_in_disguise_still_carries_the_warning() {
+        for (label, description) in [
+            // An invisible space splits the word; look-alike Cyrillic letters.
+            ("Pass\u{200B}word", ""),
+            ("\u{0420}\u{0430}ssword", ""),
+            ("Your to\u{2060}ken", ""),
+            // Other words for the same.
+            ("Passcode", ""),
+            ("Code", "The 6-digit OTP from your app"),
+            ("2FA code", ""),
+            ("Personal access token (PAT)", ""),
+            ("Kennwort", ""),
+        ] {
+            let fields = fields_of(
+                &schema(json!({"type": "object", "properties": {
+                    "answer": {"type": "string", "title": label, "description": description}}})),
+                "files",
+            )
+            .expect("convertible");
+            assert!(
+                fields[0].warning.is_some(),
+                "no warning for {label:?} {description:?}"
+            );
+        }
+        for label in ["City", "Topic", "Hotpot recipe", "Spinach", "Option"] {
+            let fields = fields_of(
+                &schema(json!({"type": "object", "properties": {
+                    "answer": {"type": "string", "title": label}}})),
+                "files",
+            )
+            .expect("convertible");
+            assert_eq!(fields[0].warning, None, "{label}");
+        }
     }
 
     #[test]
