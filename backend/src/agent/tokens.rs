@@ -65,6 +65,24 @@ pub fn count_text(text: &str) -> usize {
     count
 }
 
+/// `text` cut at a character to at most `limit` tokens, `note` included after it; `None`
+/// when it fits as it is.
+pub fn cut_to(text: &str, limit: usize, note: &str) -> Option<String> {
+    if count_text(text) <= limit {
+        return None;
+    }
+    let room = limit.saturating_sub(count_text(note));
+    // About four characters a token to start from, halved until it fits.
+    let mut chars = room.saturating_mul(4);
+    loop {
+        let head: String = text.chars().take(chars).collect();
+        if chars == 0 || count_text(&head) <= room {
+            return Some(format!("{head}{note}"));
+        }
+        chars /= 2;
+    }
+}
+
 pub fn count_message(message: &ChatMessage) -> usize {
     MESSAGE_OVERHEAD + count_blocks(&message.content)
 }

@@ -7,10 +7,14 @@
 //!   before the pipeline and reads the budget), so past it older exchanges go into a
 //!   summary
 //! - transform: tidies message text
-//! - validate: fails the step clearly past `max_tokens`, the ceiling above the budget
+//! - validate: past `max_tokens`, the ceiling above the budget, first cuts any tool
+//!   result larger than a quarter of the ceiling (a page a tool fetched must not make
+//!   every later step of the conversation fail), then fails the step clearly if it
+//!   still does not fit
 //!
 //! No stage drops a turn that no summary holds: a repeated exchange leaves its copy
-//! right before it, and the budget is kept by summarising, never by cutting.
+//! right before it, and the budget is kept by summarising; the only cut is of an
+//! oversized tool result, in what is sent, never in what is stored.
 
 use std::collections::BTreeMap;
 
@@ -304,7 +308,10 @@ pub fn run_stages(
             "transform" if config.flag("transform", "trim") => tidy(request),
             "validate" => {
                 let max = config.number("validate", "max_tokens") as usize;
-                let used = tokens::count_request(request);
+                let mut used = tokens::count_request(request);
+                if used > max && cut_oversized_results(request, max / RESULT_SHARE_OF_MAX) {
+                    used = tokens::count_request(request);
+                }
                 if used > max {
                     return Err(Error::unprocessable(
                         format!(
@@ -364,6 +371,40 @@ fn dedupe(request: &mut ModelRequest, key_of: &dyn Fn(&str) -> Option<String>) {
         index += 1;
         kept
     });
+}
+
+/// One tool result may take at most this share of `validate.max_tokens` when the
+/// request does not fit (a quarter).
+const RESULT_SHARE_OF_MAX: usize = 4;
+
+/// What a cut tool result ends with.
+const RESULT_CUT_NOTE: &str =
+    "… [cut here: the whole result does not fit in the conversation's context]";
+
+/// Cuts every tool result of more than `limit` tokens to `limit`; whether any was cut.
+fn cut_oversized_results(request: &mut ModelRequest, limit: usize) -> bool {
+    let mut cut = false;
+    for block in request
+        .messages
+        .iter_mut()
+        .flat_map(|m| m.content.iter_mut())
+    {
+        let ContentBlock::ToolResult { outcome, .. } = block else {
+            continue;
+        };
+        let Some(result) = &outcome.result else {
+            continue;
+        };
+        let text = match result {
+            Value::String(text) => text.clone(),
+            other => other.to_string(),
+        };
+        if let Some(shorter) = tokens::cut_to(&text, limit, RESULT_CUT_NOTE) {
+            outcome.result = Some(Value::String(shorter));
+            cut = true;
+        }
+    }
+    cut
 }
 
 fn tidy(request: &mut ModelRequest) {
@@ -545,6 +586,44 @@ mod tests {
         assert!(
             shown.contains("more than the context pipeline's limit of 100"),
             "{shown}"
+        );
+    }
+
+    #[test]
+    fn a_tool_result_too_big_for_the_ceiling_is_cut_rather_than_failing_every_step() {
+        let mut req = request(&[(Role::User, "Read that page")]);
+        req.messages.push(call(
+            "c1",
+            "fetch_page",
+            json!({"url": "https://example.com"}),
+        ));
+        req.messages.push(result(
+            "c1",
+            "fetch_page",
+            json!({"body": "lorem ipsum ".repeat(20_000)}),
+        ));
+        let mut config = PipelineConfig::default();
+        config.set("validate", "max_tokens", "1000").expect("valid");
+        run_stages(&config, &mut req, &[], &no_keys).expect("fits once the result is cut");
+        assert!(tokens::count_request(&req) <= 1000);
+        let Some(ContentBlock::ToolResult { outcome, .. }) = req.messages[2].content.first() else {
+            panic!("the result is gone: {:?}", req.messages);
+        };
+        let shown = outcome
+            .result
+            .as_ref()
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        assert!(
+            shown.starts_with("{\"body\":\"lorem ipsum lorem"),
+            "{shown}"
+        );
+        assert!(shown.ends_with(RESULT_CUT_NOTE), "{shown}");
+        assert!(tokens::count_text(shown) <= 1000 / RESULT_SHARE_OF_MAX);
+        // The user's own words and the call stay whole.
+        assert_eq!(
+            req.messages[0].content,
+            request(&[(Role::User, "Read that page")]).messages[0].content
         );
     }
 
