@@ -122,6 +122,12 @@ mod tests {
             json!({"amount": 5.0}),
             json!({"amount": "5.00"}),
             json!({"amount": [5]}),
+            json!({"amount": "\u{FF15}"}),
+            json!({"database": "produ\u{200B}ction"}),
+            json!({"database": "staging,production"}),
+            json!({"database": "ＰＲＯＤＵＣＴＩＯＮ"}),
+            // An object where a value was expected could mean anything.
+            json!({"database": {"name": "production"}}),
         ] {
             assert!(needs(asked.clone()), "{asked} slipped past the condition");
         }
@@ -135,6 +141,12 @@ mod tests {
         ] {
             assert!(!needs(not_asked.clone()), "{not_asked} needed approval");
         }
+        // A rule naming a whole list still matches that list.
+        let listed: ApprovalSpec =
+            serde_json::from_value(json!({"when": [{"field": "targets", "equals": ["a", "b"]}]}))
+                .expect("valid");
+        let values = json!({"targets": ["a", "b"]});
+        assert!(listed.applies_to(values.as_object().expect("object")));
     }
 
     #[test]

@@ -287,15 +287,20 @@ impl VisibleIf {
     }
 
     /// Whether the named value may be what the rule names, read as a service receiving
-    /// it might: any item of a list (a multiselect's value is one), text without regard
-    /// to case or surrounding spaces, numbers by value. For approval conditions, where a
-    /// call the rule means must not slip by written another way (`["production"]`,
-    /// `"Production "`, `5.0` for `5`).
+    /// it might: what [`holds`](Self::holds) accepts, and also any item of a list (a
+    /// multiselect's value is one) or of a comma-separated text, text without regard to
+    /// case, surrounding spaces, invisible characters or fullwidth forms, numbers by
+    /// value, and any object (which could mean anything). For approval conditions, where
+    /// a call the rule means must not slip by written another way (`["production"]`,
+    /// `"Production "`, `"staging,production"`, `"５"` for `5`).
     pub fn may_hold(&self, values: &Map<String, Value>) -> bool {
+        if self.holds(values) {
+            return true;
+        }
         let expected: Vec<&Value> = match (&self.equals, &self.one_of) {
             (Some(expected), _) => vec![expected],
             (None, Some(choices)) => choices.iter().collect(),
-            (None, None) => return self.holds(values),
+            (None, None) => return false,
         };
         values.get(&self.field).is_some_and(|actual| {
             any_item(actual, &|item| {
@@ -305,15 +310,23 @@ impl VisibleIf {
     }
 }
 
-/// Whether `matches` accepts `value` or, for a list, any item at any depth.
+/// Whether `matches` accepts `value` or, for a list, any item at any depth; an object
+/// is accepted as it is (it could hold anything).
 fn any_item(value: &Value, matches: &impl Fn(&Value) -> bool) -> bool {
     match value {
         Value::Array(items) => items.iter().any(|item| any_item(item, matches)),
+        Value::Object(_) => true,
+        Value::String(text) if text.contains([',', ';']) => {
+            matches(value)
+                || text
+                    .split([',', ';'])
+                    .any(|part| matches(&Value::String(part.to_owned())))
+        }
         other => matches(other),
     }
 }
 
-/// [`loosely_equal`], or the same text once trimmed and lowercased, or the same number.
+/// [`loosely_equal`], or the same text once [`plain`], or the same number.
 fn same_meaning(actual: &Value, expected: &Value) -> bool {
     if loosely_equal(actual, expected) {
         return true;
@@ -321,14 +334,27 @@ fn same_meaning(actual: &Value, expected: &Value) -> bool {
     let (Some(actual), Some(expected)) = (scalar_text(actual), scalar_text(expected)) else {
         return false;
     };
-    let (actual, expected) = (actual.trim(), expected.trim());
-    if actual.to_lowercase() == expected.to_lowercase() {
-        return true;
-    }
-    matches!(
-        (actual.parse::<f64>(), expected.parse::<f64>()),
-        (Ok(a), Ok(e)) if a == e
-    )
+    let (actual, expected) = (plain(&actual), plain(&expected));
+    actual == expected
+        || matches!(
+            (actual.parse::<f64>(), expected.parse::<f64>()),
+            (Ok(a), Ok(e)) if a == e
+        )
+}
+
+/// Text as a reader takes it: without invisible characters, fullwidth forms as the
+/// ASCII they stand for, trimmed, in lower case.
+fn plain(text: &str) -> String {
+    let plain: String = text
+        .chars()
+        .filter(|c| !crate::unseen::is_unseen(*c))
+        .map(|c| match c {
+            '\u{FF01}'..='\u{FF5E}' => char::from_u32(u32::from(c) - 0xFEE0).unwrap_or(c),
+            '\u{3000}' => ' ',
+            _ => c,
+        })
+        .collect();
+    plain.trim().to_lowercase()
 }
 
 /// One value the user is asked for.
