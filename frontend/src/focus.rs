@@ -46,9 +46,14 @@ pub fn busy_elsewhere(card_id: &str, call: &str) -> bool {
     waiting_card || holds_typed_text(&active)
 }
 
-/// A text entry with something typed in it.
-fn holds_typed_text(element: &web_sys::Element) -> bool {
-    let text_entry = match element.tag_name().to_ascii_lowercase().as_str() {
+/// Whether the focus is in a text entry (the message box, most likely, right after a
+/// message was sent from it).
+pub fn in_text_entry() -> bool {
+    active().is_some_and(|element| is_text_entry(&element))
+}
+
+fn is_text_entry(element: &web_sys::Element) -> bool {
+    match element.tag_name().to_ascii_lowercase().as_str() {
         "textarea" => true,
         "input" => !matches!(
             element
@@ -59,8 +64,12 @@ fn holds_typed_text(element: &web_sys::Element) -> bool {
             "button" | "submit" | "reset" | "checkbox" | "radio"
         ),
         _ => false,
-    };
-    text_entry
+    }
+}
+
+/// A text entry with something typed in it.
+fn holds_typed_text(element: &web_sys::Element) -> bool {
+    is_text_entry(element)
         && js_sys::Reflect::get(element, &wasm_bindgen::JsValue::from_str("value"))
             .ok()
             .and_then(|value| value.as_string())

@@ -155,9 +155,10 @@ pub fn InputCard(request_id: Uuid) -> impl IntoView {
     };
     let decline = move || end_card(true);
 
-    // When a card appears, the first empty field gets the focus, unless the user is busy
-    // elsewhere (typing a message, or in another card): what they type next is meant
-    // for there, not for a form a tool asks.
+    // When a card appears, the focus moves to it unless the user is busy elsewhere
+    // (typing, or in another card). From the message box a message was just sent from,
+    // to the card itself: keys meant for a next message must not fill in, pick from or
+    // send a form a tool asks. From nowhere in particular, to the first empty field.
     if first.status == RequestStatus::Pending {
         let card_id = format!("card-{}", request_id.simple());
         let call = first.tool_call_id.clone();
@@ -165,10 +166,12 @@ pub fn InputCard(request_id: Uuid) -> impl IntoView {
             let elsewhere = focus::active()
                 .and_then(|el| el.closest(".input-card").ok().flatten())
                 .is_some();
-            if !elsewhere
-                && !focus::busy_elsewhere(&card_id, &call)
-                && let Some(name) = form.first_to_fill(None)
-            {
+            if elsewhere || focus::busy_elsewhere(&card_id, &call) {
+                return;
+            }
+            if focus::in_text_entry() {
+                focus::move_to(&card_id);
+            } else if let Some(name) = form.first_to_fill(None) {
                 form.focus_field(&name);
             }
         });

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::webdriver::{Browser, ENTER, ESCAPE, Element, wait_time};
+use crate::webdriver::{Browser, ENTER, ESCAPE, Element, TAB, wait_time};
 use crate::{Fixture, ask, new_conversation, reload, sign_in, unique, wait_idle};
 
 const DB_QUESTION: &str = "Which database should I query for how many customers we have?";
@@ -24,7 +24,6 @@ const PENDING_APPROVAL: &str =
     "[data-testid=approval-card][data-tool=query_database][data-status=pending]";
 const APPROVED: &str = "[data-testid=approval-card][data-status=approved]";
 
-const TAB: &str = "\u{E004}";
 const SHIFT_TAB: &str = "\u{E008}\u{E004}\u{E000}";
 const SELECT_ALL: &str = "\u{E009}a\u{E000}";
 

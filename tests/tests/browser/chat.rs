@@ -3,7 +3,7 @@
 
 use serde_json::json;
 
-use crate::webdriver::{ENTER, ESCAPE};
+use crate::webdriver::{ENTER, ESCAPE, TAB};
 use crate::{
     Fixture, ask, new_conversation, open_app, reload, screenshot, sign_in, unique, wait_for_answer,
     wait_idle,
@@ -79,7 +79,21 @@ async fn pnl_card_validates_as_you_type_then_completes_and_the_answer_streams_in
     assert!(field_text.contains("Find this in your QuickBooks URL"));
     assert!(field_text.contains("Remembered for this conversation"));
 
-    // Focus goes to the empty field when the card appears: keyboard only from here.
+    // The focus goes to the card when it appears, not into its field: it was in the
+    // message box, where keys meant for a next message must not fill in the form. Tab
+    // reaches the empty field: keyboard only from here.
+    b.wait_until(
+        "the focus on the card",
+        "document.activeElement && document.activeElement.dataset.testid === 'input-card'",
+    )
+    .await
+    .expect("card focused");
+    b.active()
+        .await
+        .expect("focused element")
+        .send_keys(TAB)
+        .await
+        .expect("tab");
     b.wait_until(
         "the focus in the card's field",
         &format!(

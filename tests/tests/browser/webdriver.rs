@@ -14,6 +14,7 @@ const ELEMENT_KEY: &str = "element-6066-11e4-a52e-4f735466cecf";
 
 pub const ENTER: &str = "\u{E007}";
 pub const ESCAPE: &str = "\u{E00C}";
+pub const TAB: &str = "\u{E004}";
 
 /// Where the browser and its driver are, when both are installed.
 pub struct Tools {
