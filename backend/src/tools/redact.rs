@@ -115,10 +115,24 @@ impl Redactions {
             Value::Number(number) => {
                 if let Some(masked) = self.masked(&number.to_string()) {
                     *value = Value::String(masked);
+                } else if self.is_secret_number(number) {
+                    // Written another way: `4829.50` as 4829.5, `0042` as 42, `1e03` as 1000.
+                    *value = Value::String(self.stand_in.to_owned());
                 }
             }
             Value::Bool(_) | Value::Null => {}
         }
+    }
+
+    /// Whether `number` is the value of a secret that reads as a number.
+    fn is_secret_number(&self, number: &serde_json::Number) -> bool {
+        let Some(number) = number.as_f64() else {
+            return false;
+        };
+        self.secrets
+            .iter()
+            .filter_map(|secret| secret.trim().parse::<f64>().ok())
+            .any(|secret| secret == number)
     }
 
     /// `text` with its secrets and NULs replaced, or `None` when it holds neither.
@@ -341,6 +355,10 @@ mod tests {
                 "other": 12,
             }))
         );
+        // The same number written another way.
+        let outcome = ToolOutcome::ok(json!([4829.5, 42, 1000, 43]));
+        let masked = Redactions::new(["4829.50", "0042", "1e03"]).outcome(outcome);
+        assert_eq!(masked.result, Some(json!([MASKED, MASKED, MASKED, 43])));
     }
 
     #[test]
