@@ -215,6 +215,31 @@ pub async fn pending_elicitations_of_call(
     .await
 }
 
+/// Whether `tool_call_id` already belongs to another call of `user_id`: a request of it
+/// still waits, or one was for another tool or conversation. One id is one call, so an
+/// answer, a decision or a cancel by id always reaches the card the user sees.
+pub async fn call_id_taken(
+    conn: &mut PgConnection,
+    user_id: &str,
+    tool_call_id: &str,
+    tool_name: &str,
+    conversation_id: Uuid,
+) -> sqlx::Result<bool> {
+    sqlx::query_scalar!(
+        r#"select exists(
+             select 1 from tool_user_input_requests
+             where user_id = $1 and tool_call_id = $2
+               and (status = 'pending' or tool_name <> $3 or conversation_id <> $4)
+           ) as "taken!""#,
+        user_id,
+        tool_call_id,
+        tool_name,
+        conversation_id,
+    )
+    .fetch_one(conn)
+    .await
+}
+
 /// The newest URL-mode question of `server` with this elicitation id that this process
 /// holds for `user_id` (background path: the caller names the user).
 pub async fn find_elicitation(

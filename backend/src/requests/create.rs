@@ -225,6 +225,14 @@ pub async fn insert_request(
             )
         }
     };
+    // The unique key holds one request of each kind per id; a model that gives one id
+    // to two calls (an input request and an approval, say) would leave two cards that
+    // one answer or cancel by id cannot tell apart.
+    if input_requests::call_id_taken(conn, ctx.user_id, tool_call_id, tool_name, conversation_id)
+        .await?
+    {
+        return Err(duplicate_call_id(tool_call_id));
+    }
     let inserted = input_requests::insert(
         conn,
         NewInputRequest {
@@ -251,10 +259,7 @@ pub async fn insert_request(
     )
     .await
     .on_constraint("tool_user_input_requests_call_key", |_| {
-        Error::conflict(
-            "duplicate_tool_call_id",
-            format!("a request for tool call `{tool_call_id}` already exists"),
-        )
+        duplicate_call_id(tool_call_id)
     })?;
     // The insert only happens when the conversation is the caller's.
     let row = inserted.ok_or(Error::NotFound("conversation"))?;
@@ -280,4 +285,11 @@ pub async fn get_pending(
     input_requests::list_pending_as(pool, user_id, conversation_id)
         .await?
         .ok_or(Error::NotFound("conversation"))
+}
+
+fn duplicate_call_id(tool_call_id: &str) -> Error {
+    Error::conflict(
+        "duplicate_tool_call_id",
+        format!("a request for tool call `{tool_call_id}` already exists"),
+    )
 }

@@ -598,6 +598,67 @@ async fn values_remembered_before_the_mark_are_judged_by_their_givers_fields() {
     assert_eq!(payout["success"], true, "{payout}");
 }
 
+/// One id, one call: a model that gives the id of a call still waiting on the user to a
+/// second call (here one that would wait for approval) gets that second call refused,
+/// so a cancel by id reaches the card the user sees, and nothing runs.
+#[tokio::test]
+async fn a_tool_call_id_still_waiting_cannot_be_given_to_another_call() {
+    let g = gate().await;
+    let (token, conversation) = with_webhook(&g, "one-id").await;
+    let id = call_id();
+    g.asks(
+        &token,
+        &conversation,
+        "quickbooks_profit_and_loss",
+        &id,
+        json!({}),
+    )
+    .await;
+    // The webhook's values are remembered: this call would go straight to approval.
+    let (status, body) = g
+        .server
+        .send(
+            "POST",
+            "/api/tools/execute",
+            Some(&token),
+            Some(
+                json!({"conversation_id": conversation, "tool_name": "post_webhook",
+                "tool_call_id": id, "arguments": {"message": "second"}}),
+            ),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"]["code"], "duplicate_tool_call_id", "{body}");
+    let (status, cancelled) = g
+        .server
+        .action(
+            &token,
+            json!({"action": "cancel_request", "tool_call_id": id}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{cancelled}");
+    assert_eq!(
+        cancelled["tool_name"], "quickbooks_profit_and_loss",
+        "{cancelled}"
+    );
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
+    assert_eq!(g.good.received().len(), 1, "only the first, approved post");
+    // A settled call's id is still its own: another tool cannot take it either.
+    let (status, body) = g
+        .server
+        .send(
+            "POST",
+            "/api/tools/execute",
+            Some(&token),
+            Some(
+                json!({"conversation_id": conversation, "tool_name": "post_webhook",
+                "tool_call_id": id, "arguments": {"message": "third"}}),
+            ),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+}
+
 #[tokio::test]
 async fn the_webhook_attack_gets_nothing() {
     let g = gate().await;
