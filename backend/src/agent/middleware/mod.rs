@@ -267,6 +267,13 @@ impl Chain {
                         "there is no tool named `{}`",
                         call.tool_name
                     ))),
+                    // The model's mistake, for it to correct: not the run's failure.
+                    Err(Error::Conflict {
+                        code: "duplicate_tool_call_id",
+                        message,
+                    }) => Ok(ToolOutcome::failed(format!(
+                        "{message}; give each call an id of its own"
+                    ))),
                     other => other,
                 }
             }),
