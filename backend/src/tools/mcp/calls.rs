@@ -490,7 +490,7 @@ impl Question {
             } => (
                 message,
                 ElicitationMode::Form,
-                elicitation::fields_of(requested_schema, server)?,
+                elicitation::fields_of(requested_schema, message, server)?,
                 None,
                 None,
             ),

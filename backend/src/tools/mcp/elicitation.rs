@@ -46,8 +46,15 @@ const SENSITIVE_WORDS: &[&str] = &[
     "social security",
 ];
 
-/// The card's fields for a form-mode elicitation, in the server's order.
-pub fn fields_of(schema: &ElicitationSchema, server: &str) -> Result<Vec<FieldSpec>, String> {
+/// The card's fields for a form-mode elicitation, in the server's order. A field that
+/// asks for a password or a key, in its own words or by the question's `message`,
+/// carries a warning.
+pub fn fields_of(
+    schema: &ElicitationSchema,
+    message: &str,
+    server: &str,
+) -> Result<Vec<FieldSpec>, String> {
+    let message_asks_for_secret = sounds_sensitive(message);
     let required: Vec<&str> = schema
         .required
         .iter()
@@ -76,7 +83,11 @@ pub fn fields_of(schema: &ElicitationSchema, server: &str) -> Result<Vec<FieldSp
         let definition = &schema.properties[name];
         let mut field = field_of(name, definition)?;
         field.required = required.contains(&name);
-        if looks_sensitive(&field) {
+        let typed = matches!(
+            field.kind,
+            FieldType::Text | FieldType::Textarea | FieldType::Secret
+        );
+        if looks_sensitive(&field) || (message_asks_for_secret && typed) {
             field.warning = Some(format!(
                 "This looks like a request for a password or a key. MCP servers must not ask for those in a form; only answer if you trust `{server}`."
             ));
@@ -252,17 +263,23 @@ fn field_of(name: &str, definition: &PrimitiveSchemaDefinition) -> Result<FieldS
 /// split `pass\u{200B}word` unseen) and with look-alike letters of other scripts read
 /// as the Latin ones they imitate (`раssword` in Cyrillic).
 fn looks_sensitive(field: &FieldSpec) -> bool {
-    let said: String = format!(
+    sounds_sensitive(&format!(
         "{} {} {}",
         field.name.replace(['_', '-'], " "),
         field.label.as_deref().unwrap_or_default(),
         field.description.as_deref().unwrap_or_default()
-    )
-    .chars()
-    .filter(|c| !is_unseen(*c))
-    .flat_map(char::to_lowercase)
-    .map(latin_look_alike)
-    .collect();
+    ))
+}
+
+/// Whether `text` speaks of a password, a key or the like, read as [`looks_sensitive`]
+/// says.
+fn sounds_sensitive(text: &str) -> bool {
+    let said: String = text
+        .chars()
+        .filter(|c| !is_unseen(*c))
+        .flat_map(char::to_lowercase)
+        .map(latin_look_alike)
+        .collect();
     SENSITIVE_WORDS.iter().any(|word| said.contains(word))
         || said
             .split(|c: char| !c.is_alphanumeric())
@@ -367,7 +384,7 @@ mod tests {
 
     #[test]
     fn every_kind_of_the_spec_becomes_a_field() {
-        let fields = fields_of(&every_kind(), "test").expect("convertible");
+        let fields = fields_of(&every_kind(), "", "test").expect("convertible");
         let kind = |name: &str| {
             fields
                 .iter()
@@ -423,6 +440,7 @@ mod tests {
                 "toppings": {"type": "array", "items": {"type": "string", "enum": ["cheese", "ham"]}, "default": ["ham"]},
                 "extras": {"type": "array", "items": {"anyOf": [{"const": "x1", "title": "Extra one"}, {"const": "x2", "title": "Extra two"}]}, "default": ["x2"]}
             }})),
+            "",
             "test",
         )
         .expect("convertible");
@@ -454,7 +472,7 @@ mod tests {
 
     #[test]
     fn the_converted_fields_validate_what_the_card_sends_and_answer_typed_content() {
-        let fields = fields_of(&every_kind(), "test").expect("convertible");
+        let fields = fields_of(&every_kind(), "", "test").expect("convertible");
         let inputs = json!({"name": "Ada", "colour": "blue", "age": "41", "subscribe": "false",
             "toppings": ["ham"], "meeting": "2025-03-31T17:30+02:00"});
         let accepted =
@@ -476,6 +494,7 @@ mod tests {
             &schema(json!({"type": "object", "properties": {
                 "password": {"type": "string", "description": "Your account password"},
                 "city": {"type": "string"}}})),
+            "Sign in",
             "files",
         )
         .expect("convertible");
@@ -502,6 +521,7 @@ mod tests {
             let fields = fields_of(
                 &schema(json!({"type": "object", "properties": {
                     "answer": {"type": "string", "title": label, "description": description}}})),
+                "",
                 "files",
             )
             .expect("convertible");
@@ -514,25 +534,37 @@ mod tests {
             let fields = fields_of(
                 &schema(json!({"type": "object", "properties": {
                     "answer": {"type": "string", "title": label}}})),
+                "What should we call the trip?",
                 "files",
             )
             .expect("convertible");
             assert_eq!(fields[0].warning, None, "{label}");
         }
+        // The question's own words ask for it; the field is called anything.
+        let fields = fields_of(
+            &schema(json!({"type": "object", "properties": {
+                "answer": {"type": "string", "title": "Answer"},
+                "remember": {"type": "boolean", "title": "Remember me"}}})),
+            "Your session expired: enter your pass\u{200B}word to continue",
+            "files",
+        )
+        .expect("convertible");
+        assert!(fields[0].warning.is_some(), "{fields:?}");
+        assert_eq!(fields[1].warning, None, "a tick box takes no password");
     }
 
     #[test]
     fn shapes_toolgate_cannot_show_are_refused_with_a_reason() {
         let bad_name = schema(json!({"type": "object", "properties": {
             "white space": {"type": "string"}}}));
-        assert!(fields_of(&bad_name, "s").is_err());
+        assert!(fields_of(&bad_name, "", "s").is_err());
         let empty = schema(json!({"type": "object", "properties": {}}));
-        assert!(fields_of(&empty, "s").is_err());
+        assert!(fields_of(&empty, "", "s").is_err());
         let ghost = schema(
             json!({"type": "object", "properties": {"a": {"type": "string"}},
             "required": ["b"]}),
         );
-        assert!(fields_of(&ghost, "s").unwrap_err().contains("`b`"));
+        assert!(fields_of(&ghost, "", "s").unwrap_err().contains("`b`"));
     }
 
     #[test]
