@@ -218,6 +218,11 @@ pub async fn pending_elicitations_of_call(
 /// Whether `tool_call_id` already belongs to another call of `user_id`: a request of it
 /// still waits, or one was for another tool or conversation. One id is one call, so an
 /// answer, a decision or a cancel by id always reaches the card the user sees.
+///
+/// Takes a lock on the user's id until the transaction ends first, so two calls given
+/// the same id at once (a model's reply runs its calls side by side) are told apart:
+/// the second looks only once the first has committed its request. Call it inside the
+/// transaction that inserts the request.
 pub async fn call_id_taken(
     conn: &mut PgConnection,
     user_id: &str,
@@ -225,6 +230,13 @@ pub async fn call_id_taken(
     tool_name: &str,
     conversation_id: Uuid,
 ) -> sqlx::Result<bool> {
+    sqlx::query!(
+        "select pg_advisory_xact_lock(hashtextextended($1 || chr(1) || $2, 7301))",
+        user_id,
+        tool_call_id,
+    )
+    .execute(&mut *conn)
+    .await?;
     sqlx::query_scalar!(
         r#"select exists(
              select 1 from tool_user_input_requests

@@ -34,9 +34,20 @@ async fn locked(
     tool_call_id: &str,
     kind: Option<RequestKind>,
 ) -> Result<InputRequestRow> {
-    let row = input_requests::find_for_update(conn, tool_call_id, None)
-        .await?
-        .ok_or(Error::NotFound("request"))?;
+    // The request of the kind asked about first; of any kind only to say it is the
+    // other kind.
+    let of_kind = match kind {
+        Some(kind) => {
+            input_requests::find_for_update(conn, tool_call_id, Some(kind.as_str())).await?
+        }
+        None => None,
+    };
+    let row = match of_kind {
+        Some(row) => row,
+        None => input_requests::find_for_update(conn, tool_call_id, None)
+            .await?
+            .ok_or(Error::NotFound("request"))?,
+    };
     if row.status() != RequestStatus::Pending {
         return Err(not_pending(&row));
     }

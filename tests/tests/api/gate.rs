@@ -659,6 +659,57 @@ async fn a_tool_call_id_still_waiting_cannot_be_given_to_another_call() {
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
 }
 
+/// The same, with the two calls at once, as a model's reply runs its calls side by
+/// side: never two waiting requests under one id.
+#[tokio::test]
+async fn one_tool_call_id_given_to_two_calls_at_once_gets_one_request() {
+    let g = gate().await;
+    let (token, conversation) = with_webhook(&g, "one-id-at-once").await;
+    for _ in 0..12 {
+        let id = call_id();
+        let send = |tool: &'static str, arguments: Value| {
+            g.server.send(
+                "POST",
+                "/api/tools/execute",
+                Some(&token),
+                Some(json!({"conversation_id": conversation, "tool_name": tool,
+                    "tool_call_id": id, "arguments": arguments})),
+            )
+        };
+        let (input, approval) = tokio::join!(
+            send("quickbooks_profit_and_loss", json!({})),
+            send("post_webhook", json!({"message": "at once"})),
+        );
+        let statuses = [input.0, approval.0];
+        assert!(
+            statuses.contains(&StatusCode::CONFLICT) && statuses.contains(&StatusCode::OK),
+            "{input:?} {approval:?}"
+        );
+        let (_, pending) = g
+            .server
+            .action(
+                &token,
+                json!({"action": "get_pending", "conversation_id": conversation}),
+            )
+            .await;
+        let under_id = pending["requests"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|r| r["tool_call_id"] == id.as_str())
+            .count();
+        assert_eq!(under_id, 1, "{pending}");
+        let (status, _) = g
+            .server
+            .action(
+                &token,
+                json!({"action": "cancel_request", "tool_call_id": id}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK);
+    }
+}
+
 #[tokio::test]
 async fn the_webhook_attack_gets_nothing() {
     let g = gate().await;
