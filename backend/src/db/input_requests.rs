@@ -486,8 +486,11 @@ pub async fn settled_without_result(
         "select",
         "from tool_user_input_requests q
          where q.run_id = $1 and q.status <> 'pending'
+           -- Only a result written since the request counts: an earlier call the model
+           -- gave the same id is not this one's.
            and not exists (select 1 from messages m
                            where m.conversation_id = q.conversation_id and m.role = 'tool'
+                             and m.created_at >= q.created_at
                              and m.content @> jsonb_build_array(jsonb_build_object('tool_call_id',
                                  coalesce(q.elicitation ->> 'tool_call_id', q.tool_call_id))))
          order by q.created_at",

@@ -1154,6 +1154,49 @@ async fn a_run_left_waiting_with_nothing_to_wait_for_is_resumed() {
     assert!(text.contains("may or may not have run"), "{text}");
 }
 
+/// The same, when the model gave the call an id it had used before: the earlier call's
+/// result is not this one's, and the user hears that the call may have run.
+#[tokio::test]
+async fn an_earlier_result_under_the_same_id_does_not_count_as_the_requests() {
+    let server = offline_server(&[]).await;
+    let (token, conversation, run) = waiting_pl_run(&server, "stranded-reused").await;
+    let mut db = server.db().await;
+    let run_id = uuid::Uuid::parse_str(&run).expect("uuid");
+    // An earlier tool result carrying the request's tool_call_id, from before it.
+    sqlx::query(
+        "insert into messages (id, conversation_id, user_id, seq, role, content, created_at)
+         select gen_random_uuid(), q.conversation_id, q.user_id, -1, 'tool',
+                jsonb_build_array(jsonb_build_object('type', 'tool_result',
+                    'tool_call_id', q.tool_call_id, 'name', q.tool_name,
+                    'outcome', jsonb_build_object('success', false, 'error', 'bad arguments'))),
+                q.created_at - interval '1 minute'
+         from tool_user_input_requests q where q.run_id = $1",
+    )
+    .bind(run_id)
+    .execute(&mut db)
+    .await
+    .expect("an earlier result");
+    sqlx::query(
+        "update tool_user_input_requests set status = 'completed',
+             completed_at = now() - interval '10 minutes',
+             user_inputs = '{\"quickbooks_realm_id\": \"9130346988354456\"}' where run_id = $1",
+    )
+    .bind(run_id)
+    .execute(&mut db)
+    .await
+    .expect("settle");
+    sqlx::query("update agent_runs set updated_at = now() - interval '1 minute' where id = $1")
+        .bind(run_id)
+        .execute(&mut db)
+        .await
+        .expect("age");
+    let done = server.run_finished(&token, &conversation, &run).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let messages = server.messages(&token, &conversation).await;
+    let said = serde_json::to_string(&messages).unwrap_or_default();
+    assert!(said.contains("may or may not have run"), "{said}");
+}
+
 /// The text streamed since the last flush is written with the answer: the last
 /// `text_delta` and the answer's `message_added` share one transaction (Postgres's
 /// `now()` is the transaction's start, so they carry the same time), and the deltas
