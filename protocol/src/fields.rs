@@ -920,6 +920,27 @@ pub fn validate_inputs(
     }
 }
 
+/// A card's answers checked as [`validate_inputs`] does, but a field the answers name
+/// keeps what they give it, even empty: a default (what the card was pre-filled with,
+/// perhaps the model's proposal) stands only for a field left out. A user who clears a
+/// pre-filled field means it empty.
+pub fn validate_answers(
+    fields: &[FieldSpec],
+    answers: &Map<String, Value>,
+) -> Result<Map<String, Value>, FieldErrors> {
+    let as_answered: Vec<FieldSpec> = fields
+        .iter()
+        .map(|field| {
+            let mut field = field.clone();
+            if answers.contains_key(&field.name) {
+                field.default = None;
+            }
+            field
+        })
+        .collect();
+    validate_inputs(&as_answered, answers)
+}
+
 /// The values with each field's default filled in where none was given.
 pub fn with_defaults(fields: &[FieldSpec], values: &Map<String, Value>) -> Map<String, Value> {
     let mut effective = values.clone();
@@ -1353,6 +1374,29 @@ mod tests {
             .expect_err("bad");
         assert_eq!(errors.len(), 3);
         assert_eq!(errors["zz"], "Not a field of this request");
+    }
+
+    #[test]
+    fn an_answer_that_names_a_field_keeps_it_even_empty() {
+        let fields = vec![
+            field(json!({"name": "date", "type": "date", "default": "2030-01-01"})),
+            field(
+                json!({"name": "cc", "type": "text", "required": false, "default": "x@example.com"}),
+            ),
+        ];
+        // Left out: the defaults stand.
+        assert_eq!(
+            validate_answers(&fields, &inputs(json!({}))),
+            Ok(inputs(json!({"date": "2030-01-01", "cc": "x@example.com"})))
+        );
+        // Cleared: a required field is asked for, an optional one stays empty.
+        let errors = validate_answers(&fields, &inputs(json!({"date": "", "cc": ""})))
+            .expect_err("the date is required");
+        assert!(errors.contains_key("date") && !errors.contains_key("cc"));
+        assert_eq!(
+            validate_answers(&fields, &inputs(json!({"date": "2031-02-03", "cc": ""}))),
+            Ok(inputs(json!({"date": "2031-02-03"})))
+        );
     }
 
     #[test]

@@ -118,7 +118,7 @@ pub async fn submit(
 ) -> Result<InputRequestRow> {
     let row = locked(conn, &params.tool_call_id, Some(RequestKind::Input)).await?;
     let (definition, inputs) = (row.fields().to_vec(), params.user_inputs);
-    let accepted = super::off_the_workers(move || fields::validate_inputs(&definition, &inputs))
+    let accepted = super::off_the_workers(move || fields::validate_answers(&definition, &inputs))
         .await?
         .map_err(|errors| Error::unprocessable("some values are not valid", errors))?;
     let request_scope = SaveFor::parse(&row.save_for).unwrap_or_default();

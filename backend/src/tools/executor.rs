@@ -325,7 +325,23 @@ async fn retry_with_answer(
         tool,
     )
     .await?;
-    let filled = fill_fields(tool, &call.arguments, &remembered, &answered);
+    // The card showed the model's proposals for the fields it may fill as pre-filled
+    // values; what the user sent back (kept, changed or cleared) is the answer, and a
+    // cleared one is not filled from the proposal again.
+    let arguments: Map<String, Value> = if approval {
+        call.arguments.clone()
+    } else {
+        call.arguments
+            .iter()
+            .filter(|(name, _)| {
+                !row.fields()
+                    .iter()
+                    .any(|f| &f.name == *name && f.model_may_fill)
+            })
+            .map(|(name, value)| (name.clone(), value.clone()))
+            .collect()
+    };
+    let filled = fill_fields(tool, &arguments, &remembered, &answered);
     if let Some(spec) = &tool.input_spec {
         let missing = fields::missing_fields(&spec.fields, &filled.values);
         if !missing.is_empty() {
@@ -438,7 +454,17 @@ fn validate(
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         match fields::validate_inputs(&spec.fields, &field_values) {
-            Ok(accepted) => values.extend(accepted),
+            Ok(accepted) => {
+                // A field its rule hides is no value of this call, whoever filled it (a
+                // model's argument, a value remembered from a call that showed it): the
+                // user was never shown it.
+                for field in &spec.fields {
+                    if !accepted.contains_key(&field.name) {
+                        values.remove(&field.name);
+                    }
+                }
+                values.extend(accepted)
+            }
             Err(errors) => {
                 let text: Vec<String> = errors.iter().map(|(k, v)| format!("{k}: {v}")).collect();
                 return Err(format!("invalid values: {}", text.join("; ")));

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use protocol::api::{InputRequest, RequestStatus};
-use protocol::fields::{FieldErrors, validate_inputs};
+use protocol::fields::{FieldErrors, validate_answers};
 use uuid::Uuid;
 
 use crate::api::{self, ApiError};
@@ -35,7 +35,7 @@ pub fn InputCard(request_id: Uuid) -> impl IntoView {
     let fields = Arc::new(first.fields.clone());
     let values = RwSignal::new(initial_values(&fields));
     let check_fields = fields.clone();
-    let check = Memo::new(move |_| values.with(|values| validate_inputs(&check_fields, values)));
+    let check = Memo::new(move |_| values.with(|values| validate_answers(&check_fields, values)));
     let sending = RwSignal::new(false);
     let card_error = RwSignal::new(None::<String>);
     let form = CardForm {

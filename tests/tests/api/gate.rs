@@ -88,6 +88,34 @@ allow_private_networks = true
 url = "{env.GOOD_BASE}/move/{from_account}/{to_account}"
 
 [[tools]]
+name = "send_note"
+description = "Sends a note, copying someone when asked"
+kind = "http"
+requires_approval = false
+parameters = { type = "object", properties = { notify = { type = "boolean" }, cc = { type = "string" } } }
+[tools.requires_user_input]
+reason = "Who gets it"
+save_for = "call"
+fields = [ { name = "to", type = "text" }, { name = "notify", type = "boolean", model_may_fill = true, required = false }, { name = "cc", type = "text", model_may_fill = true, required = false, visible_if = { field = "notify", equals = true } } ]
+[tools.http]
+allow_private_networks = true
+url = "{env.GOOD_BASE}/note/{to}?cc={cc}"
+
+[[tools]]
+name = "note_self"
+description = "Notes something for the user, copying someone when asked"
+kind = "http"
+requires_approval = false
+parameters = { type = "object", properties = { notify = { type = "boolean" }, cc = { type = "string" } } }
+[tools.requires_user_input]
+reason = "Whom to copy"
+save_for = "call"
+fields = [ { name = "notify", type = "boolean", model_may_fill = true, required = false }, { name = "cc", type = "text", model_may_fill = true, required = false, visible_if = { field = "notify", equals = true } } ]
+[tools.http]
+allow_private_networks = true
+url = "{env.GOOD_BASE}/self?cc={cc}"
+
+[[tools]]
 name = "schedule_report"
 description = "Schedule a report for a day"
 kind = "http"
@@ -392,6 +420,91 @@ async fn model_may_fill_lets_a_date_through_but_not_the_rest() {
     let path = &received[0].path_and_query;
     assert!(path.starts_with("/schedule/2025-06-30/me"), "{path}");
     assert!(!path.contains("attacker"), "{path}");
+}
+
+/// A field its rule hides is not a value of the call: a model's argument for it never
+/// reaches the request, as the user was never shown it.
+#[tokio::test]
+async fn a_field_its_rule_hides_never_reaches_the_request() {
+    let g = gate().await;
+    let (_, token) = g.server.new_user("hidden-field").await;
+    let conversation = g.server.new_conversation(&token).await;
+    let outcome = g
+        .execute(
+            &token,
+            &conversation,
+            "note_self",
+            &call_id(),
+            json!({"notify": false, "cc": "attacker@evil.example"}),
+        )
+        .await;
+    assert_ne!(outcome["requires_user_input"], true, "{outcome}");
+    let sent: Vec<String> = g
+        .good
+        .received()
+        .iter()
+        .map(|r| r.path_and_query.clone())
+        .collect();
+    assert!(
+        sent.iter().all(|path| !path.contains("attacker")),
+        "{sent:?} {outcome}"
+    );
+}
+
+/// What the card pre-filled from the model's arguments, the user may clear: a cleared
+/// required field is asked for again, a cleared optional one stays empty; neither is
+/// filled from the model's proposal behind the user's back.
+#[tokio::test]
+async fn a_proposal_the_user_clears_stays_cleared() {
+    let g = gate().await;
+    let (_, token) = g.server.new_user("cleared").await;
+    let conversation = g.server.new_conversation(&token).await;
+    let id = call_id();
+    g.asks(
+        &token,
+        &conversation,
+        "schedule_report",
+        &id,
+        json!({"report_date": "2030-01-01"}),
+    )
+    .await;
+    let (status, body) = g
+        .submit(
+            &token,
+            &id,
+            json!({"recipient": "me@example.com", "report_date": ""}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(body["error"]["fields"]["report_date"].is_string(), "{body}");
+
+    let id = call_id();
+    g.asks(
+        &token,
+        &conversation,
+        "send_note",
+        &id,
+        json!({"notify": true, "cc": "attacker@evil.example"}),
+    )
+    .await;
+    let (status, done) = g
+        .submit(
+            &token,
+            &id,
+            json!({"to": "alice", "notify": true, "cc": ""}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    let sent: Vec<String> = g
+        .good
+        .received()
+        .iter()
+        .map(|r| r.path_and_query.clone())
+        .collect();
+    assert!(
+        sent.iter().all(|path| !path.contains("attacker")),
+        "{sent:?} {done}"
+    );
 }
 
 #[tokio::test]
