@@ -46,11 +46,31 @@ fn field_named<'a>(fields: &'a [FieldSpec], name: &str) -> Option<&'a FieldSpec>
 }
 
 /// The label an argument is shown under: its field's, else its name, with what cannot be
-/// seen written out (two keys must not read the same).
+/// seen written out (two keys must not read the same). An argument that is no field but
+/// reads like one (`Database` beside the field `database`, labelled "Database") says so,
+/// so that a decoy row cannot pass for the field.
 pub(super) fn label_of(fields: &[FieldSpec], name: &str) -> String {
-    field_named(fields, name)
-        .map(|f| f.label().to_owned())
-        .unwrap_or_else(|| value_text::revealed(name))
+    if let Some(field) = field_named(fields, name) {
+        return field.label().to_owned();
+    }
+    let shown = value_text::revealed(name);
+    let reads_like = |text: &str| {
+        let plain = |t: &str| -> String {
+            t.chars()
+                .filter(|c| c.is_alphanumeric())
+                .flat_map(char::to_lowercase)
+                .collect()
+        };
+        !plain(text).is_empty() && plain(text) == plain(name)
+    };
+    if fields
+        .iter()
+        .any(|f| reads_like(&f.name) || reads_like(f.label()))
+    {
+        format!("{shown} (not the field)")
+    } else {
+        shown
+    }
 }
 
 /// How a value reads on the card: strings as they are, the rest as indented JSON; what
@@ -323,6 +343,13 @@ mod tests {
         let r = request(json!({"to": "a", "to\u{200B}": "b"}));
         assert_eq!(label_of(&r.fields, "to\u{200B}"), "to⟨U+200B⟩");
         assert_eq!(label_of(&r.fields, "database"), "Database");
+        // A decoy named like a field, or like its label, says it is not the field.
+        assert_eq!(label_of(&r.fields, "Database"), "Database (not the field)");
+        assert_eq!(
+            label_of(&r.fields, "production-reason"),
+            "production-reason (not the field)"
+        );
+        assert_eq!(label_of(&r.fields, "query"), "query");
         // The edit form starts from the value itself: sent unchanged, it is the same.
         assert_eq!(draft_of(&json!("a\u{202E}b")), "a\u{202E}b");
     }
