@@ -920,37 +920,40 @@ pub fn validate_inputs(
     }
 }
 
-/// A card's answers checked as [`validate_inputs`] does, but a field the answers name
-/// keeps what they give it, even empty: a default (what the card was pre-filled with,
-/// perhaps the model's proposal) stands only for a field left out. A user who clears a
-/// pre-filled field means it empty.
-pub fn validate_answers(
-    fields: &[FieldSpec],
-    answers: &Map<String, Value>,
-) -> Result<Map<String, Value>, FieldErrors> {
-    let as_answered: Vec<FieldSpec> = fields
-        .iter()
-        .map(|field| {
-            let mut field = field.clone();
-            if answers.contains_key(&field.name) {
-                field.default = None;
-            }
-            field
-        })
-        .collect();
-    validate_inputs(&as_answered, answers)
-}
-
-/// The values with each field's default filled in where none was given.
+/// The values with each field's default filled in where the values leave the field out.
+/// A field they name keeps what they give it, even empty: a default is what a card is
+/// pre-filled with (perhaps the model's proposal), and a user who clears it means it
+/// empty.
 pub fn with_defaults(fields: &[FieldSpec], values: &Map<String, Value>) -> Map<String, Value> {
     let mut effective = values.clone();
     for field in fields {
-        let given = effective.get(&field.name).is_some_and(|v| !is_empty(v));
-        if !given && let Some(default) = &field.default {
+        if !effective.contains_key(&field.name)
+            && let Some(default) = &field.default
+        {
             effective.insert(field.name.clone(), default.clone());
         }
     }
     effective
+}
+
+/// A card's answers as sent: what [`validate_inputs`] accepted, and `null` for each shown
+/// field the values name without a value, so that what the user cleared stays cleared
+/// rather than being filled again by a default, a proposal or memory.
+pub fn with_cleared(
+    fields: &[FieldSpec],
+    values: &Map<String, Value>,
+    accepted: &Map<String, Value>,
+) -> Map<String, Value> {
+    let mut sent = accepted.clone();
+    let effective = with_defaults(fields, values);
+    for field in fields {
+        let cleared =
+            values.get(&field.name).is_some_and(is_empty) && !accepted.contains_key(&field.name);
+        if cleared && is_visible(fields, field, &effective) {
+            sent.insert(field.name.clone(), Value::Null);
+        }
+    }
+    sent
 }
 
 /// The required fields that are shown but still have no value. A default decides
@@ -1383,19 +1386,26 @@ mod tests {
             field(
                 json!({"name": "cc", "type": "text", "required": false, "default": "x@example.com"}),
             ),
+            field(json!({"name": "bcc", "type": "text", "required": false,
+                "visible_if": {"field": "cc"}})),
         ];
         // Left out: the defaults stand.
         assert_eq!(
-            validate_answers(&fields, &inputs(json!({}))),
+            validate_inputs(&fields, &inputs(json!({}))),
             Ok(inputs(json!({"date": "2030-01-01", "cc": "x@example.com"})))
         );
-        // Cleared: a required field is asked for, an optional one stays empty.
-        let errors = validate_answers(&fields, &inputs(json!({"date": "", "cc": ""})))
+        // Cleared: a required field is asked for, an optional one stays empty, and what
+        // it showed goes with it.
+        let errors = validate_inputs(&fields, &inputs(json!({"date": "", "cc": ""})))
             .expect_err("the date is required");
         assert!(errors.contains_key("date") && !errors.contains_key("cc"));
+        let values = inputs(json!({"date": "2031-02-03", "cc": "", "bcc": "b@example.com"}));
+        let accepted = validate_inputs(&fields, &values).expect("valid");
+        assert_eq!(accepted, inputs(json!({"date": "2031-02-03"})));
+        // Sent: the cleared field named, as null; the hidden one not at all.
         assert_eq!(
-            validate_answers(&fields, &inputs(json!({"date": "2031-02-03", "cc": ""}))),
-            Ok(inputs(json!({"date": "2031-02-03"})))
+            with_cleared(&fields, &values, &accepted),
+            inputs(json!({"date": "2031-02-03", "cc": null}))
         );
     }
 

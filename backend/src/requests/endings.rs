@@ -118,9 +118,14 @@ pub async fn submit(
 ) -> Result<InputRequestRow> {
     let row = locked(conn, &params.tool_call_id, Some(RequestKind::Input)).await?;
     let (definition, inputs) = (row.fields().to_vec(), params.user_inputs);
-    let accepted = super::off_the_workers(move || fields::validate_answers(&definition, &inputs))
-        .await?
-        .map_err(|errors| Error::unprocessable("some values are not valid", errors))?;
+    let (accepted, cleared) = super::off_the_workers(move || {
+        fields::validate_inputs(&definition, &inputs).map(|accepted| {
+            let sent = fields::with_cleared(&definition, &inputs, &accepted);
+            (accepted, sent)
+        })
+    })
+    .await?
+    .map_err(|errors| Error::unprocessable("some values are not valid", errors))?;
     let request_scope = SaveFor::parse(&row.save_for).unwrap_or_default();
     let mut stored = Map::new();
     for (name, value) in &accepted {
@@ -136,6 +141,13 @@ pub async fn submit(
             remembered::remember(conn, user_id, scope, &row.tool_name, field, &kept).await?;
         }
         stored.insert(name.clone(), kept);
+    }
+    // What the user cleared is kept as cleared (`null`): the retry takes it as the answer
+    // and fills it from nowhere else (not the model's proposal, not memory).
+    for (name, value) in cleared {
+        if value.is_null() {
+            stored.insert(name, Value::Null);
+        }
     }
     settle(
         conn,
@@ -263,7 +275,15 @@ fn check_edit(
         .cloned()
         .collect();
     match fields::validate_inputs(&plain_fields, &field_values) {
-        Ok(accepted) => edited.extend(accepted),
+        Ok(accepted) => {
+            // As the executor will run it: a field its rule now hides is no argument.
+            for field in &plain_fields {
+                if !accepted.contains_key(&field.name) {
+                    edited.remove(&field.name);
+                }
+            }
+            edited.extend(accepted)
+        }
         Err(field_errors) => {
             for (name, message) in field_errors {
                 errors.insert(format!("arguments.{name}"), message);

@@ -107,7 +107,8 @@ impl InputRequestRow {
                     .fields()
                     .iter()
                     .any(|f| &f.name == name && f.is_secret());
-                let plain = if secret {
+                // A cleared field is `null`, never sealed.
+                let plain = if secret && !value.is_null() {
                     vault
                         .open(&self.user_id, name, value)
                         .map_err(|err| anyhow::anyhow!("opening saved value `{name}`: {err}"))?

@@ -325,23 +325,7 @@ async fn retry_with_answer(
         tool,
     )
     .await?;
-    // The card showed the model's proposals for the fields it may fill as pre-filled
-    // values; what the user sent back (kept, changed or cleared) is the answer, and a
-    // cleared one is not filled from the proposal again.
-    let arguments: Map<String, Value> = if approval {
-        call.arguments.clone()
-    } else {
-        call.arguments
-            .iter()
-            .filter(|(name, _)| {
-                !row.fields()
-                    .iter()
-                    .any(|f| &f.name == *name && f.model_may_fill)
-            })
-            .map(|(name, value)| (name.clone(), value.clone()))
-            .collect()
-    };
-    let filled = fill_fields(tool, &arguments, &remembered, &answered);
+    let filled = fill_fields(tool, &call.arguments, &remembered, &answered);
     if let Some(spec) = &tool.input_spec {
         let missing = fields::missing_fields(&spec.fields, &filled.values);
         if !missing.is_empty() {
@@ -398,6 +382,12 @@ fn fill_fields(
             .filter(|value| !fields::is_empty(value));
         if from_arguments.is_some() && !field.model_may_fill {
             ignored.push(field.name.clone());
+        }
+        // An answer the user cleared is the answer: nothing else fills it (`null` keeps
+        // a default from filling it either).
+        if submitted.get(&field.name).is_some_and(fields::is_empty) {
+            values.insert(field.name.clone(), Value::Null);
+            continue;
         }
         let candidate = [
             submitted.get(&field.name),
@@ -715,6 +705,45 @@ url = "https://accounts.example.invalid/{account}"
             arguments: arguments.as_object().cloned().unwrap_or_default(),
             original_user_request: None,
         }
+    }
+
+    #[test]
+    fn an_answer_the_user_cleared_is_filled_from_nothing_else() {
+        let tools = crate::tools::registry::parse_tools_file(
+            r#"
+[[tools]]
+name = "send_note"
+description = "Sends a note"
+kind = "http"
+requires_approval = false
+parameters = { type = "object", properties = { cc = { type = "string" } } }
+[tools.requires_user_input]
+reason = "Who gets it"
+save_for_session = true
+fields = [ { name = "to", type = "text" }, { name = "cc", type = "text", required = false, model_may_fill = true } ]
+[tools.http]
+url = "https://api.example.com/note/{to}"
+"#,
+        )
+        .expect("valid");
+        let tool = &tools[0];
+        let object = |value: Value| value.as_object().cloned().unwrap_or_default();
+        let arguments = object(json!({"cc": "proposed@example.com"}));
+        let remembered = object(json!({"cc": "remembered@example.com"}));
+        // Cleared on the card: neither the proposal nor memory fills it.
+        let filled = fill_fields(
+            tool,
+            &arguments,
+            &remembered,
+            &object(json!({"to": "ann", "cc": null})),
+        );
+        assert_eq!(filled.values.get("cc"), Some(&Value::Null));
+        // Left out of the answers: the proposal, as before.
+        let filled = fill_fields(tool, &arguments, &remembered, &object(json!({"to": "ann"})));
+        assert_eq!(
+            filled.values.get("cc"),
+            Some(&json!("proposed@example.com"))
+        );
     }
 
     #[tokio::test]

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use protocol::api::{InputRequest, RequestStatus};
-use protocol::fields::{FieldErrors, validate_answers};
+use protocol::fields::{FieldErrors, validate_inputs, with_cleared};
 use uuid::Uuid;
 
 use crate::api::{self, ApiError};
@@ -35,7 +35,7 @@ pub fn InputCard(request_id: Uuid) -> impl IntoView {
     let fields = Arc::new(first.fields.clone());
     let values = RwSignal::new(initial_values(&fields));
     let check_fields = fields.clone();
-    let check = Memo::new(move |_| values.with(|values| validate_answers(&check_fields, values)));
+    let check = Memo::new(move |_| values.with(|values| validate_inputs(&check_fields, values)));
     let sending = RwSignal::new(false);
     let card_error = RwSignal::new(None::<String>);
     let form = CardForm {
@@ -69,6 +69,10 @@ pub fn InputCard(request_id: Uuid) -> impl IntoView {
                     return;
                 }
             };
+            // What the user cleared is sent as cleared, not left out: left out, a field
+            // would take its default (the value the card was pre-filled with) again.
+            let fields = form.fields.get_value();
+            let accepted = values.with_untracked(|values| with_cleared(&fields, values, &accepted));
             let Some(token) = app.token() else {
                 return;
             };
@@ -474,7 +478,8 @@ fn Completed(request: Memo<Option<InputRequest>>) -> impl IntoView {
         .fields
         .iter()
         .filter_map(|field| {
-            let value = inputs.get(&field.name)?;
+            // A cleared field is sent as `null`: nothing to show.
+            let value = inputs.get(&field.name).filter(|value| !value.is_null())?;
             let shown = if field.is_secret() {
                 "hidden".to_owned()
             } else {
@@ -487,7 +492,7 @@ fn Completed(request: Memo<Option<InputRequest>>) -> impl IntoView {
         request
             .fields
             .iter()
-            .filter(|f| inputs.contains_key(&f.name))
+            .filter(|f| inputs.get(&f.name).is_some_and(|value| !value.is_null()))
             .filter_map(|f| remember_note(f.save_for.unwrap_or(request.save_for))),
     );
     view! {

@@ -495,6 +495,24 @@ async fn a_proposal_the_user_clears_stays_cleared() {
         )
         .await;
     assert_eq!(status, StatusCode::OK, "{done}");
+    // As the web chat sends a cleared field: named, as null.
+    let id = call_id();
+    g.asks(
+        &token,
+        &conversation,
+        "send_note",
+        &id,
+        json!({"notify": true, "cc": "attacker@evil.example"}),
+    )
+    .await;
+    let (status, done) = g
+        .submit(
+            &token,
+            &id,
+            json!({"to": "bob", "notify": true, "cc": null}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{done}");
     let sent: Vec<String> = g
         .good
         .received()
@@ -1010,6 +1028,28 @@ async fn approvals_approve_edit_reject_and_refuse_what_they_must() {
         .decide(&token, json!({"tool_call_id": id, "decision": "approve"}))
         .await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
+
+    // An edit that hides a field (production to staging hides the reason) runs as
+    // edited: the hidden field leaves the arguments, as it leaves the run.
+    let id = call_id();
+    let approval = production_approval(&g, &token, &conversation, &id, "quarterly audit").await;
+    let (status, edited) = g
+        .decide(
+            &token,
+            json!({"tool_call_id": id, "decision": "edit",
+            "arguments_digest": approval["arguments_digest"],
+            "arguments": {"query": "select count(*) as n from orders", "database": "staging",
+                "production_reason": "quarterly audit"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{edited}");
+    assert_eq!(edited["tool_result"]["success"], true, "{edited}");
+    assert!(
+        edited["request"]["tool_args"]
+            .get("production_reason")
+            .is_none(),
+        "{edited}"
+    );
 
     // Reject: nothing runs, the decision and the words are recorded.
     let id = call_id();
