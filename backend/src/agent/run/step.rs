@@ -304,7 +304,17 @@ pub(super) async fn drive(
             return Ok(());
         }
 
+        // A reply that gives one id to several calls runs none of them: each would stand
+        // for the others' result (a request, an approval, recovery after a stop all go by
+        // the id), so the model is told to call again with ids of their own.
+        let repeated_ids: Vec<&str> = reply
+            .tool_calls
+            .iter()
+            .map(|call| call.id.as_str())
+            .filter(|id| reply.tool_calls.iter().filter(|c| c.id == *id).count() > 1)
+            .collect();
         let calls = reply.tool_calls.iter().map(|call| {
+            let repeated = repeated_ids.contains(&call.id.as_str());
             let tool_call = ToolCall {
                 conversation_id: run.conversation_id,
                 run_id: Some(run_id),
@@ -330,6 +340,13 @@ pub(super) async fn drive(
                 )
                 .await?;
                 tx.commit().await?;
+                if repeated {
+                    let outcome = ToolOutcome::failed(format!(
+                        "not run: this reply gives the id `{}` to more than one call; call again, each call with an id of its own",
+                        tool_call.tool_call_id
+                    ));
+                    return Ok::<_, Error>((tool_call, outcome));
+                }
                 let outcome = match runner
                     .agent
                     .chain
