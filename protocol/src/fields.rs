@@ -979,7 +979,8 @@ pub fn mask_secrets(fields: &[FieldSpec], values: &Map<String, Value>) -> Map<St
         .iter()
         .map(|(name, value)| {
             let secret = fields.iter().any(|f| &f.name == name && f.is_secret());
-            let shown = if secret {
+            // A cleared value (`null`) holds nothing to hide.
+            let shown = if secret && !value.is_null() {
                 Value::String(MASKED.to_owned())
             } else {
                 value.clone()
