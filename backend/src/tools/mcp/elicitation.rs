@@ -85,7 +85,13 @@ pub fn fields_of(
         field.required = required.contains(&name);
         let typed = matches!(
             field.kind,
-            FieldType::Text | FieldType::Textarea | FieldType::Secret
+            FieldType::Text
+                | FieldType::Textarea
+                | FieldType::Secret
+                | FieldType::Number
+                | FieldType::Integer
+                | FieldType::Email
+                | FieldType::Url
         );
         if looks_sensitive(&field) || (message_asks_for_secret && typed) {
             field.warning = Some(format!(
@@ -551,6 +557,15 @@ mod tests {
         .expect("convertible");
         assert!(fields[0].warning.is_some(), "{fields:?}");
         assert_eq!(fields[1].warning, None, "a tick box takes no password");
+        // A PIN is typed as a number.
+        let fields = fields_of(
+            &schema(json!({"type": "object", "properties": {
+                "code": {"type": "integer", "title": "Code"}}})),
+            "Enter your card's PIN",
+            "files",
+        )
+        .expect("convertible");
+        assert!(fields[0].warning.is_some(), "{fields:?}");
     }
 
     #[test]
