@@ -124,14 +124,25 @@ impl Redactions {
         }
     }
 
-    /// Whether `number` is the value of a secret that reads as a number.
+    /// Whether `number` is the value of a secret that reads as a number with at least
+    /// [`MIN_SECRET_CHARS`] digits of its own (a secret `0001` would otherwise mask every
+    /// 1, and tell the model which numbers it is).
     fn is_secret_number(&self, number: &serde_json::Number) -> bool {
         let Some(number) = number.as_f64() else {
             return false;
         };
+        let digits = |value: f64| {
+            value
+                .to_string()
+                .trim_start_matches(['-', '0', '.'])
+                .chars()
+                .filter(char::is_ascii_digit)
+                .count()
+        };
         self.secrets
             .iter()
             .filter_map(|secret| secret.trim().parse::<f64>().ok())
+            .filter(|secret| digits(*secret) >= MIN_SECRET_CHARS)
             .any(|secret| secret == number)
     }
 
@@ -356,9 +367,9 @@ mod tests {
             }))
         );
         // The same number written another way.
-        let outcome = ToolOutcome::ok(json!([4829.5, 42, 1000, 43]));
-        let masked = Redactions::new(["4829.50", "0042", "1e03"]).outcome(outcome);
-        assert_eq!(masked.result, Some(json!([MASKED, MASKED, MASKED, 43])));
+        let outcome = ToolOutcome::ok(json!([4829.5, 4242, 1000, 43, 1]));
+        let masked = Redactions::new(["4829.50", "004242", "1e03", "0001"]).outcome(outcome);
+        assert_eq!(masked.result, Some(json!([MASKED, MASKED, MASKED, 43, 1])));
     }
 
     #[test]
