@@ -145,9 +145,16 @@ pub async fn submit(
     // What the user cleared is kept as cleared (`null`): the retry takes it as the answer
     // and fills it from nowhere else (not the model's proposal, not memory).
     for (name, value) in cleared {
-        if value.is_null() {
-            stored.insert(name, Value::Null);
+        if !value.is_null() {
+            continue;
         }
+        // Nor is it used on a later call: what the field remembered is forgotten.
+        if let Some(field) = row.fields().iter().find(|f| f.name == name)
+            && let Some(scope) = remembered::scope_of(field, request_scope, row.conversation_id)
+        {
+            remembered::forget(conn, scope, &row.tool_name, field).await?;
+        }
+        stored.insert(name, Value::Null);
     }
     settle(
         conn,

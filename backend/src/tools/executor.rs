@@ -314,6 +314,14 @@ async fn retry_with_answer(
                 answered.insert(name.clone(), value.clone());
             }
         }
+        // A field the card showed no value for (or the user's edit cleared) has none:
+        // not a default, not an earlier card's value, not memory, which would make the
+        // call differ from what was approved.
+        for field in tool.fields() {
+            if !field.is_secret() && !call.arguments.contains_key(&field.name) {
+                answered.insert(field.name.clone(), Value::Null);
+            }
+        }
     }
     let mut tx = db::begin_as_user(&executor.pool, user_id).await?;
     let remembered = remembered::for_tool(

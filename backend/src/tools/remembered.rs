@@ -31,6 +31,19 @@ pub fn scope_of(
     }
 }
 
+/// Forgets what `tool_name`'s field remembers in `conversation_id`'s scope (`None`:
+/// the user's): the user cleared it on a card.
+pub async fn forget(
+    conn: &mut PgConnection,
+    conversation_id: Option<Uuid>,
+    tool_name: &str,
+    field: &FieldSpec,
+) -> Result<()> {
+    let binding = saved_inputs::binding_for(tool_name, &field.name, field.memory_key.as_deref());
+    saved_inputs::delete(conn, conversation_id, &binding).await?;
+    Ok(())
+}
+
 /// Remembers one accepted value of `tool_name`'s field; `kept` is already sealed when
 /// the field is secret.
 pub async fn remember(

@@ -116,6 +116,35 @@ allow_private_networks = true
 url = "{env.GOOD_BASE}/self?cc={cc}"
 
 [[tools]]
+name = "post_note"
+description = "Posts a note to a channel, tagged"
+kind = "http"
+parameters = { type = "object", properties = { text = { type = "string" } } }
+[tools.requires_user_input]
+reason = "Where to post"
+save_for = "call"
+fields = [ { name = "channel", type = "text" }, { name = "tag", type = "text", required = false, default = "general" } ]
+[tools.http]
+allow_private_networks = true
+method = "POST"
+url = "{env.GOOD_BASE}/post/{channel}"
+body = { text = "{text}" }
+
+[[tools]]
+name = "note_memo"
+description = "Keeps a memo, copying someone when asked"
+kind = "http"
+requires_approval = false
+parameters = { type = "object", properties = { cc = { type = "string" } } }
+[tools.requires_user_input]
+reason = "Whose memo"
+save_for = "call"
+fields = [ { name = "to", type = "text" }, { name = "cc", type = "text", required = false, model_may_fill = true, save_for = "session" } ]
+[tools.http]
+allow_private_networks = true
+url = "{env.GOOD_BASE}/memo/{to}"
+
+[[tools]]
 name = "schedule_report"
 description = "Schedule a report for a day"
 kind = "http"
@@ -522,6 +551,77 @@ async fn a_proposal_the_user_clears_stays_cleared() {
     assert!(
         sent.iter().all(|path| !path.contains("attacker")),
         "{sent:?} {done}"
+    );
+}
+
+/// An approval edit that clears an optional field runs as approved: the field stays
+/// empty, not filled from its default or the earlier card.
+#[tokio::test]
+async fn an_approval_edit_that_clears_a_field_runs_as_approved() {
+    let g = gate().await;
+    let (_, token) = g.server.new_user("edit-clear").await;
+    let conversation = g.server.new_conversation(&token).await;
+    let id = call_id();
+    g.asks(
+        &token,
+        &conversation,
+        "post_note",
+        &id,
+        json!({"text": "hi"}),
+    )
+    .await;
+    let (status, done) = g.submit(&token, &id, json!({"channel": "team"})).await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    let approval = &done["tool_result"]["approval_request"];
+    assert_eq!(approval["tool_args"]["tag"], "general", "{done}");
+    let (status, edited) = g
+        .decide(
+            &token,
+            json!({"tool_call_id": id, "decision": "edit",
+                "arguments_digest": approval["arguments_digest"],
+                "arguments": {"text": "hi", "channel": "team", "tag": ""}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{edited}");
+    assert_eq!(edited["tool_result"]["success"], true, "{edited}");
+}
+
+/// A remembered value the user clears on a card is forgotten: a later call does not
+/// take it from memory.
+#[tokio::test]
+async fn a_remembered_value_the_user_clears_is_forgotten() {
+    let g = gate().await;
+    let (_, token) = g.server.new_user("clear-memory").await;
+    let conversation = g.server.new_conversation(&token).await;
+    let id = call_id();
+    g.asks(
+        &token,
+        &conversation,
+        "note_memo",
+        &id,
+        json!({"cc": "boss@example.com"}),
+    )
+    .await;
+    let (status, done) = g.submit(&token, &id, json!({"to": "ann"})).await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    // Remembered: the next card shows it pre-filled; the user clears it.
+    let id = call_id();
+    let asked = g
+        .asks(&token, &conversation, "note_memo", &id, json!({}))
+        .await;
+    let fields = asked["user_input_request"]["fields"].to_string();
+    assert!(fields.contains("boss@example.com"), "{asked}");
+    let (status, done) = g
+        .submit(&token, &id, json!({"to": "bob", "cc": null}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    let id = call_id();
+    let asked = g
+        .asks(&token, &conversation, "note_memo", &id, json!({}))
+        .await;
+    assert!(
+        !asked.to_string().contains("boss@example.com"),
+        "the cleared value came back from memory: {asked}"
     );
 }
 
