@@ -155,6 +155,28 @@ pub async fn delete(
     Ok(done.rows_affected())
 }
 
+/// Forgets a value a card showed pre-filled and the user cleared: the rows under
+/// `binding`, the conversation's or the user's, that hold exactly `value` in the clear
+/// (a sealed secret never equals a shown value).
+pub async fn delete_shown(
+    conn: &mut PgConnection,
+    conversation_id: Uuid,
+    binding: &str,
+    value: &Value,
+) -> sqlx::Result<u64> {
+    let done = sqlx::query!(
+        "delete from saved_tool_inputs
+         where binding = $2 and not is_secret and value = $3
+           and (conversation_id = $1 or conversation_id is null)",
+        conversation_id,
+        binding,
+        value
+    )
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
 /// A field some tool declares, as [`attribute_legacy`] matches rows against.
 #[derive(Clone, Debug)]
 pub struct FieldClaim {

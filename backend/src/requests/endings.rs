@@ -148,11 +148,15 @@ pub async fn submit(
         if !value.is_null() {
             continue;
         }
-        // Nor is it used on a later call: what the field remembered is forgotten.
+        // Nor is it used on a later call: a remembered value the card showed pre-filled
+        // (only a field the model may fill is) is forgotten.
         if let Some(field) = row.fields().iter().find(|f| f.name == name)
-            && let Some(scope) = remembered::scope_of(field, request_scope, row.conversation_id)
+            && field.model_may_fill
+            && !field.is_secret()
+            && let Some(shown) = &field.default
         {
-            remembered::forget(conn, scope, &row.tool_name, field).await?;
+            remembered::forget_shown(conn, row.conversation_id, &row.tool_name, field, shown)
+                .await?;
         }
         stored.insert(name, Value::Null);
     }

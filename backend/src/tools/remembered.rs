@@ -31,16 +31,18 @@ pub fn scope_of(
     }
 }
 
-/// Forgets what `tool_name`'s field remembers in `conversation_id`'s scope (`None`:
-/// the user's): the user cleared it on a card.
-pub async fn forget(
+/// Forgets the remembered value a card showed pre-filled in `tool_name`'s field (`shown`)
+/// and the user cleared, in the conversation's or the user's memory, wherever it holds
+/// exactly that value; nothing else.
+pub async fn forget_shown(
     conn: &mut PgConnection,
-    conversation_id: Option<Uuid>,
+    conversation_id: Uuid,
     tool_name: &str,
     field: &FieldSpec,
+    shown: &Value,
 ) -> Result<()> {
     let binding = saved_inputs::binding_for(tool_name, &field.name, field.memory_key.as_deref());
-    saved_inputs::delete(conn, conversation_id, &binding).await?;
+    saved_inputs::delete_shown(conn, conversation_id, &binding, shown).await?;
     Ok(())
 }
 
