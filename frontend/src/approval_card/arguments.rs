@@ -55,10 +55,11 @@ pub(super) fn label_of(fields: &[FieldSpec], name: &str) -> String {
     }
     let shown = value_text::revealed(name);
     let reads_like = |text: &str| {
+        // ASCII case only: Unicode's case tables would weigh on the bundle.
         let plain = |t: &str| -> String {
             t.chars()
                 .filter(|c| c.is_alphanumeric())
-                .flat_map(char::to_lowercase)
+                .map(|c| c.to_ascii_lowercase())
                 .collect()
         };
         !plain(text).is_empty() && plain(text) == plain(name)
