@@ -1114,6 +1114,26 @@ async fn skills_are_listed_and_read_on_demand() {
     );
 }
 
+/// As if the server stopped right after the user's answer was committed: the run's
+/// requests are settled ten minutes ago, but the run, idle for a minute, never heard of
+/// it.
+async fn strand(db: &mut sqlx::PgConnection, run_id: uuid::Uuid) {
+    sqlx::query(
+        "update tool_user_input_requests set status = 'completed',
+             completed_at = now() - interval '10 minutes',
+             user_inputs = '{\"quickbooks_realm_id\": \"9130346988354456\"}' where run_id = $1",
+    )
+    .bind(run_id)
+    .execute(&mut *db)
+    .await
+    .expect("settle");
+    sqlx::query("update agent_runs set updated_at = now() - interval '1 minute' where id = $1")
+        .bind(run_id)
+        .execute(&mut *db)
+        .await
+        .expect("age");
+}
+
 #[tokio::test]
 async fn a_run_left_waiting_with_nothing_to_wait_for_is_resumed() {
     let server = offline_server(&[]).await;
@@ -1122,20 +1142,7 @@ async fn a_run_left_waiting_with_nothing_to_wait_for_is_resumed() {
     // is settled, but the run never heard of it.
     let mut db = server.db().await;
     let run_id = uuid::Uuid::parse_str(&run).expect("uuid");
-    sqlx::query(
-        "update tool_user_input_requests set status = 'completed',
-             completed_at = now() - interval '10 minutes',
-             user_inputs = '{\"quickbooks_realm_id\": \"9130346988354456\"}' where run_id = $1",
-    )
-    .bind(run_id)
-    .execute(&mut db)
-    .await
-    .expect("settle");
-    sqlx::query("update agent_runs set updated_at = now() - interval '1 minute' where id = $1")
-        .bind(run_id)
-        .execute(&mut db)
-        .await
-        .expect("age");
+    strand(&mut db, run_id).await;
     let done = server.run_finished(&token, &conversation, &run).await;
     assert_eq!(done["status"], "completed", "{done}");
     let messages = server.messages(&token, &conversation).await;
@@ -1168,20 +1175,7 @@ async fn an_earlier_result_under_the_same_id_does_not_count_as_the_requests() {
     .execute(&mut db)
     .await
     .expect("an earlier result");
-    sqlx::query(
-        "update tool_user_input_requests set status = 'completed',
-             completed_at = now() - interval '10 minutes',
-             user_inputs = '{\"quickbooks_realm_id\": \"9130346988354456\"}' where run_id = $1",
-    )
-    .bind(run_id)
-    .execute(&mut db)
-    .await
-    .expect("settle");
-    sqlx::query("update agent_runs set updated_at = now() - interval '1 minute' where id = $1")
-        .bind(run_id)
-        .execute(&mut db)
-        .await
-        .expect("age");
+    strand(&mut db, run_id).await;
     let done = server.run_finished(&token, &conversation, &run).await;
     assert_eq!(done["status"], "completed", "{done}");
     let messages = server.messages(&token, &conversation).await;

@@ -313,6 +313,20 @@ impl Gate {
         self.server.action(token, body).await
     }
 
+    /// Asserts that no request the user's service received carries `text` in its path.
+    fn assert_good_never_got(&self, text: &str, context: &Value) {
+        let sent: Vec<String> = self
+            .good
+            .received()
+            .into_iter()
+            .map(|r| r.path_and_query)
+            .collect();
+        assert!(
+            sent.iter().all(|path| !path.contains(text)),
+            "{sent:?} {context}"
+        );
+    }
+
     /// Everything the database holds, as text, for grepping.
     async fn database_text(&self) -> String {
         let mut db = self.server.db().await;
@@ -468,16 +482,7 @@ async fn a_field_its_rule_hides_never_reaches_the_request() {
         )
         .await;
     assert_ne!(outcome["requires_user_input"], true, "{outcome}");
-    let sent: Vec<String> = g
-        .good
-        .received()
-        .iter()
-        .map(|r| r.path_and_query.clone())
-        .collect();
-    assert!(
-        sent.iter().all(|path| !path.contains("attacker")),
-        "{sent:?} {outcome}"
-    );
+    g.assert_good_never_got("attacker", &outcome);
 }
 
 /// What the card pre-filled from the model's arguments, the user may clear: a cleared
@@ -542,16 +547,7 @@ async fn a_proposal_the_user_clears_stays_cleared() {
         )
         .await;
     assert_eq!(status, StatusCode::OK, "{done}");
-    let sent: Vec<String> = g
-        .good
-        .received()
-        .iter()
-        .map(|r| r.path_and_query.clone())
-        .collect();
-    assert!(
-        sent.iter().all(|path| !path.contains("attacker")),
-        "{sent:?} {done}"
-    );
+    g.assert_good_never_got("attacker", &done);
 }
 
 /// An approval edit that clears an optional field runs as approved: the field stays

@@ -90,6 +90,19 @@ fn focused_is(testid: &str) -> String {
 
 /// Answers the database card: Production, with a reason.
 async fn answer_database_card(b: &Browser) {
+    let card = fill_database_card(b).await;
+    b.find(&format!("{card} [data-testid=card-submit]"))
+        .await
+        .expect("submit")
+        .click()
+        .await
+        .expect("click submit");
+    appear(b, &format!("{DB_CARD}[data-status=completed]")).await;
+}
+
+/// Fills the database card in, Production with a reason, without sending it; the
+/// card's selector.
+async fn fill_database_card(b: &Browser) -> String {
     let card = format!("{DB_CARD}[data-status=pending]");
     appear(b, &card).await;
     b.find(&format!(
@@ -112,13 +125,7 @@ async fn answer_database_card(b: &Browser) {
         &format!("!document.querySelector('{card} [data-testid=card-submit]').disabled"),
     )
     .await;
-    b.find(&format!("{card} [data-testid=card-submit]"))
-        .await
-        .expect("submit")
-        .click()
-        .await
-        .expect("click submit");
-    appear(b, &format!("{DB_CARD}[data-status=completed]")).await;
+    card
 }
 
 /// Signs in a new user, asks the database question in a new conversation, answers the
@@ -433,24 +440,7 @@ async fn a_card_that_appears_while_the_user_types_does_not_take_their_keys() {
     sign_in(&b, &fx.base(), &unique("typing")).await;
     new_conversation(&b).await;
     ask(&b, DB_QUESTION).await;
-    let card = format!("{DB_CARD}[data-status=pending]");
-    appear(&b, &card).await;
-    b.find(&format!(
-        "{card} [data-field=database] select option[value=production]"
-    ))
-    .await
-    .expect("production option")
-    .click()
-    .await
-    .expect("choose production");
-    appear(
-        &b,
-        &format!("{card} [data-field=production_reason] textarea"),
-    )
-    .await
-    .send_keys(REASON)
-    .await
-    .expect("type the reason");
+    let card = fill_database_card(&b).await;
     // The user goes on to write their next message, and the card is sent by a click
     // that leaves the focus where it is (as the approval follows while they type).
     let composer = b
