@@ -10,6 +10,7 @@ use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 
 use protocol::chat::{ContentBlock, Role};
+use protocol::unseen::is_unseen;
 
 use super::model::ChatMessage;
 
@@ -213,27 +214,16 @@ fn marker_like_end(text: &str, start: usize) -> Option<usize> {
     (folded(colon) == ':').then(|| start + at + colon.len_utf8())
 }
 
-/// What a reader's eye passes over between the marker's parts: white space, invisible
-/// characters (zero-width, joiners, direction marks, invisible operators, soft hyphen,
-/// variation selectors, tags, byte order mark), combining marks and Markdown's
-/// emphasis marks.
+/// What a reader's eye passes over between the marker's parts: white space, what no
+/// reader sees ([`is_unseen`]: zero-width, joiners, direction marks, invisible operators,
+/// soft hyphen, tags, byte order mark…), every variation selector, combining marks and
+/// Markdown's emphasis marks.
 fn passed_over(c: char) -> bool {
     c.is_whitespace()
+        || is_unseen(c)
         || matches!(
             c,
-            '\u{00AD}'
-                | '\u{0300}'..='\u{036F}'
-                | '\u{180E}'
-                | '\u{200B}'..='\u{200F}'
-                | '\u{202A}'..='\u{202E}'
-                | '\u{2060}'..='\u{206F}'
-                | '\u{FE00}'..='\u{FE0F}'
-                | '\u{FEFF}'
-                | '\u{E0000}'..='\u{E007F}'
-                | '*'
-                | '_'
-                | '~'
-                | '`'
+            '\u{0300}'..='\u{036F}' | '\u{FE0E}' | '\u{FE0F}' | '*' | '_' | '~' | '`'
         )
 }
 
