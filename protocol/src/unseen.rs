@@ -1,5 +1,6 @@
-//! Characters a reader cannot see, or that reorder what they see: what a value must not
-//! hide behind when a person decides on it, and what a text must not hide a word with.
+//! Characters a reader cannot see, that reorder what they see, or that they take for
+//! Latin letters: what a value must not hide behind when a person decides on it, and
+//! what a text must not hide a word with.
 
 /// Whether `c` is invisible or reorders the text around it: zero-width and joining
 /// characters, direction marks, embeddings, overrides and isolates, invisible operators,
@@ -42,6 +43,44 @@ pub fn is_unseen(c: char) -> bool {
         )
 }
 
+/// The ASCII character a reader takes `c` for, in lower case: fullwidth forms and
+/// mathematical letters (bold, italic, script, fraktur, double-struck, sans-serif,
+/// monospace) as their ASCII, Cyrillic and Greek letters and small capitals that look
+/// like Latin ones as those; anything else as itself, ASCII lower-cased.
+pub fn as_latin(c: char) -> char {
+    let code = u32::from(c);
+    let c = match c {
+        '\u{FF01}'..='\u{FF5E}' => char::from_u32(code - 0xFEE0).unwrap_or(c),
+        // Runs of A–Z then a–z.
+        '\u{1D400}'..='\u{1D6A3}' => {
+            let index = (code - 0x1D400) % 52;
+            let base = if index < 26 { 'A' } else { 'a' };
+            char::from_u32(u32::from(base) + index % 26).unwrap_or(c)
+        }
+        'а' | 'А' | 'α' | 'Α' => 'a',
+        'с' | 'С' | 'ϲ' => 'c',
+        'ԁ' | 'Ԁ' | 'ᴅ' => 'd',
+        'е' | 'Е' | 'ё' | 'ε' | 'Ε' | 'ᴇ' => 'e',
+        'һ' | 'Н' => 'h',
+        'і' | 'І' | 'ӏ' | 'Ӏ' | 'ı' | 'ι' | 'Ι' | 'ɪ' | 'ї' => 'i',
+        'ј' | 'Ј' => 'j',
+        'к' | 'К' | 'κ' | 'Κ' => 'k',
+        'Ν' | 'η' | 'п' | 'ɴ' => 'n',
+        'о' | 'О' | 'ο' | 'Ο' | 'σ' => 'o',
+        'р' | 'Р' | 'ρ' | 'Ρ' | 'ᴘ' => 'p',
+        'ԛ' => 'q',
+        'ѕ' | 'Ѕ' => 's',
+        'т' | 'Т' | 'τ' | 'Τ' => 't',
+        'υ' | 'ս' => 'u',
+        'ν' | 'ѵ' => 'v',
+        'ԝ' | 'ω' => 'w',
+        'х' | 'Х' | 'χ' | 'Χ' => 'x',
+        'у' | 'У' | 'γ' => 'y',
+        _ => c,
+    };
+    c.to_ascii_lowercase()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -69,5 +108,14 @@ mod tests {
         ] {
             assert!(!is_unseen(c), "{:04X}", u32::from(c));
         }
+    }
+
+    #[test]
+    fn look_alikes_read_as_the_latin_letters_they_imitate() {
+        let read = |text: &str| text.chars().map(as_latin).collect::<String>();
+        assert_eq!(read("Раssword"), "password");
+        assert_eq!(read("ＰＩＮ"), "pin");
+        assert_eq!(read("\u{1D42D}oken"), "token");
+        assert_eq!(read("été"), "été");
     }
 }

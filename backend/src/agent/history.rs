@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 
 use protocol::chat::{ContentBlock, Role};
-use protocol::unseen::is_unseen;
+use protocol::unseen::{as_latin, is_unseen};
 
 use super::model::ChatMessage;
 
@@ -227,30 +227,15 @@ fn passed_over(c: char) -> bool {
         )
 }
 
-/// A character as the marker is compared: lower case; fullwidth forms, mathematical
-/// letters and small capitals as their ASCII letters; look-alike brackets and colons as
-/// `[` and `:`; the Cyrillic and Greek letters that look like the word's as those.
+/// A character as the marker is compared: as the Latin letter it reads as
+/// ([`as_latin`]: lower case, fullwidth and mathematical letters, Cyrillic and Greek
+/// look-alikes), and look-alike brackets and colons as `[` and `:`.
 fn folded(c: char) -> char {
-    let code = u32::from(c);
-    let c = match c {
-        '\u{FF01}'..='\u{FF5E}' => char::from_u32(code - 0xFEE0).unwrap_or(c),
-        // Bold, italic, script, fraktur, double-struck, sans-serif and monospace
-        // letters: runs of A–Z then a–z.
-        '\u{1D400}'..='\u{1D6A3}' => {
-            let index = (code - 0x1D400) % 52;
-            let base = if index < 26 { 'A' } else { 'a' };
-            char::from_u32(u32::from(base) + index % 26).unwrap_or(c)
-        }
+    match c {
         '【' | '〖' | '〚' | '⟦' => '[',
         '∶' | '꞉' | '﹕' | '˸' => ':',
-        'р' | 'Р' | 'ρ' | 'Ρ' | 'ᴘ' => 'p',
-        'і' | 'І' | 'ӏ' | 'Ӏ' | 'ı' | 'ι' | 'Ι' | 'ɪ' => 'i',
-        'е' | 'Е' | 'ё' | 'ε' | 'Ε' | 'ᴇ' => 'e',
-        'ԁ' | 'Ԁ' | 'ᴅ' => 'd',
-        'Ν' | 'η' | 'п' | 'ɴ' => 'n',
-        _ => c,
-    };
-    c.to_ascii_lowercase()
+        _ => as_latin(c),
+    }
 }
 
 /// The word of the marker's opening, as `marker_like_end` looks for it.

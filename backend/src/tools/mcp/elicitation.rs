@@ -7,7 +7,7 @@
 use std::borrow::Cow;
 
 use protocol::fields::{self, FieldSpec, FieldType, SelectOption};
-use protocol::unseen::is_unseen;
+use protocol::unseen::{as_latin, is_unseen};
 use rmcp::model::{
     ElicitationSchema, EnumSchema, MultiSelectEnumSchema, PrimitiveSchemaDefinition,
     SingleSelectEnumSchema, StringFormat,
@@ -266,8 +266,8 @@ fn field_of(name: &str, definition: &PrimitiveSchemaDefinition) -> Result<FieldS
 
 /// Whether a field asks, in its name, label or description, for what forms must not.
 /// The words are read as a person sees them: without invisible characters (which would
-/// split `pass\u{200B}word` unseen) and with look-alike letters of other scripts read
-/// as the Latin ones they imitate (`раssword` in Cyrillic).
+/// split `pass\u{200B}word` unseen) and with look-alike and styled letters read as the
+/// Latin ones they imitate (`раssword` in Cyrillic, fullwidth `ＰＩＮ`).
 fn looks_sensitive(field: &FieldSpec) -> bool {
     sounds_sensitive(&format!(
         "{} {} {}",
@@ -284,39 +284,12 @@ fn sounds_sensitive(text: &str) -> bool {
         .chars()
         .filter(|c| !is_unseen(*c))
         .flat_map(char::to_lowercase)
-        .map(latin_look_alike)
+        .map(as_latin)
         .collect();
     SENSITIVE_WORDS.iter().any(|word| said.contains(word))
         || said
             .split(|c: char| !c.is_alphanumeric())
             .any(|word| matches!(word, "pin" | "otp"))
-}
-
-/// The Latin letter a lower-case Cyrillic or Greek letter is drawn like, else itself.
-fn latin_look_alike(c: char) -> char {
-    match c {
-        'а' | 'α' => 'a',
-        'с' | 'ϲ' => 'c',
-        'ԁ' => 'd',
-        'е' | 'ё' | 'ε' => 'e',
-        'һ' => 'h',
-        'і' | 'ї' | 'ι' => 'i',
-        'ј' => 'j',
-        'к' | 'κ' => 'k',
-        'ӏ' => 'l',
-        'п' | 'η' => 'n',
-        'о' | 'ο' | 'σ' => 'o',
-        'р' | 'ρ' => 'p',
-        'ԛ' => 'q',
-        'ѕ' => 's',
-        'т' | 'τ' => 't',
-        'υ' | 'ս' => 'u',
-        'ν' | 'ѵ' => 'v',
-        'ԝ' | 'ω' => 'w',
-        'х' | 'χ' => 'x',
-        'у' | 'γ' => 'y',
-        _ => c,
-    }
 }
 
 /// The URL of a URL-mode elicitation, if it is one a card may offer: http(s), with a
