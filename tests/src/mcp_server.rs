@@ -203,6 +203,12 @@ impl TestTools {
                 .annotate(ToolAnnotations::new().read_only(false).destructive(true)),
             tool("slow", "Takes its time", json!({"ms": {"type": "integer"}}))
                 .annotate(read_only()),
+            tool(
+                "ask_then_take_time",
+                "Asks a question, then takes its time before it answers",
+                json!({"ms": {"type": "integer"}}),
+            )
+            .annotate(read_only()),
             tool("crash", "Ends the server process", json!({})).annotate(read_only()),
             tool(
                 "ask_then_crash",
@@ -515,6 +521,15 @@ impl ServerHandler for TestTools {
             "slow" => {
                 tokio::time::sleep(Duration::from_millis(number(&arguments, "ms"))).await;
                 Ok(text("done slowly"))
+            }
+            "ask_then_take_time" => {
+                let params = form(
+                    "Shall I go on?",
+                    json!({"type": "object", "properties": {"go_on": {"type": "boolean"}}}),
+                )?;
+                let answer = self.ask(params, &context).await?;
+                tokio::time::sleep(Duration::from_millis(number(&arguments, "ms"))).await;
+                Ok(echo(&answer))
             }
             "crash" if self.transport == Transport::Stdio => std::process::exit(3),
             "ask_then_crash" if self.transport == Transport::Stdio => {

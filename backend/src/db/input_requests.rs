@@ -477,6 +477,31 @@ pub async fn count_pending_for_run(conn: &mut PgConnection, run_id: Uuid) -> sql
     .await
 }
 
+/// Whether the run must wait: one of its requests waits for the user, or was settled
+/// but its outcome has not reached the run as a tool result yet (the follow-up that
+/// delivers it, such as the tool run again with the answer or an MCP server's reply to
+/// it, is still under way). Going on then would call the model without that result.
+pub async fn holds_run(conn: &mut PgConnection, run_id: Uuid) -> sqlx::Result<bool> {
+    sqlx::query_scalar!(
+        r#"select exists (
+             select 1 from tool_user_input_requests q
+             where q.run_id = $1
+               and (q.status = 'pending'
+                    -- Only a result written since the request counts, as below.
+                    or not exists (select 1 from messages m
+                                   where m.conversation_id = q.conversation_id
+                                     and m.role = 'tool'
+                                     and m.created_at >= q.created_at
+                                     and m.content @> jsonb_build_array(jsonb_build_object(
+                                         'tool_call_id',
+                                         coalesce(q.elicitation ->> 'tool_call_id', q.tool_call_id)))))
+           ) as "holds!""#,
+        run_id
+    )
+    .fetch_one(conn)
+    .await
+}
+
 /// A run's settled requests whose outcome never reached the run as a tool result.
 pub async fn settled_without_result(
     conn: &mut PgConnection,

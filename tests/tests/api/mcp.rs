@@ -494,6 +494,119 @@ async fn decline_and_cancel_reach_the_server_as_such_and_the_run_goes_on() {
     }
 }
 
+/// A question can be answered while the step that asked it still waits for another of
+/// its calls; the server's reply to the answer then comes after the step has ended. The
+/// run must wait for that reply rather than answer the user without it.
+#[tokio::test]
+async fn an_answer_given_before_the_step_ends_still_waits_for_the_calls_result() {
+    let (setup, _llm) = mock_model_setup(
+        vec![
+            MockReply::ToolCalls(vec![
+                call("call_ask", "t__ask_then_take_time", json!({"ms": 5000})),
+                call("call_slow", "t__slow", json!({"ms": 2500})),
+            ]),
+            MockReply::Text("Understood.".into()),
+        ],
+        &stdio_server("t", ""),
+    )
+    .await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("mcp-early-answer").await;
+    tools_when_settled(server, &token, &["t"]).await;
+    let (conversation, run, request) = run_until_card(server, &token).await;
+    assert_eq!(
+        request["elicitation"]["tool_call_id"], "call_ask",
+        "{request}"
+    );
+    let (status, body) = server
+        .action(
+            &token,
+            json!({"action": "decline_request", "tool_call_id": request["tool_call_id"]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let done = server.run_finished(&token, &conversation, &run).await;
+    assert_eq!(done["status"], "completed", "{done}\n{}", server.logs());
+    let messages = server.messages(&token, &conversation).await;
+    let results = tool_results(&messages);
+    assert_eq!(results.len(), 2, "both calls' results: {results:?}");
+    let last_result = messages.iter().rposition(|m| m["role"] == "tool");
+    let answer = messages.iter().rposition(|m| m["role"] == "assistant");
+    assert!(
+        last_result < answer,
+        "the answer comes after every result: {messages:?}"
+    );
+}
+
+/// Two calls of one step wait for the user. The one answered first takes its time to
+/// finish; when the other's result is in, the run must still wait for the first's rather
+/// than go on with one result missing.
+#[tokio::test]
+async fn a_run_waits_for_every_answered_calls_result_not_only_the_last() {
+    let (setup, _llm) = mock_model_setup(
+        vec![
+            MockReply::ToolCalls(vec![
+                call(
+                    "call_slow_ask",
+                    "t__ask_then_take_time",
+                    json!({"ms": 5000}),
+                ),
+                call("call_quick_ask", "u__ask_everything", json!({})),
+            ]),
+            MockReply::Text("Understood.".into()),
+        ],
+        &format!("{}{}", stdio_server("t", ""), stdio_server("u", "")),
+    )
+    .await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("mcp-two-answers").await;
+    tools_when_settled(server, &token, &["t", "u"]).await;
+    let conversation = server.new_conversation(&token).await;
+    let (status, started) = server
+        .post_message(&token, &conversation, json!("Ask me twice"))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{started}");
+    let run = started["run_id"].as_str().expect("run").to_owned();
+    let mut cards = Vec::new();
+    for call in ["call_slow_ask", "call_quick_ask"] {
+        let events = server
+            .events_until(&token, &conversation, 0, Duration::from_secs(30), |e| {
+                e["type"] == "input_requested"
+                    && e["request"]["elicitation"]["tool_call_id"] == call
+            })
+            .await;
+        cards.push(
+            events
+                .last()
+                .map(|e| e["request"].clone())
+                .unwrap_or_default(),
+        );
+    }
+    let card_of = |index: usize| cards[index].clone();
+    let decline = |card: Value| {
+        let token = token.clone();
+        async move {
+            let (status, body) = server
+                .action(
+                    &token,
+                    json!({"action": "decline_request", "tool_call_id": card["tool_call_id"]}),
+                )
+                .await;
+            assert_eq!(status, StatusCode::OK, "{body}");
+        }
+    };
+    // The answer to the slow card waits for what its call does next; the quick card is
+    // answered meanwhile.
+    tokio::join!(decline(card_of(0)), async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        decline(card_of(1)).await;
+    });
+    let done = server.run_finished(&token, &conversation, &run).await;
+    assert_eq!(done["status"], "completed", "{done}\n{}", server.logs());
+    let results = tool_results(&server.messages(&token, &conversation).await);
+    assert_eq!(results.len(), 2, "both calls' results: {results:?}");
+}
+
 #[tokio::test]
 async fn a_crash_while_a_card_is_open_ends_the_card_and_the_call_cleanly() {
     let (setup, _llm) = mock_model_setup(

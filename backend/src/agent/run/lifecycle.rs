@@ -241,9 +241,10 @@ impl crate::requests::RunInbox for Runner {
 
 /// Hands a run the outcome of one of its requests. An outcome that waits again (the
 /// values are in, now the call needs approval) is announced and the run keeps waiting;
-/// any other is recorded as the call's result, and the run resumes when that was the
-/// last request it waited for. The run row is locked first, so two requests of one run
-/// settled at once cannot both think the other is still open.
+/// any other is recorded as the call's result, and the run resumes when nothing holds it
+/// any more (no request open, no other answered call's outcome still on its way). The
+/// run row is locked first, so two requests of one run settled at once cannot both think
+/// the other is still open.
 pub async fn deliver_outcome(
     runner: &Runner,
     user_id: &str,
@@ -280,9 +281,10 @@ pub async fn deliver_outcome(
         outcome,
     )
     .await?;
-    let still_open = input_requests::count_pending_for_run(&mut tx, run_id).await?;
     let mut resume = false;
-    if still_open == 0 && run.status() == RunStatus::WaitingForInput {
+    if run.status() == RunStatus::WaitingForInput
+        && !input_requests::holds_run(&mut tx, run_id).await?
+    {
         resume = move_run(
             &mut tx,
             user_id,

@@ -397,10 +397,13 @@ pub(super) async fn drive(
                 .await?;
             }
         }
-        // A request can be settled (expired, answered through the API) before this step
-        // records that it waits; with the run row locked, count what is still open.
+        // A request can be settled (expired, answered through the API or an MCP server's
+        // card) before this step records that it waits. With the run row locked, the run
+        // goes on only when nothing holds it; an outcome still on its way resumes it when
+        // it arrives (`deliver_outcome` finds it waiting), where going on now would
+        // answer without it.
         runs::find_for_update(&mut tx, run_id).await?;
-        if waiting && input_requests::count_pending_for_run(&mut tx, run_id).await? == 0 {
+        if waiting && !input_requests::holds_run(&mut tx, run_id).await? {
             waiting = false;
         }
         let (next_status, next_lease) = if waiting {
