@@ -242,9 +242,9 @@ impl crate::requests::RunInbox for Runner {
 /// Hands a run the outcome of one of its requests. An outcome that waits again (the
 /// values are in, now the call needs approval) is announced and the run keeps waiting;
 /// any other is recorded as the call's result, and the run resumes when nothing holds it
-/// any more (no request open, no other answered call's outcome still on its way). The
-/// run row is locked first, so two requests of one run settled at once cannot both think
-/// the other is still open.
+/// any more (no request open, no other answered call's outcome still on its way). A run
+/// that has ended takes no result. The run row is locked first, so two requests of one
+/// run settled at once cannot both think the other is still open.
 pub async fn deliver_outcome(
     runner: &Runner,
     user_id: &str,
@@ -260,6 +260,16 @@ pub async fn deliver_outcome(
         tx.commit().await?;
         return Ok(());
     };
+    if !matches!(
+        run.status(),
+        RunStatus::Running | RunStatus::WaitingForInput
+    ) {
+        // The run ended (it failed while the call was still out): a result written now
+        // would land after its end, in the middle of whatever the conversation does next.
+        tracing::info!(%run_id, tool_call_id = %call.tool_call_id, "a call's outcome came after its run ended; not recorded");
+        tx.commit().await?;
+        return Ok(());
+    }
     if let Some(request) = outcome.waiting_on().filter(|_| outcome.is_waiting()) {
         // An MCP server's question was announced when it was stored.
         if request.elicitation.is_none() {

@@ -284,3 +284,39 @@ async fn a_stopping_server_hands_its_run_over_and_the_next_one_finishes_it() {
     assert_eq!(run.status(), RunStatus::Completed, "{:?}", run.error);
     assert_eq!(h.messages("ann", conversation).await.len(), 2);
 }
+
+#[tokio::test]
+async fn an_outcome_that_comes_after_its_run_ended_is_not_recorded() {
+    let h = harness(|_| {}).await;
+    let conversation = h.conversation("ann").await;
+    let run_id = h.say("ann", conversation, "Look up my account").await;
+    assert_eq!(
+        h.settled("ann", run_id).await.status(),
+        RunStatus::WaitingForInput
+    );
+    let card = h.first_card("ann", conversation).await;
+    lifecycle::fail_run(&h.runner, "ann", run_id, "stopped")
+        .await
+        .expect("failed");
+
+    // The call's outcome arrives late (an MCP call that was still out, say): the run
+    // has ended, so it would land after its end, in whatever the conversation does next.
+    let call = crate::tools::CallRef {
+        run_id: Some(run_id),
+        conversation_id: conversation,
+        tool_call_id: card.tool_call_id.clone(),
+        tool_name: card.tool_name.clone(),
+    };
+    let late = protocol::api::ToolOutcome::ok(serde_json::json!("late"));
+    deliver_outcome(&h.runner, "ann", &call, late)
+        .await
+        .expect("delivered");
+    assert_eq!(h.run("ann", run_id).await.status(), RunStatus::Failed);
+    let roles: Vec<Role> = h
+        .messages("ann", conversation)
+        .await
+        .iter()
+        .map(|m| m.role)
+        .collect();
+    assert_eq!(roles, [Role::User, Role::Assistant]);
+}
