@@ -320,17 +320,53 @@ pub async fn deliver_outcome(
     Ok(())
 }
 
+/// How often, and how long apart at first, a run is offered its MCP call's outcome
+/// when the database refuses it (the waits double): the outcome lives only in memory,
+/// and the recovery sweep leaves the run alone while this process holds the call.
+const DELIVERY_ATTEMPTS: u32 = 6;
+const DELIVERY_RETRY_AFTER: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// Hands each run the outcome of its MCP call that finished after waiting for the user.
+/// An outcome the database refuses is offered again a few times, in the background so
+/// the other runs' outcomes do not wait behind it.
 pub async fn deliver_mcp_outcomes(
     runner: Runner,
     mut deliveries: tokio::sync::mpsc::UnboundedReceiver<crate::tools::mcp::Delivery>,
 ) {
     while let Some(delivery) = deliveries.recv().await {
-        if let Err(err) =
-            deliver_outcome(&runner, &delivery.user_id, &delivery.call, delivery.outcome).await
-        {
-            tracing::warn!(error = %err, tool_call_id = %delivery.call.tool_call_id, "could not hand a run its MCP call's outcome");
-        }
+        let Err(err) = deliver_outcome(
+            &runner,
+            &delivery.user_id,
+            &delivery.call,
+            delivery.outcome.clone(),
+        )
+        .await
+        else {
+            continue;
+        };
+        tracing::warn!(error = %err, tool_call_id = %delivery.call.tool_call_id, "could not hand a run its MCP call's outcome; trying again");
+        let runner = runner.clone();
+        tokio::spawn(async move {
+            let mut wait = DELIVERY_RETRY_AFTER;
+            for attempt in 2..=DELIVERY_ATTEMPTS {
+                tokio::time::sleep(wait).await;
+                wait *= 2;
+                match deliver_outcome(
+                    &runner,
+                    &delivery.user_id,
+                    &delivery.call,
+                    delivery.outcome.clone(),
+                )
+                .await
+                {
+                    Ok(()) => return,
+                    Err(err) if attempt == DELIVERY_ATTEMPTS => {
+                        tracing::error!(error = %err, tool_call_id = %delivery.call.tool_call_id, "gave up handing a run its MCP call's outcome");
+                    }
+                    Err(_) => {}
+                }
+            }
+        });
     }
 }
 
