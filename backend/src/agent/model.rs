@@ -121,6 +121,67 @@ pub struct ModelReply {
     pub model: String,
 }
 
+/// What stands for a NUL (U+0000) in what a model wrote: Postgres cannot store a NUL.
+const NUL_STAND_IN: &str = "\u{FFFD}";
+
+impl ModelReply {
+    /// Makes the reply storable: a model can be made to write a NUL, which Postgres cannot
+    /// hold, and the step would fail on it. Each NUL becomes U+FFFD. Returns the ids (as
+    /// changed) of the calls that held one: they must not run, as what would run is not
+    /// what the model asked for.
+    pub fn replace_nul(&mut self) -> Vec<String> {
+        replace_nul_in_text(&mut self.text);
+        let mut changed = Vec::new();
+        for call in &mut self.tool_calls {
+            let mut held = replace_nul_in_text(&mut call.id);
+            held |= replace_nul_in_text(&mut call.name);
+            held |= replace_nul_in_map(&mut call.arguments);
+            if held {
+                changed.push(call.id.clone());
+            }
+        }
+        changed
+    }
+}
+
+/// Replaces each NUL in `text`; whether there was one.
+pub fn replace_nul_in_text(text: &mut String) -> bool {
+    if !text.contains('\0') {
+        return false;
+    }
+    *text = text.replace('\0', NUL_STAND_IN);
+    true
+}
+
+fn replace_nul_in_map(map: &mut Map<String, Value>) -> bool {
+    let mut held = false;
+    if map.keys().any(|key| key.contains('\0')) {
+        held = true;
+        *map = std::mem::take(map)
+            .into_iter()
+            .map(|(mut key, value)| {
+                replace_nul_in_text(&mut key);
+                (key, value)
+            })
+            .collect();
+    }
+    for value in map.values_mut() {
+        held |= replace_nul_in_value(value);
+    }
+    held
+}
+
+fn replace_nul_in_value(value: &mut Value) -> bool {
+    match value {
+        Value::String(text) => replace_nul_in_text(text),
+        Value::Array(items) => items
+            .iter_mut()
+            .fold(false, |held, item| replace_nul_in_value(item) | held),
+        Value::Object(map) => replace_nul_in_map(map),
+        Value::Null | Value::Bool(_) | Value::Number(_) => false,
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
     #[error("the model endpoint could not be reached: {0}")]
@@ -169,4 +230,47 @@ pub struct RunContext {
     pub step: i32,
     /// The user's own words that started the run.
     pub original_user_request: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn reply(text: &str, arguments: Value) -> ModelReply {
+        ModelReply {
+            text: text.to_owned(),
+            tool_calls: vec![
+                RequestedCall {
+                    id: "clean".into(),
+                    name: "lookup".into(),
+                    arguments: Map::new(),
+                },
+                RequestedCall {
+                    id: "dirty".into(),
+                    name: "lookup".into(),
+                    arguments: arguments.as_object().cloned().unwrap_or_default(),
+                },
+            ],
+            model: "m".into(),
+        }
+    }
+
+    #[test]
+    fn every_nul_is_replaced_and_the_calls_that_held_one_are_named() {
+        let mut held = reply(
+            "a\0b",
+            json!({"list": ["x", {"deep\0key": 1}], "n": 2, "s": "\0"}),
+        );
+        assert_eq!(held.replace_nul(), ["dirty"]);
+        assert_eq!(held.text, "a\u{fffd}b");
+        assert_eq!(
+            Value::Object(held.tool_calls[1].arguments.clone()),
+            json!({"list": ["x", {"deep\u{fffd}key": 1}], "n": 2, "s": "\u{fffd}"})
+        );
+
+        let mut clean = reply("plain", json!({"list": ["x"], "n": 2}));
+        assert!(clean.replace_nul().is_empty());
+        assert_eq!(clean.text, "plain");
+    }
 }

@@ -1226,3 +1226,48 @@ async fn the_last_streamed_text_is_written_in_the_answers_transaction() {
             .unwrap_or_default()
     );
 }
+
+/// A NUL character cannot be stored: a model (confused, or steered by what it read) that
+/// puts one in a tool call's arguments or its text gets a failed call to correct, and
+/// the run goes on; it must not fail the run.
+#[tokio::test]
+async fn a_nul_in_a_models_tool_call_is_a_failed_call_not_a_failed_run() {
+    let script = vec![
+        MockReply::ToolCalls(vec![call(
+            "call_nul",
+            "calculator",
+            json!({"expression": "1+1\u{0}"}),
+        )]),
+        MockReply::Text("Sorry about that.".into()),
+        MockReply::Text("Two\u{0}.".into()),
+    ];
+    let setup = with_mock_model(script, &[]).await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("nul-call").await;
+    let conversation = server.new_conversation(&token).await;
+    let run = start(server, &token, &conversation, json!("add one and one")).await;
+    let done = server.run_finished(&token, &conversation, &run).await;
+    assert_eq!(done["status"], "completed", "{done}\n{}", server.logs());
+    let messages = server.messages(&token, &conversation).await;
+    let result = messages
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .map(|m| m["content"][0]["outcome"].clone())
+        .unwrap_or_else(|| panic!("a result for the call: {messages:?}"));
+    assert_eq!(result["success"], false, "{result}");
+    assert!(
+        result["error"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("not run"),
+        "{result}"
+    );
+
+    // In the text, the NUL is kept as a stand-in and the answer stands.
+    let run = start(server, &token, &conversation, json!("and now?")).await;
+    let done = server.run_finished(&token, &conversation, &run).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let messages = server.messages(&token, &conversation).await;
+    let last = messages.last().map(|m| m["content"][0]["text"].clone());
+    assert_eq!(last, Some(json!("Two\u{fffd}.")));
+}

@@ -190,7 +190,10 @@ pub(super) async fn drive(
         drop(sink);
         // The text streamed since the last flush goes out with the answer, in its
         // transaction; should the step fail before that commits, in a flush of its own.
-        let unflushed = writer.await.ok().flatten();
+        let mut unflushed = writer.await.ok().flatten();
+        if let Some(delta) = &mut unflushed {
+            crate::agent::model::replace_nul_in_text(delta);
+        }
         let answered = async {
             let mut reply = reply.map_err(|err| Error::Internal(err.into()))?;
             runner.agent.chain.after_model(&ctx, &mut reply).await?;
@@ -207,6 +210,7 @@ pub(super) async fn drive(
             }
         };
 
+        let held_nul = reply.replace_nul();
         let mut content = Vec::new();
         if !reply.text.is_empty() {
             content.push(ContentBlock::Text {
@@ -315,6 +319,7 @@ pub(super) async fn drive(
             .collect();
         let calls = reply.tool_calls.iter().map(|call| {
             let repeated = repeated_ids.contains(&call.id.as_str());
+            let held_nul = held_nul.contains(&call.id);
             let tool_call = ToolCall {
                 conversation_id: run.conversation_id,
                 run_id: Some(run_id),
@@ -345,6 +350,12 @@ pub(super) async fn drive(
                         "not run: this reply gives the id `{}` to more than one call; call again, each call with an id of its own",
                         tool_call.tool_call_id
                     ));
+                    return Ok::<_, Error>((tool_call, outcome));
+                }
+                if held_nul {
+                    let outcome = ToolOutcome::failed(
+                        "not run: the call held a NUL (U+0000) character; call again without it",
+                    );
                     return Ok::<_, Error>((tool_call, outcome));
                 }
                 let outcome = match runner
@@ -469,8 +480,9 @@ async fn write_delta(
     user_id: &str,
     conversation_id: Uuid,
     run_id: Uuid,
-    delta: String,
+    mut delta: String,
 ) {
+    crate::agent::model::replace_nul_in_text(&mut delta);
     let written = async {
         let mut tx = db::begin_as_user(&runner.executor.pool, user_id).await?;
         emit(
