@@ -73,6 +73,8 @@ pub struct CallSlot {
     waiting: AtomicBool,
     /// Questions asked so far; a server asking without end is refused.
     questions: AtomicUsize,
+    /// The call's first question, which a run's step waits on.
+    first_question: std::sync::OnceLock<InputRequest>,
     /// The call's secrets: masked in what the server answers and in what it asks.
     redactions: Redactions,
 }
@@ -138,6 +140,7 @@ pub async fn start(
         asked: AtomicBool::new(false),
         waiting: AtomicBool::new(false),
         questions: AtomicUsize::new(0),
+        first_question: std::sync::OnceLock::new(),
         redactions: call_redactions(&server.config, &arguments, &secret_fields),
     });
     hub.calls.lock().unwrap_or_else(|p| p.into_inner()).insert(
@@ -153,6 +156,7 @@ pub async fn start(
         server.config.clone(),
         target.remote_name.clone(),
     );
+    let watched = slot.clone();
     tokio::spawn(async move {
         let redactions = &slot.redactions;
         let ended = {
@@ -207,9 +211,18 @@ pub async fn start(
         .wait_for(|state| !matches!(state, CallState::Running))
         .await
         .map(|state| state.clone());
-    match first {
-        Ok(CallState::Asked(request)) => waiting_for(*request),
-        Ok(CallState::Finished(outcome)) => *outcome,
+    // The call may have asked, been answered and finished before this wait looked (the
+    // watch keeps only the newest state): `finish` hands a run's call's outcome to the
+    // run, so here the call waits on its question like any call that asked, or the run
+    // would record its result twice.
+    let asked_first = watched
+        .first_question
+        .get()
+        .filter(|_| watched.context.call.run_id.is_some() && watched.asked.load(Ordering::SeqCst));
+    match (first, asked_first) {
+        (Ok(CallState::Asked(request)), _) => waiting_for(*request),
+        (Ok(CallState::Finished(_)), Some(question)) => waiting_for(question.clone()),
+        (Ok(CallState::Finished(outcome)), None) => *outcome,
         _ => ToolOutcome::failed("the call to the MCP server ended unexpectedly"),
     }
 }
@@ -441,6 +454,7 @@ pub async fn on_elicitation(
             return cancel;
         }
     };
+    let _ = slot.first_question.set(row.to_api());
     slot.asked.store(true, Ordering::SeqCst);
     slot.waiting.store(true, Ordering::SeqCst);
     let _ = slot.state.send(CallState::Asked(Box::new(row.to_api())));
