@@ -679,6 +679,9 @@ pub enum MockReply {
     Text(String),
     /// Tool calls: (id, name, arguments), arguments streamed in two pieces.
     ToolCalls(Vec<(String, String, Value)>),
+    /// One tool call (id, name, arguments) whose arguments are sent as written, JSON or
+    /// not, as a model cut off or confused may write them.
+    RawToolCall(String, String, String),
     /// An HTTP error status with an OpenAI-style error body.
     Status(u16),
     /// A stream whose chunks are not JSON.
@@ -784,6 +787,12 @@ impl MockLlm {
                                     "function": {"arguments": b}}]})));
                             }
                             out + "data: [DONE]\n\n"
+                        }
+                        MockReply::RawToolCall(id, name, arguments) => {
+                            sse_chunk(&model, json!({"role": "assistant", "content": null}))
+                                + &sse_chunk(&model, json!({"tool_calls": [{"index": 0, "id": id,
+                                    "type": "function", "function": {"name": name, "arguments": arguments}}]}))
+                                + "data: [DONE]\n\n"
                         }
                         MockReply::Hang(_) | MockReply::Delayed(..) => String::new(),
                     };

@@ -106,11 +106,15 @@ impl ModelRequest {
     }
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct RequestedCall {
     pub id: String,
     pub name: String,
     pub arguments: Map<String, Value>,
+    /// Why the call must not run, when what the model wrote cannot stand as a call
+    /// (arguments that are no JSON object, an id no card could be answered by, …): the
+    /// model is told why, as the call's failed outcome, and may call again.
+    pub refused: Option<String>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -124,24 +128,77 @@ pub struct ModelReply {
 /// What stands for a NUL (U+0000) in what a model wrote: Postgres cannot store a NUL.
 const NUL_STAND_IN: &str = "\u{FFFD}";
 
+/// Deepest nesting of a call's arguments that is kept: deeper JSON could be stored but
+/// not read back (serde_json stops at 128 levels), which would break the conversation
+/// for good, and no tool's arguments need it.
+pub const MAX_ARGUMENT_DEPTH: usize = 32;
+
+/// Largest a call's arguments may be, as JSON: they are stored, shown and sent back to
+/// the model on every later step.
+pub const MAX_ARGUMENT_BYTES: usize = 256 * 1024;
+
 impl ModelReply {
-    /// Makes the reply storable: a model can be made to write a NUL, which Postgres cannot
-    /// hold, and the step would fail on it. Each NUL becomes U+FFFD. Returns the ids (as
-    /// changed) of the calls that held one: they must not run, as what would run is not
-    /// what the model asked for.
-    pub fn replace_nul(&mut self) -> Vec<String> {
+    /// Makes what the model wrote storable and every call one that can be answered: a
+    /// model can be made to write a NUL (which Postgres cannot hold, so storing the reply
+    /// would fail the run), an id no card could be answered by, or arguments too deep or
+    /// too large to keep. Each NUL becomes U+FFFD; arguments too deep or too large are
+    /// not kept. A call that held any of these is marked refused (`refused`), as what
+    /// would run is not what the model asked for.
+    pub fn screen(&mut self) {
         replace_nul_in_text(&mut self.text);
-        let mut changed = Vec::new();
         for call in &mut self.tool_calls {
-            let mut held = replace_nul_in_text(&mut call.id);
-            held |= replace_nul_in_text(&mut call.name);
-            held |= replace_nul_in_map(&mut call.arguments);
-            if held {
-                changed.push(call.id.clone());
+            let mut held_nul = replace_nul_in_text(&mut call.id);
+            held_nul |= replace_nul_in_text(&mut call.name);
+            held_nul |= replace_nul_in_map(&mut call.arguments);
+            let problem = if held_nul {
+                Some("it held a NUL (U+0000) character".to_owned())
+            } else if let Some(problem) = crate::tools::identifiers::problem(&call.id) {
+                Some(format!("its id {problem}"))
+            } else if depth_of_map(&call.arguments) > MAX_ARGUMENT_DEPTH {
+                call.arguments = Map::new();
+                Some(format!(
+                    "its arguments nest deeper than {MAX_ARGUMENT_DEPTH} levels"
+                ))
+            } else if serde_json::to_vec(&call.arguments).map_or(0, |json| json.len())
+                > MAX_ARGUMENT_BYTES
+            {
+                call.arguments = Map::new();
+                Some(format!(
+                    "its arguments are larger than {} KiB",
+                    MAX_ARGUMENT_BYTES / 1024
+                ))
+            } else {
+                None
+            };
+            if call.refused.is_none() {
+                call.refused = problem;
             }
         }
-        changed
     }
+}
+
+/// How deep `map` nests: 1 for an object of plain values.
+fn depth_of_map(map: &Map<String, Value>) -> usize {
+    // Iterative, so a pathologically deep value cannot exhaust the stack.
+    let mut deepest = 1;
+    let mut pending: Vec<(&Value, usize)> = map.values().map(|value| (value, 2)).collect();
+    while let Some((value, depth)) = pending.pop() {
+        match value {
+            Value::Array(items) => {
+                deepest = deepest.max(depth);
+                pending.extend(items.iter().map(|item| (item, depth + 1)));
+            }
+            Value::Object(map) => {
+                deepest = deepest.max(depth);
+                pending.extend(map.values().map(|item| (item, depth + 1)));
+            }
+            Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => {}
+        }
+        if deepest > MAX_ARGUMENT_DEPTH {
+            break;
+        }
+    }
+    deepest
 }
 
 /// Replaces each NUL in `text`; whether there was one.
@@ -244,33 +301,89 @@ mod tests {
                 RequestedCall {
                     id: "clean".into(),
                     name: "lookup".into(),
-                    arguments: Map::new(),
+                    ..RequestedCall::default()
                 },
                 RequestedCall {
                     id: "dirty".into(),
                     name: "lookup".into(),
                     arguments: arguments.as_object().cloned().unwrap_or_default(),
+                    refused: None,
                 },
             ],
             model: "m".into(),
         }
     }
 
+    fn refused(reply: &ModelReply) -> Vec<&str> {
+        reply
+            .tool_calls
+            .iter()
+            .filter(|call| call.refused.is_some())
+            .map(|call| call.id.as_str())
+            .collect()
+    }
+
     #[test]
-    fn every_nul_is_replaced_and_the_calls_that_held_one_are_named() {
+    fn every_nul_is_replaced_and_the_call_that_held_one_is_refused() {
         let mut held = reply(
             "a\0b",
             json!({"list": ["x", {"deep\0key": 1}], "n": 2, "s": "\0"}),
         );
-        assert_eq!(held.replace_nul(), ["dirty"]);
+        held.screen();
+        assert_eq!(refused(&held), ["dirty"]);
         assert_eq!(held.text, "a\u{fffd}b");
         assert_eq!(
             Value::Object(held.tool_calls[1].arguments.clone()),
             json!({"list": ["x", {"deep\u{fffd}key": 1}], "n": 2, "s": "\u{fffd}"})
         );
 
-        let mut clean = reply("plain", json!({"list": ["x"], "n": 2}));
-        assert!(clean.replace_nul().is_empty());
+        let mut clean = reply("plain", json!({"list": ["x", {"y": [1]}], "n": 2}));
+        clean.screen();
+        assert!(refused(&clean).is_empty());
         assert_eq!(clean.text, "plain");
+        assert_eq!(clean.tool_calls[1].arguments["n"], 2);
+    }
+
+    #[test]
+    fn an_id_no_card_could_be_answered_by_is_refused() {
+        for id in ["call\n1", "call\u{1b}[2J", " ", &"x".repeat(201)] {
+            let mut bad = reply("", json!({}));
+            bad.tool_calls[1].id = id.to_owned();
+            bad.screen();
+            assert_eq!(refused(&bad).len(), 1, "{id:?}");
+        }
+    }
+
+    #[test]
+    fn arguments_too_deep_or_too_large_are_not_kept() {
+        let mut deep = json!(1);
+        for _ in 0..MAX_ARGUMENT_DEPTH {
+            deep = json!({ "d": deep });
+        }
+        let mut at_most = reply("", deep.clone());
+        at_most.screen();
+        assert!(refused(&at_most).is_empty(), "exactly the deepest kept");
+
+        let mut too_deep = reply("", json!({ "d": deep }));
+        too_deep.screen();
+        assert_eq!(refused(&too_deep), ["dirty"]);
+        assert!(too_deep.tool_calls[1].arguments.is_empty());
+
+        let mut too_large = reply("", json!({"s": "x".repeat(MAX_ARGUMENT_BYTES)}));
+        too_large.screen();
+        assert_eq!(refused(&too_large), ["dirty"]);
+        assert!(too_large.tool_calls[1].arguments.is_empty());
+    }
+
+    #[test]
+    fn a_reason_the_provider_gave_stands() {
+        let mut given = reply("", json!({}));
+        given.tool_calls[1].refused = Some("its arguments are not valid JSON".into());
+        given.tool_calls[1].id = "call\n1".into();
+        given.screen();
+        assert_eq!(
+            given.tool_calls[1].refused.as_deref(),
+            Some("its arguments are not valid JSON")
+        );
     }
 }

@@ -2,6 +2,7 @@
 
 pub mod digest;
 pub mod executor;
+pub mod identifiers;
 pub mod kinds;
 pub mod mcp;
 pub mod redact;

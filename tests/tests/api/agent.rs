@@ -1271,3 +1271,60 @@ async fn a_nul_in_a_models_tool_call_is_a_failed_call_not_a_failed_run() {
     let last = messages.last().map(|m| m["content"][0]["text"].clone());
     assert_eq!(last, Some(json!("Two\u{fffd}.")));
 }
+
+/// What a model writes that cannot stand as a call (an id no card could be answered by,
+/// arguments cut off mid-JSON, arguments nested too deep to read back) is a failed call
+/// the model is told about: no card nobody can answer, no failed run, and the
+/// conversation still opens.
+#[tokio::test]
+async fn a_call_that_cannot_stand_is_refused_and_the_run_goes_on() {
+    let mut deep = json!("bottom");
+    for _ in 0..120 {
+        deep = json!({ "d": deep });
+    }
+    let period = json!({"start_date": "2026-01-01", "end_date": "2026-01-31"});
+    let script = vec![
+        MockReply::ToolCalls(vec![call("call\n1", "quickbooks_profit_and_loss", period)]),
+        MockReply::RawToolCall(
+            "call_cut".into(),
+            "notify".into(),
+            r#"{"expression": "1+"#.into(),
+        ),
+        MockReply::ToolCalls(vec![call("call_deep", "notify", deep)]),
+        MockReply::Text("Done.".into()),
+    ];
+    let setup = with_mock_model(script, &[]).await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("cannot-stand").await;
+    let conversation = server.new_conversation(&token).await;
+    let run = start(server, &token, &conversation, json!("three tries")).await;
+    let done = server.run_finished(&token, &conversation, &run).await;
+    assert_eq!(done["status"], "completed", "{done}\n{}", server.logs());
+    assert!(pending(server, &token, &conversation).await.is_empty());
+    assert!(setup.api.received().is_empty(), "nothing ran");
+
+    let messages = server.messages(&token, &conversation).await;
+    let errors: Vec<String> = messages
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| {
+            m["content"][0]["outcome"]["error"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(errors.len(), 3, "{messages:?}");
+    assert!(
+        errors[0].starts_with("not run: its id must not contain control"),
+        "{errors:?}"
+    );
+    assert!(
+        errors[1].starts_with("not run: its arguments are not valid JSON"),
+        "{errors:?}"
+    );
+    assert!(
+        errors[2].starts_with("not run: its arguments nest deeper"),
+        "{errors:?}"
+    );
+}

@@ -93,6 +93,7 @@ pub fn respond(request: &ModelRequest, today: NaiveDate) -> ModelReply {
                 id: format!("call_{}", uuid::Uuid::new_v4().simple()),
                 name: tool.name.clone(),
                 arguments,
+                refused: None,
             }),
             Err(needed) => missing.push((tool.name.clone(), needed)),
         }

@@ -85,33 +85,7 @@ impl ModelProvider for OpenAiCompatible {
                     merge_call(&mut calls, call);
                 }
             }
-            for call in calls {
-                let arguments = if call.arguments.trim().is_empty() {
-                    Map::new()
-                } else {
-                    match serde_json::from_str::<Value>(&call.arguments) {
-                        Ok(Value::Object(map)) => map,
-                        _ => {
-                            return Err(ModelError::Malformed(format!(
-                                "the arguments of tool call `{}` are not a JSON object",
-                                call.name
-                            )));
-                        }
-                    }
-                };
-                if call.name.is_empty() {
-                    return Err(ModelError::Malformed("a tool call has no name".into()));
-                }
-                reply.tool_calls.push(RequestedCall {
-                    id: if call.id.is_empty() {
-                        format!("call_{}", uuid::Uuid::new_v4().simple())
-                    } else {
-                        call.id
-                    },
-                    name: call.name,
-                    arguments,
-                });
-            }
+            reply.tool_calls = calls.into_iter().map(PartialCall::finish).collect();
             Ok(reply)
         })
     }
@@ -125,7 +99,55 @@ struct PartialCall {
     arguments: String,
 }
 
-/// Streamed tool calls arrive in pieces keyed by `index`.
+impl PartialCall {
+    /// The call as the model wrote it. What cannot stand as a call (arguments that are
+    /// no JSON object, no name) is kept as a refused call the model is told about, not
+    /// an error that would end the run: a model can correct its call, not a failed run.
+    fn finish(self) -> RequestedCall {
+        let (arguments, mut refused) = match parse_arguments(&self.arguments) {
+            Ok(arguments) => (arguments, None),
+            Err(problem) => (Map::new(), Some(problem)),
+        };
+        let name = if self.name.trim().is_empty() {
+            refused.get_or_insert_with(|| "it names no tool".to_owned());
+            "unnamed".to_owned()
+        } else {
+            self.name
+        };
+        RequestedCall {
+            id: if self.id.is_empty() {
+                format!("call_{}", uuid::Uuid::new_v4().simple())
+            } else {
+                self.id
+            },
+            name,
+            arguments,
+            refused,
+        }
+    }
+}
+
+/// A call's arguments: a JSON object, which some models write as `null`, as nothing,
+/// or once more encoded as a JSON string.
+fn parse_arguments(text: &str) -> Result<Map<String, Value>, String> {
+    if text.trim().is_empty() {
+        return Ok(Map::new());
+    }
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(Value::Null) => Ok(Map::new()),
+        Ok(Value::String(inner)) => match serde_json::from_str::<Value>(&inner) {
+            Ok(Value::Object(map)) => Ok(map),
+            _ => Err("its arguments are not a JSON object".to_owned()),
+        },
+        Ok(_) => Err("its arguments are not a JSON object".to_owned()),
+        Err(err) => Err(format!("its arguments are not valid JSON ({err})")),
+    }
+}
+
+/// Streamed tool calls arrive in pieces keyed by `index`. The id and the name come
+/// whole in a call's first piece; some servers repeat them in every piece, which must
+/// not add up to `call_1call_1…`.
 fn merge_call(calls: &mut Vec<PartialCall>, piece: &Value) {
     let index = piece
         .get("index")
@@ -142,10 +164,14 @@ fn merge_call(calls: &mut Vec<PartialCall>, piece: &Value) {
         }
     };
     let call = &mut calls[position];
-    if let Some(id) = piece.get("id").and_then(Value::as_str) {
+    if let Some(id) = piece.get("id").and_then(Value::as_str)
+        && call.id != id
+    {
         call.id.push_str(id);
     }
-    if let Some(name) = piece.pointer("/function/name").and_then(Value::as_str) {
+    if let Some(name) = piece.pointer("/function/name").and_then(Value::as_str)
+        && call.name != name
+    {
         call.name.push_str(name);
     }
     if let Some(arguments) = piece.pointer("/function/arguments").and_then(Value::as_str) {
@@ -274,5 +300,69 @@ fn wire_messages(message: &ChatMessage) -> Vec<Value> {
                 .collect();
             vec![json!({"role": message.role.as_str(), "content": parts})]
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn arguments_are_read_leniently_and_what_is_no_object_is_refused() {
+        let object = json!({"a": 1}).as_object().cloned().unwrap_or_default();
+        for text in [r#"{"a": 1}"#, r#""{\"a\": 1}""#] {
+            assert_eq!(parse_arguments(text), Ok(object.clone()), "{text}");
+        }
+        for text in ["", "  ", "null"] {
+            assert_eq!(parse_arguments(text), Ok(Map::new()), "{text:?}");
+        }
+        for text in ["[]", "3", r#""plain""#, r#"{"a": 1"#, r#"{"n": 1e400}"#] {
+            assert!(parse_arguments(text).is_err(), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_call_that_cannot_stand_is_kept_refused_not_an_error() {
+        let call = PartialCall {
+            id: "call_1".into(),
+            name: "lookup".into(),
+            arguments: r#"{"cut off"#.into(),
+            ..PartialCall::default()
+        }
+        .finish();
+        assert_eq!(call.id, "call_1");
+        assert!(call.arguments.is_empty());
+        assert!(
+            call.refused
+                .is_some_and(|why| why.contains("not valid JSON"))
+        );
+
+        let nameless = PartialCall::default().finish();
+        assert_eq!(nameless.name, "unnamed");
+        assert_eq!(nameless.refused.as_deref(), Some("it names no tool"));
+        assert!(nameless.id.starts_with("call_"));
+    }
+
+    #[test]
+    fn pieces_add_up_and_a_repeated_id_or_name_is_not_doubled() {
+        let mut calls = Vec::new();
+        let pieces = [
+            json!({"index": 0, "id": "call_1", "function": {"name": "lookup", "arguments": "{\"a\""}}),
+            json!({"index": 0, "id": "call_1", "function": {"name": "lookup", "arguments": ": 1}"}}),
+            json!({"index": 1, "id": "call_2", "function": {"name": "other"}}),
+        ];
+        for piece in &pieces {
+            merge_call(&mut calls, piece);
+        }
+        let calls: Vec<RequestedCall> = calls.into_iter().map(PartialCall::finish).collect();
+        assert_eq!(calls.len(), 2);
+        assert_eq!(
+            (calls[0].id.as_str(), calls[0].name.as_str()),
+            ("call_1", "lookup")
+        );
+        assert_eq!(Value::Object(calls[0].arguments.clone()), json!({"a": 1}));
+        assert_eq!(calls[1].id, "call_2");
+        assert!(calls.iter().all(|call| call.refused.is_none()));
     }
 }

@@ -210,7 +210,7 @@ pub(super) async fn drive(
             }
         };
 
-        let held_nul = reply.replace_nul();
+        reply.screen();
         let mut content = Vec::new();
         if !reply.text.is_empty() {
             content.push(ContentBlock::Text {
@@ -319,7 +319,7 @@ pub(super) async fn drive(
             .collect();
         let calls = reply.tool_calls.iter().map(|call| {
             let repeated = repeated_ids.contains(&call.id.as_str());
-            let held_nul = held_nul.contains(&call.id);
+            let refused = call.refused.clone();
             let tool_call = ToolCall {
                 conversation_id: run.conversation_id,
                 run_id: Some(run_id),
@@ -352,10 +352,8 @@ pub(super) async fn drive(
                     ));
                     return Ok::<_, Error>((tool_call, outcome));
                 }
-                if held_nul {
-                    let outcome = ToolOutcome::failed(
-                        "not run: the call held a NUL (U+0000) character; call again without it",
-                    );
+                if let Some(why) = refused {
+                    let outcome = ToolOutcome::failed(format!("not run: {why}; call again"));
                     return Ok::<_, Error>((tool_call, outcome));
                 }
                 let outcome = match runner

@@ -1,0 +1,37 @@
+//! What an identifier a caller or a model names things by (a tool call id, a tool
+//! name) may be: printable and short, so it can never forge or colour a log line or a
+//! card, and the user can always answer a card by it.
+
+/// Longest identifier accepted, in characters.
+pub const MAX_CHARS: usize = 200;
+
+/// Why `value` cannot serve as an identifier, if it cannot: empty, too long, or holding
+/// a control character (newline, escape, …).
+pub fn problem(value: &str) -> Option<&'static str> {
+    if value.chars().any(char::is_control) {
+        Some("must not contain control characters (line breaks, escapes)")
+    } else if value.trim().is_empty() {
+        Some("must not be empty")
+    } else if value.chars().count() > MAX_CHARS {
+        Some("must be at most 200 characters")
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn printable_short_identifiers_pass_and_others_say_why() {
+        assert_eq!(problem("call_1"), None);
+        assert_eq!(problem(&"é".repeat(MAX_CHARS)), None);
+        assert!(problem(&"x".repeat(MAX_CHARS + 1)).is_some());
+        assert!(problem("").is_some());
+        assert!(problem("   ").is_some());
+        for bad in ["call\n1", "call\u{1b}[31m", "call\u{85}", "a\tb"] {
+            assert!(problem(bad).is_some(), "{bad:?}");
+        }
+    }
+}
