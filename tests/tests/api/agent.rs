@@ -1328,3 +1328,37 @@ async fn a_call_that_cannot_stand_is_refused_and_the_run_goes_on() {
         "{errors:?}"
     );
 }
+
+#[tokio::test]
+async fn a_nul_in_a_models_summary_is_stored_as_a_stand_in_and_the_run_goes_on() {
+    let args = |q: &str| json!({"expression": q});
+    let script = vec![
+        MockReply::ToolCalls(vec![call("call_a", "calculator", args("1+1"))]),
+        MockReply::Text("First answer.".into()),
+        MockReply::ToolCalls(vec![call("call_b", "calculator", args("2+2"))]),
+        MockReply::Text("Second answer.".into()),
+    ];
+    let extra = [
+        ("TOOLGATE_SUMMARY_TOKENS", "250"),
+        ("TOOLGATE_SUMMARY_KEEP", "2"),
+        ("TOOLGATE_MIDDLEWARE", "summarisation"),
+    ];
+    let setup = with_mock_model(script, &extra).await;
+    setup.llm.summarise_with("THE SUMMARY\u{0} with a NUL");
+    let server = &setup.server;
+    let (_, token) = server.new_user("nul-summary").await;
+    let conversation = server.new_conversation(&token).await;
+    let first = format!("tell me, {}", "with some context ".repeat(80));
+    let run = start(server, &token, &conversation, json!(first)).await;
+    server.run_finished(&token, &conversation, &run).await;
+    let run = start(server, &token, &conversation, json!("and again")).await;
+    let done = server.run_finished(&token, &conversation, &run).await;
+    assert_eq!(done["status"], "completed", "{done}\n{}", server.logs());
+    let last = setup.llm.requests().last().cloned().unwrap_or_default();
+    assert!(
+        last["messages"]
+            .to_string()
+            .contains("THE SUMMARY\u{fffd} with a NUL"),
+        "{last}"
+    );
+}
