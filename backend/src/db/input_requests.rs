@@ -502,6 +502,51 @@ pub async fn holds_run(conn: &mut PgConnection, run_id: Uuid) -> sqlx::Result<bo
     .await
 }
 
+/// Whether the call `tool_call_id` already has its tool result: one written since the
+/// call's newest request. A delivery offered twice (its first commit's answer lost), or
+/// one that comes after the recovery sweep recorded what happened to the request, must
+/// not write a second.
+pub async fn result_recorded(
+    conn: &mut PgConnection,
+    conversation_id: Uuid,
+    tool_call_id: &str,
+) -> sqlx::Result<bool> {
+    sqlx::query_scalar!(
+        r#"select exists (
+             select 1 from messages m
+             where m.conversation_id = $1 and m.role = 'tool'
+               and m.content @> jsonb_build_array(jsonb_build_object('tool_call_id', $2::text))
+               and m.created_at >= (select max(q.created_at) from tool_user_input_requests q
+                                    where q.conversation_id = $1
+                                      and coalesce(q.elicitation ->> 'tool_call_id',
+                                                   q.tool_call_id) = $2)
+           ) as "recorded!""#,
+        conversation_id,
+        tool_call_id
+    )
+    .fetch_one(conn)
+    .await
+}
+
+/// Lets go of an MCP call's settled questions: no live session will report what the
+/// call did, so the recovery sweep may record what happened to them and resume the run.
+pub async fn release_call(
+    conn: &mut PgConnection,
+    conversation_id: Uuid,
+    tool_call_id: &str,
+) -> sqlx::Result<()> {
+    sqlx::query!(
+        "update tool_user_input_requests set held_by = null
+         where conversation_id = $1 and elicitation ->> 'tool_call_id' = $2
+           and status <> 'pending'",
+        conversation_id,
+        tool_call_id
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
 /// A run's settled requests whose outcome never reached the run as a tool result.
 pub async fn settled_without_result(
     conn: &mut PgConnection,

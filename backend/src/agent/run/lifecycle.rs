@@ -1,5 +1,5 @@
 //! A run's states: started for a message, resumed when its last open request is
-//! answered, failed (with words its user may read), handed over between steps when the
+//! settled and every answered call's outcome is in, failed (with words its user may read), handed over between steps when the
 //! server stops, and wound down after the grace period.
 
 use std::time::Duration;
@@ -266,7 +266,7 @@ pub async fn deliver_outcome(
     ) {
         // The run ended (it failed while the call was still out): a result written now
         // would land after its end, in the middle of whatever the conversation does next.
-        tracing::info!(%run_id, tool_call_id = %call.tool_call_id, "a call's outcome came after its run ended; not recorded");
+        tracing::warn!(%run_id, tool_call_id = %call.tool_call_id, tool = %call.tool_name, "a call's outcome came after its run ended; not recorded");
         tx.commit().await?;
         return Ok(());
     }
@@ -281,16 +281,20 @@ pub async fn deliver_outcome(
         tx.commit().await?;
         return Ok(());
     }
-    record_tool_result(
-        &mut tx,
-        user_id,
-        call.conversation_id,
-        run_id,
-        &call.tool_call_id,
-        &call.tool_name,
-        outcome,
-    )
-    .await?;
+    if input_requests::result_recorded(&mut tx, call.conversation_id, &call.tool_call_id).await? {
+        tracing::info!(%run_id, tool_call_id = %call.tool_call_id, "a call's outcome was already recorded; not again");
+    } else {
+        record_tool_result(
+            &mut tx,
+            user_id,
+            call.conversation_id,
+            run_id,
+            &call.tool_call_id,
+            &call.tool_name,
+            outcome,
+        )
+        .await?;
+    }
     let mut resume = false;
     if run.status() == RunStatus::WaitingForInput
         && !input_requests::holds_run(&mut tx, run_id).await?
@@ -322,7 +326,8 @@ pub async fn deliver_outcome(
 
 /// How often, and how long apart at first, a run is offered its MCP call's outcome
 /// when the database refuses it (the waits double): the outcome lives only in memory,
-/// and the recovery sweep leaves the run alone while this process holds the call.
+/// and the recovery sweep leaves the run alone while this process holds the call, until
+/// the call is let go of after the last attempt.
 const DELIVERY_ATTEMPTS: u32 = 6;
 const DELIVERY_RETRY_AFTER: std::time::Duration = std::time::Duration::from_millis(500);
 
@@ -361,12 +366,33 @@ pub async fn deliver_mcp_outcomes(
                 {
                     Ok(()) => return,
                     Err(err) if attempt == DELIVERY_ATTEMPTS => {
-                        tracing::error!(error = %err, tool_call_id = %delivery.call.tool_call_id, "gave up handing a run its MCP call's outcome");
+                        tracing::error!(error = %err, tool_call_id = %delivery.call.tool_call_id, "gave up handing a run its MCP call's outcome; the recovery sweep will tell it what happened");
+                        release(&runner, &delivery).await;
                     }
                     Err(_) => {}
                 }
             }
         });
+    }
+}
+
+/// After a delivery was given up: the sweep leaves a run alone while a live process
+/// holds its call, so the call is let go of for the sweep to record what happened.
+async fn release(runner: &Runner, delivery: &crate::tools::mcp::Delivery) {
+    let released = async {
+        let mut tx = db::begin_as_user(&runner.executor.pool, &delivery.user_id).await?;
+        input_requests::release_call(
+            &mut tx,
+            delivery.call.conversation_id,
+            &delivery.call.tool_call_id,
+        )
+        .await?;
+        tx.commit().await?;
+        Ok::<_, Error>(())
+    }
+    .await;
+    if let Err(err) = released {
+        tracing::error!(error = %err, tool_call_id = %delivery.call.tool_call_id, "could not let go of an MCP call; its run waits until this process stops");
     }
 }
 

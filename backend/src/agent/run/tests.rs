@@ -320,3 +320,54 @@ async fn an_outcome_that_comes_after_its_run_ended_is_not_recorded() {
         .collect();
     assert_eq!(roles, [Role::User, Role::Assistant]);
 }
+
+#[tokio::test]
+async fn an_outcome_offered_twice_is_recorded_once() {
+    let h = harness(|_| {}).await;
+    let conversation = h.conversation("ann").await;
+    let run_id = h.say("ann", conversation, "Look up my account").await;
+    assert_eq!(
+        h.settled("ann", run_id).await.status(),
+        RunStatus::WaitingForInput
+    );
+    let card = h.first_card("ann", conversation).await;
+    let mut tx = db::begin_as_user(&h.runner.executor.pool, "ann")
+        .await
+        .expect("tx");
+    endings::decline(
+        &mut tx,
+        "ann",
+        DeclineRequestParams {
+            tool_call_id: card.tool_call_id.clone(),
+            message: None,
+        },
+    )
+    .await
+    .expect("declined");
+    tx.commit().await.expect("commit");
+    // The run the first delivery resumes is handed over, not driven: it stays open.
+    h.stop.send(true).expect("stop");
+
+    // Offered again, as when the first attempt's commit went through but its answer
+    // was lost, or after the recovery sweep recorded what happened to the request.
+    let call = crate::tools::CallRef {
+        run_id: Some(run_id),
+        conversation_id: conversation,
+        tool_call_id: card.tool_call_id.clone(),
+        tool_name: card.tool_name.clone(),
+    };
+    for _ in 0..2 {
+        let outcome = protocol::api::ToolOutcome::ok(serde_json::json!("once"));
+        deliver_outcome(&h.runner, "ann", &call, outcome)
+            .await
+            .expect("delivered");
+    }
+    assert_eq!(h.run("ann", run_id).await.status(), RunStatus::Running);
+    let results = h
+        .messages("ann", conversation)
+        .await
+        .iter()
+        .filter(|m| m.role == Role::Tool)
+        .count();
+    assert_eq!(results, 1);
+}
