@@ -75,6 +75,9 @@ pub struct CallSlot {
     questions: AtomicUsize,
     /// The call's first question, which a run's step waits on.
     first_question: std::sync::OnceLock<InputRequest>,
+    /// The call's end goes to its run as a delivery (set by `finish` before it says the
+    /// call finished), so the step must not record it too.
+    delivers: AtomicBool,
     /// The call's secrets: masked in what the server answers and in what it asks.
     redactions: Redactions,
 }
@@ -141,6 +144,7 @@ pub async fn start(
         waiting: AtomicBool::new(false),
         questions: AtomicUsize::new(0),
         first_question: std::sync::OnceLock::new(),
+        delivers: AtomicBool::new(false),
         redactions: call_redactions(&server.config, &arguments, &secret_fields),
     });
     hub.calls.lock().unwrap_or_else(|p| p.into_inner()).insert(
@@ -212,13 +216,13 @@ pub async fn start(
         .await
         .map(|state| state.clone());
     // The call may have asked, been answered and finished before this wait looked (the
-    // watch keeps only the newest state): `finish` hands a run's call's outcome to the
-    // run, so here the call waits on its question like any call that asked, or the run
-    // would record its result twice.
+    // watch keeps only the newest state): when `finish` hands its outcome to the run,
+    // here the call waits on its question like any call that asked, or the run would
+    // record its result twice.
     let asked_first = watched
         .first_question
         .get()
-        .filter(|_| watched.context.call.run_id.is_some() && watched.asked.load(Ordering::SeqCst));
+        .filter(|_| watched.delivers.load(Ordering::SeqCst));
     match (first, asked_first) {
         (Ok(CallState::Asked(request)), _) => waiting_for(*request),
         (Ok(CallState::Finished(_)), Some(question)) => waiting_for(question.clone()),
@@ -385,6 +389,8 @@ async fn finish(hub: &Arc<McpHub>, slot: &CallSlot, outcome: ToolOutcome) {
         tracing::warn!(error = %err, "could not end an MCP call's open questions");
     }
     let asked = slot.asked.load(Ordering::SeqCst);
+    let delivers = asked && slot.context.call.run_id.is_some();
+    slot.delivers.store(delivers, Ordering::SeqCst);
     let _ = slot
         .state
         .send(CallState::Finished(Box::new(outcome.clone())));
@@ -397,7 +403,7 @@ async fn finish(hub: &Arc<McpHub>, slot: &CallSlot, outcome: ToolOutcome) {
         entry.finished_at = Some(Instant::now());
     }
     drop(calls);
-    if slot.context.call.run_id.is_some() {
+    if delivers {
         let _ = hub.deliveries.send(Delivery {
             user_id: slot.context.user_id.clone(),
             call: slot.context.call.clone(),
