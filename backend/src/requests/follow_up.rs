@@ -25,8 +25,8 @@ pub trait RunInbox: Send + Sync {
 
 /// After an ending has been committed: retries the tool through `executor` when the
 /// user answered a request of the executor's (the outcome is returned), and hands the
-/// run its tool result through `runs`, which resumes it when that was the last open
-/// request.
+/// run its tool result through `runs`, which resumes it when nothing else holds it
+/// (no request open, no other answered call's outcome on its way).
 pub async fn follow_up(
     executor: &Executor,
     runs: &dyn RunInbox,

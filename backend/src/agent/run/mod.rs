@@ -1,8 +1,8 @@
 //! The run loop: build the model request → middleware → model (streamed) → tool calls,
 //! in parallel, through the executor → repeat, up to the step limit. Every message,
 //! status change and event is stored as it happens; a step whose tool calls need the
-//! user's input leaves the run `waiting_for_input`, and answering the last open request
-//! resumes it (see [`deliver_outcome`]).
+//! user's input leaves the run `waiting_for_input`, and it resumes once no request is
+//! open and every answered call's outcome is in its history (see [`deliver_outcome`]).
 //!
 //! `step` drives a run step by step; `lifecycle` moves it between its states;
 //! `recovery` picks up runs whose server went away.
