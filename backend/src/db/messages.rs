@@ -57,6 +57,12 @@ macro_rules! message_rows {
     };
 }
 
+/// How much of a message's words is kept for search (`text_content`): the search index
+/// holds at most 1 MB of words per message (a longer text of distinct words fails the
+/// insert), and a note retrieved from it is cut far shorter anyway. The message's content
+/// is stored whole.
+const MAX_SEARCHED_BYTES: usize = 256 * 1024;
+
 /// Appends a message in two statements. The conversation row is locked so parallel
 /// writers (tool results of one step) take consecutive sequence numbers.
 pub async fn append(conn: &mut PgConnection, new: NewMessage<'_>) -> sqlx::Result<Message> {
@@ -69,7 +75,7 @@ pub async fn append(conn: &mut PgConnection, new: NewMessage<'_>) -> sqlx::Resul
     )
     .execute(&mut *conn)
     .await?;
-    let text: String = new
+    let mut text: String = new
         .content
         .iter()
         .filter_map(|block| match block {
@@ -78,6 +84,13 @@ pub async fn append(conn: &mut PgConnection, new: NewMessage<'_>) -> sqlx::Resul
         })
         .collect::<Vec<_>>()
         .join("\n");
+    if text.len() > MAX_SEARCHED_BYTES {
+        let end = (0..=MAX_SEARCHED_BYTES)
+            .rev()
+            .find(|&at| text.is_char_boundary(at))
+            .unwrap_or(0);
+        text.truncate(end);
+    }
     let row = message_rows!(
         "insert into messages (id, conversation_id, user_id, seq, role, content, model, run_id, text_content)
          values ($1, $2, $3,

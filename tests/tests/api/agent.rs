@@ -1362,3 +1362,22 @@ async fn a_nul_in_a_models_summary_is_stored_as_a_stand_in_and_the_run_goes_on()
         "{last}"
     );
 }
+
+/// A model's answer too large for the search index (a tsvector holds at most 1 MB) is
+/// stored whole; only its beginning is searchable.
+#[tokio::test]
+async fn an_answer_too_large_for_the_search_index_is_stored_and_the_run_completes() {
+    let words: Vec<String> = (0..200_000).map(|i| format!("w{i}x")).collect();
+    let long = words.join(" ");
+    let script = vec![MockReply::Text(long.clone())];
+    let setup = with_mock_model(script, &[]).await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("long-answer").await;
+    let conversation = server.new_conversation(&token).await;
+    let run = start(server, &token, &conversation, json!("say a lot")).await;
+    let done = server.run_finished(&token, &conversation, &run).await;
+    assert_eq!(done["status"], "completed", "{done}\n{}", server.logs());
+    let messages = server.messages(&token, &conversation).await;
+    let last = messages.last().map(|m| m["content"][0]["text"].clone());
+    assert_eq!(last, Some(json!(long)));
+}
