@@ -3,6 +3,8 @@
 use futures::future::BoxFuture;
 use protocol::chat::{ContentBlock, Role};
 use serde_json::{Map, Value};
+
+use crate::db::storable;
 use uuid::Uuid;
 
 /// A message as the model sees it. `seq` ties it to the stored message it came from;
@@ -125,12 +127,8 @@ pub struct ModelReply {
     pub model: String,
 }
 
-/// What stands for a NUL (U+0000) in what a model wrote: Postgres cannot store a NUL.
-const NUL_STAND_IN: &str = "\u{FFFD}";
-
-/// Deepest nesting of a call's arguments that is kept: deeper JSON could be stored but
-/// not read back (serde_json stops at 128 levels), which would break the conversation
-/// for good, and no tool's arguments need it.
+/// Deepest nesting of a call's arguments that is kept: no tool's arguments need more,
+/// and the stored call must stay readable (see [`storable`]).
 pub const MAX_ARGUMENT_DEPTH: usize = 32;
 
 /// Largest a call's arguments may be, as JSON: they are stored, shown and sent back to
@@ -145,97 +143,38 @@ impl ModelReply {
     /// not kept. A call that held any of these is marked refused (`refused`), as what
     /// would run is not what the model asked for.
     pub fn screen(&mut self) {
-        replace_nul_in_text(&mut self.text);
+        storable::replace_nul_in_text(&mut self.text);
         for call in &mut self.tool_calls {
-            let mut held_nul = replace_nul_in_text(&mut call.id);
-            held_nul |= replace_nul_in_text(&mut call.name);
-            held_nul |= replace_nul_in_map(&mut call.arguments);
-            let problem = if held_nul {
-                Some("it held a NUL (U+0000) character".to_owned())
+            let mut held_nul = storable::replace_nul_in_text(&mut call.id);
+            held_nul |= storable::replace_nul_in_text(&mut call.name);
+            held_nul |= storable::replace_nul_in_map(&mut call.arguments);
+            let arguments = Value::Object(std::mem::take(&mut call.arguments));
+            // Arguments too deep or too large are not kept: `kept` says whether they are.
+            let (problem, kept) = if held_nul {
+                (Some("it held a NUL (U+0000) character".to_owned()), true)
             } else if let Some(problem) = crate::tools::identifiers::problem(&call.id) {
-                Some(format!("its id {problem}"))
-            } else if depth_of_map(&call.arguments) > MAX_ARGUMENT_DEPTH {
-                call.arguments = Map::new();
-                Some(format!(
-                    "its arguments nest deeper than {MAX_ARGUMENT_DEPTH} levels"
-                ))
-            } else if serde_json::to_vec(&call.arguments).map_or(0, |json| json.len())
+                (Some(format!("its id {problem}")), true)
+            } else if storable::depth(&arguments, MAX_ARGUMENT_DEPTH) > MAX_ARGUMENT_DEPTH {
+                let why = format!("its arguments nest deeper than {MAX_ARGUMENT_DEPTH} levels");
+                (Some(why), false)
+            } else if serde_json::to_vec(&arguments).map_or(0, |json| json.len())
                 > MAX_ARGUMENT_BYTES
             {
-                call.arguments = Map::new();
-                Some(format!(
+                let why = format!(
                     "its arguments are larger than {} KiB",
                     MAX_ARGUMENT_BYTES / 1024
-                ))
+                );
+                (Some(why), false)
             } else {
-                None
+                (None, true)
             };
+            if kept && let Value::Object(arguments) = arguments {
+                call.arguments = arguments;
+            }
             if call.refused.is_none() {
                 call.refused = problem;
             }
         }
-    }
-}
-
-/// How deep `map` nests: 1 for an object of plain values.
-fn depth_of_map(map: &Map<String, Value>) -> usize {
-    // Iterative, so a pathologically deep value cannot exhaust the stack.
-    let mut deepest = 1;
-    let mut pending: Vec<(&Value, usize)> = map.values().map(|value| (value, 2)).collect();
-    while let Some((value, depth)) = pending.pop() {
-        match value {
-            Value::Array(items) => {
-                deepest = deepest.max(depth);
-                pending.extend(items.iter().map(|item| (item, depth + 1)));
-            }
-            Value::Object(map) => {
-                deepest = deepest.max(depth);
-                pending.extend(map.values().map(|item| (item, depth + 1)));
-            }
-            Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => {}
-        }
-        if deepest > MAX_ARGUMENT_DEPTH {
-            break;
-        }
-    }
-    deepest
-}
-
-/// Replaces each NUL in `text`; whether there was one.
-pub fn replace_nul_in_text(text: &mut String) -> bool {
-    if !text.contains('\0') {
-        return false;
-    }
-    *text = text.replace('\0', NUL_STAND_IN);
-    true
-}
-
-fn replace_nul_in_map(map: &mut Map<String, Value>) -> bool {
-    let mut held = false;
-    if map.keys().any(|key| key.contains('\0')) {
-        held = true;
-        *map = std::mem::take(map)
-            .into_iter()
-            .map(|(mut key, value)| {
-                replace_nul_in_text(&mut key);
-                (key, value)
-            })
-            .collect();
-    }
-    for value in map.values_mut() {
-        held |= replace_nul_in_value(value);
-    }
-    held
-}
-
-fn replace_nul_in_value(value: &mut Value) -> bool {
-    match value {
-        Value::String(text) => replace_nul_in_text(text),
-        Value::Array(items) => items
-            .iter_mut()
-            .fold(false, |held, item| replace_nul_in_value(item) | held),
-        Value::Object(map) => replace_nul_in_map(map),
-        Value::Null | Value::Bool(_) | Value::Number(_) => false,
     }
 }
 

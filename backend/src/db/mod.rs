@@ -1,5 +1,5 @@
 //! Postgres: the pool, the per-request transaction that carries the caller's identity,
-//! and the queries, one file per table.
+//! the queries, one file per table, and what JSON it can store and give back.
 
 pub mod conversations;
 pub mod events;
@@ -11,6 +11,7 @@ pub mod messages;
 pub mod runs;
 pub mod saved_inputs;
 pub mod step_context;
+pub mod storable;
 pub mod summaries;
 pub mod tool_calls;
 

@@ -1381,3 +1381,38 @@ async fn an_answer_too_large_for_the_search_index_is_stored_and_the_run_complete
     let last = messages.last().map(|m| m["content"][0]["text"].clone());
     assert_eq!(last, Some(json!(long)));
 }
+
+/// A service (or a page an attacker controls) may answer with JSON nested as deep as a
+/// parser allows. Stored as it came, the conversation could not be read back: its
+/// stream stalled and the web chat could not open it. What lies too deep is kept as
+/// text.
+#[tokio::test]
+async fn a_tool_result_nested_too_deep_is_kept_and_the_conversation_still_reads() {
+    let mut deep = json!("bottom");
+    for _ in 0..126 {
+        deep = json!({ "d": deep });
+    }
+    let script = vec![
+        MockReply::ToolCalls(vec![call("call_notify", "notify", json!({}))]),
+        MockReply::Text("Noted.".into()),
+    ];
+    let setup = with_mock_model(script, &[]).await;
+    setup.api.answer_with(200, deep);
+    let server = &setup.server;
+    let (_, token) = server.new_user("deep-result").await;
+    let conversation = server.new_conversation(&token).await;
+    let run = start(server, &token, &conversation, json!("tell them")).await;
+    let done = server.run_finished(&token, &conversation, &run).await;
+    assert_eq!(done["status"], "completed", "{done}\n{}", server.logs());
+    let messages = server.messages(&token, &conversation).await;
+    let result = messages
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .map(|m| m["content"][0]["outcome"].to_string())
+        .unwrap_or_else(|| panic!("a result: {messages:?}"));
+    assert!(result.contains("bottom"), "{result}");
+    assert_eq!(
+        messages.last().map(|m| m["role"].clone()),
+        Some(json!("assistant"))
+    );
+}

@@ -271,7 +271,7 @@ impl Middleware for Summarisation {
             let mut text = shorten_text(&text, summary_cap_chars(start)).unwrap_or(text);
             // Stored with the step's answer: a NUL, which Postgres cannot hold, would
             // fail the step, and every later one would ask for the summary again.
-            crate::agent::model::replace_nul_in_text(&mut text);
+            crate::db::storable::replace_nul_in_text(&mut text);
             let summary = StoredSummary {
                 through_seq,
                 text,

@@ -20,7 +20,7 @@ use crate::agent::step_inputs::{StepInputs, StepOutputs};
 use crate::agent::tokens;
 use crate::db::input_requests;
 use crate::db::messages::{self, NewMessage};
-use crate::db::{self, conversations, runs, summaries};
+use crate::db::{self, conversations, runs, storable, summaries};
 use crate::error::{Error, Result};
 use crate::tools::executor::ToolCall;
 
@@ -192,7 +192,7 @@ pub(super) async fn drive(
         // transaction; should the step fail before that commits, in a flush of its own.
         let mut unflushed = writer.await.ok().flatten();
         if let Some(delta) = &mut unflushed {
-            crate::agent::model::replace_nul_in_text(delta);
+            storable::replace_nul_in_text(delta);
         }
         let answered = async {
             let mut reply = reply.map_err(|err| Error::Internal(err.into()))?;
@@ -480,7 +480,7 @@ async fn write_delta(
     run_id: Uuid,
     mut delta: String,
 ) {
-    crate::agent::model::replace_nul_in_text(&mut delta);
+    storable::replace_nul_in_text(&mut delta);
     let written = async {
         let mut tx = db::begin_as_user(&runner.executor.pool, user_id).await?;
         emit(
@@ -507,8 +507,15 @@ pub(super) async fn record_tool_result(
     run_id: Uuid,
     tool_call_id: &str,
     tool_name: &str,
-    outcome: ToolOutcome,
+    mut outcome: ToolOutcome,
 ) -> Result<()> {
+    // Whatever brought it (a tool, an MCP server, a page an attacker controls), the
+    // result must be storable and stay readable, or the conversation could not be read
+    // back at all.
+    if let Some(result) = &mut outcome.result {
+        storable::replace_nul(result);
+        storable::flatten_deeper_than(result, storable::MAX_RESULT_DEPTH);
+    }
     let content = [ContentBlock::ToolResult {
         tool_call_id: tool_call_id.to_owned(),
         name: tool_name.to_owned(),
