@@ -151,3 +151,32 @@ pub async fn set_pinned(
     .await?;
     Ok(row.map(Into::into))
 }
+
+/// A tool call of a run that has no result yet.
+pub struct OpenCall {
+    pub tool_call_id: String,
+    pub tool_name: String,
+}
+
+/// The run's tool calls without a result written since the call, oldest first.
+pub async fn open_calls_of_run(
+    conn: &mut PgConnection,
+    run_id: Uuid,
+) -> sqlx::Result<Vec<OpenCall>> {
+    sqlx::query_as!(
+        OpenCall,
+        r#"select c.id as "tool_call_id!", c.name as "tool_name!"
+           from messages m
+           cross join lateral jsonb_to_recordset(m.content) as c(type text, id text, name text)
+           where m.run_id = $1 and m.role = 'assistant' and c.type = 'tool_call'
+             and not exists (select 1 from messages r
+                             where r.conversation_id = m.conversation_id and r.role = 'tool'
+                               and r.created_at >= m.created_at
+                               and r.content @> jsonb_build_array(jsonb_build_object(
+                                   'tool_call_id', c.id)))
+           order by m.seq"#,
+        run_id
+    )
+    .fetch_all(conn)
+    .await
+}

@@ -607,6 +607,76 @@ async fn a_run_waits_for_every_answered_calls_result_not_only_the_last() {
     assert_eq!(results.len(), 2, "both calls' results: {results:?}");
 }
 
+/// The server dies while an MCP call runs. When the run is failed (its lease lapsed), the
+/// call gets a result saying so: a call without its result is a history an
+/// OpenAI-compatible endpoint refuses, so the conversation could not go on.
+#[tokio::test]
+async fn a_call_cut_off_by_a_crash_gets_a_result_and_the_conversation_goes_on() {
+    let llm = MockLlm::start(vec![
+        MockReply::ToolCalls(vec![call("call_slow", "t__slow", json!({"ms": 60000}))]),
+        MockReply::Text("Back again.".into()),
+    ])
+    .await;
+    let (_tools_dir, tools) = write_temp_file("tools.toml", &stdio_server("t", ""));
+    let options = |options: ServerOptions| {
+        options
+            .env("TOOLGATE_TOOLS", &tools.to_string_lossy())
+            .env("TOOLGATE_LLM_BASE_URL", &llm.base)
+            .env("TOOLGATE_LLM_API_KEY", "sk-test-key")
+            .env("TOOLGATE_RUN_LEASE", "1s")
+    };
+    let mut server = TestServer::start_with(options(ServerOptions::default())).await;
+    let (user, token) = server.new_user("mcp-crash-mid-call").await;
+    tools_when_settled(&server, &token, &["t"]).await;
+    let conversation = server.new_conversation(&token).await;
+    let (status, started) = server
+        .post_message(&token, &conversation, json!("take your time"))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{started}");
+    let run = started["run_id"].as_str().expect("run").to_owned();
+    server
+        .events_until(&token, &conversation, 0, Duration::from_secs(30), |e| {
+            e["type"] == "tool_call_started"
+        })
+        .await;
+    let pid = server.pid().expect("pid");
+    std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .expect("kill");
+    let _ = server.terminate().await;
+
+    let second = TestServer::start_with(options(server.same_database())).await;
+    let token = second.token(&user).await;
+    let failed = second.run_finished(&token, &conversation, &run).await;
+    assert_eq!(failed["status"], "failed", "{failed}");
+    let results = tool_results(&second.messages(&token, &conversation).await);
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert_eq!(results[0]["success"], false, "{results:?}");
+
+    let (status, again) = second
+        .post_message(&token, &conversation, json!("are you back?"))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{again}");
+    let run = again["run_id"].as_str().expect("run").to_owned();
+    let done = second.run_finished(&token, &conversation, &run).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let sent = llm.requests().last().cloned().unwrap_or_default();
+    let messages = sent["messages"].as_array().cloned().unwrap_or_default();
+    let called = messages
+        .iter()
+        .flat_map(|m| m["tool_calls"].as_array().cloned().unwrap_or_default())
+        .map(|c| c["id"].clone());
+    for id in called {
+        assert!(
+            messages
+                .iter()
+                .any(|m| m["role"] == "tool" && m["tool_call_id"] == id),
+            "call {id} was sent without its result: {sent}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_crash_while_a_card_is_open_ends_the_card_and_the_call_cleanly() {
     let (setup, _llm) = mock_model_setup(

@@ -222,8 +222,37 @@ pub(super) async fn fail_run(
     .await?;
     if failed.is_some() {
         endings::abandon_run(&mut tx, run_id).await?;
+        close_open_calls(&mut tx, user_id, run.conversation_id, run_id).await?;
     }
     tx.commit().await?;
+    Ok(())
+}
+
+/// What the model is told of a call its run ended before the call's result was in.
+const ENDED_BEFORE_RESULT: &str =
+    "the run ended before this call's result was in; whether the tool did anything is not known";
+
+/// Gives each call of an ended run that has no result one saying so: a call without its
+/// result is a history no OpenAI-compatible endpoint accepts, so the conversation could
+/// not go on, and the user sees the call finished rather than running for ever.
+pub(super) async fn close_open_calls(
+    conn: &mut PgConnection,
+    user_id: &str,
+    conversation_id: Uuid,
+    run_id: Uuid,
+) -> Result<()> {
+    for open in messages::open_calls_of_run(conn, run_id).await? {
+        record_tool_result(
+            conn,
+            user_id,
+            conversation_id,
+            run_id,
+            &open.tool_call_id,
+            &open.tool_name,
+            ToolOutcome::failed(ENDED_BEFORE_RESULT),
+        )
+        .await?;
+    }
     Ok(())
 }
 

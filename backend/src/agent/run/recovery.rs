@@ -7,7 +7,7 @@ use std::time::Duration;
 use protocol::chat::{EventKind, RunStatus};
 
 use super::Runner;
-use super::lifecycle::{emit, lease, move_run, spawn_drive};
+use super::lifecycle::{close_open_calls, emit, lease, move_run, spawn_drive};
 use super::step::record_tool_result;
 use crate::db::input_requests;
 use crate::db::{self, conversations, runs};
@@ -30,6 +30,7 @@ pub async fn fail_abandoned_runs(runner: &Runner) -> Result<usize> {
         conversations::lock_for_writing(&mut tx, lapsed.conversation_id).await?;
         if let Some(run) = runs::fail_abandoned(&mut tx, lapsed.id).await? {
             endings::abandon_run(&mut tx, run.id).await?;
+            close_open_calls(&mut tx, &run.user_id, run.conversation_id, run.id).await?;
             emit(
                 &mut tx,
                 run.conversation_id,

@@ -312,13 +312,17 @@ async fn an_outcome_that_comes_after_its_run_ended_is_not_recorded() {
         .await
         .expect("delivered");
     assert_eq!(h.run("ann", run_id).await.status(), RunStatus::Failed);
-    let roles: Vec<Role> = h
-        .messages("ann", conversation)
-        .await
-        .iter()
-        .map(|m| m.role)
-        .collect();
-    assert_eq!(roles, [Role::User, Role::Assistant]);
+    // The one result is the one the run's end gave the open call, not the late one.
+    let messages = h.messages("ann", conversation).await;
+    let roles: Vec<Role> = messages.iter().map(|m| m.role).collect();
+    assert_eq!(roles, [Role::User, Role::Assistant, Role::Tool]);
+    assert!(
+        matches!(&messages[2].content[0], ContentBlock::ToolResult { tool_call_id, outcome, .. }
+            if *tool_call_id == card.tool_call_id && !outcome.success
+                && outcome.error.as_deref().is_some_and(|e| e.starts_with("the run ended"))),
+        "{:?}",
+        messages[2].content
+    );
 }
 
 #[tokio::test]
