@@ -224,9 +224,11 @@ pub fn request_body(request: &ModelRequest) -> Value {
             .collect();
         messages.push(json!({"role": "system", "content": parts}));
     }
+    let mut history = Vec::new();
     for message in &request.messages {
-        messages.extend(wire_messages(message));
+        history.extend(wire_messages(message));
     }
+    messages.extend(answer_open_calls(history));
     let mut body = json!({
         "model": request.model,
         "stream": true,
@@ -245,6 +247,37 @@ pub fn request_body(request: &ModelRequest) -> Value {
         );
     }
     body
+}
+
+/// What the endpoint is told of a call the history holds no result for.
+const NO_RESULT: &str = r#"{"success":false,"error":"this call's result was never recorded; whether the tool did anything is not known"}"#;
+
+/// An OpenAI-compatible endpoint refuses a history in which a call is not followed by
+/// its result. A run that ends now gives its open calls results, but a conversation
+/// from before may hold such a call, which would make every later message fail: each
+/// gets a result saying so, right after the results it has.
+fn answer_open_calls(history: Vec<Value>) -> Vec<Value> {
+    fn close(open: &mut Vec<Value>, out: &mut Vec<Value>) {
+        out.extend(
+            open.drain(..)
+                .map(|id| json!({"role": "tool", "tool_call_id": id, "content": NO_RESULT})),
+        );
+    }
+    let mut out = Vec::with_capacity(history.len());
+    let mut open: Vec<Value> = Vec::new();
+    for message in history {
+        if message["role"] == "tool" {
+            open.retain(|id| *id != message["tool_call_id"]);
+        } else {
+            close(&mut open, &mut out);
+        }
+        if let Some(calls) = message["tool_calls"].as_array() {
+            open = calls.iter().map(|call| call["id"].clone()).collect();
+        }
+        out.push(message);
+    }
+    close(&mut open, &mut out);
+    out
 }
 
 fn wire_messages(message: &ChatMessage) -> Vec<Value> {
@@ -342,6 +375,49 @@ mod tests {
         assert_eq!(nameless.name, "unnamed");
         assert_eq!(nameless.refused.as_deref(), Some("it names no tool"));
         assert!(nameless.id.starts_with("call_"));
+    }
+
+    #[test]
+    fn a_call_the_history_holds_no_result_for_gets_one_before_what_follows() {
+        let call = |id: &str| json!({"id": id, "type": "function", "function": {"name": "t", "arguments": "{}"}});
+        let history = vec![
+            json!({"role": "user", "content": "go"}),
+            json!({"role": "assistant", "content": null, "tool_calls": [call("a"), call("b")]}),
+            json!({"role": "tool", "tool_call_id": "a", "content": "{}"}),
+            json!({"role": "user", "content": "again"}),
+            json!({"role": "assistant", "content": null, "tool_calls": [call("c")]}),
+        ];
+        let answered = answer_open_calls(history);
+        let shape: Vec<String> = answered
+            .iter()
+            .map(|m| {
+                format!(
+                    "{}{}",
+                    m["role"].as_str().unwrap_or(""),
+                    m["tool_call_id"].as_str().unwrap_or("")
+                )
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                "user",
+                "assistant",
+                "toola",
+                "toolb",
+                "user",
+                "assistant",
+                "toolc"
+            ]
+        );
+        assert_eq!(answered[3]["content"], NO_RESULT);
+
+        let whole = vec![
+            json!({"role": "assistant", "content": null, "tool_calls": [call("a")]}),
+            json!({"role": "tool", "tool_call_id": "a", "content": "{}"}),
+            json!({"role": "assistant", "content": "done"}),
+        ];
+        assert_eq!(answer_open_calls(whole.clone()), whole);
     }
 
     #[test]
