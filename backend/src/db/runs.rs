@@ -157,14 +157,15 @@ pub async fn transition(
     .await
 }
 
-/// Extends the lease of a running run, and records its model.
+/// Extends the lease of a running run, and records its model. Whether the run was still
+/// running here (not ended, not handed over).
 pub async fn renew_lease(
     conn: &mut PgConnection,
     id: Uuid,
     lease: chrono::Duration,
     model: Option<&str>,
-) -> sqlx::Result<()> {
-    sqlx::query!(
+) -> sqlx::Result<bool> {
+    let renewed = sqlx::query!(
         "update agent_runs set lease_expires_at = now() + $2::interval, model = coalesce($3, model), updated_at = now()
          where id = $1 and status = 'running' and not handed_over",
         id,
@@ -173,7 +174,7 @@ pub async fn renew_lease(
     )
     .execute(conn)
     .await?;
-    Ok(())
+    Ok(renewed.rows_affected() == 1)
 }
 
 /// A running run whose lease has lapsed.

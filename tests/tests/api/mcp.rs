@@ -677,6 +677,55 @@ async fn a_call_cut_off_by_a_crash_gets_a_result_and_the_conversation_goes_on() 
     }
 }
 
+/// A call still running when a stopping server's grace period ends: the run is failed
+/// and the call given a result saying so; the call's own end (its session closed as the
+/// server stops) must not add a second result to the ended run.
+#[tokio::test]
+async fn a_call_still_running_when_the_grace_ends_gets_one_result() {
+    let llm = MockLlm::start(vec![MockReply::ToolCalls(vec![call(
+        "call_slow",
+        "t__slow",
+        json!({"ms": 20000}),
+    )])])
+    .await;
+    let (_tools_dir, tools) = write_temp_file("tools.toml", &stdio_server("t", ""));
+    let options = |options: ServerOptions| {
+        options
+            .env("TOOLGATE_TOOLS", &tools.to_string_lossy())
+            .env("TOOLGATE_LLM_BASE_URL", &llm.base)
+            .env("TOOLGATE_LLM_API_KEY", "sk-test-key")
+            .env("TOOLGATE_SHUTDOWN_GRACE", "1s")
+    };
+    let mut server = TestServer::start_with(options(ServerOptions::default())).await;
+    let (user, token) = server.new_user("mcp-grace-mid-call").await;
+    tools_when_settled(&server, &token, &["t"]).await;
+    let conversation = server.new_conversation(&token).await;
+    let (status, started) = server
+        .post_message(&token, &conversation, json!("take your time"))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{started}");
+    let run = started["run_id"].as_str().expect("run").to_owned();
+    server
+        .events_until(&token, &conversation, 0, Duration::from_secs(30), |e| {
+            e["type"] == "tool_call_started"
+        })
+        .await;
+    server.terminate().await.expect("stopped");
+
+    let second = TestServer::start_with(options(server.same_database())).await;
+    let token = second.token(&user).await;
+    let failed = second.run_finished(&token, &conversation, &run).await;
+    assert_eq!(failed["status"], "failed", "{failed}");
+    let results = tool_results(&second.messages(&token, &conversation).await);
+    assert_eq!(results.len(), 1, "{results:?}\n{}", server.logs());
+    assert!(
+        results[0]["error"]
+            .as_str()
+            .is_some_and(|error| error.starts_with("the run ended")),
+        "{results:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_crash_while_a_card_is_open_ends_the_card_and_the_call_cleanly() {
     let (setup, _llm) = mock_model_setup(

@@ -266,7 +266,13 @@ pub(super) async fn drive(
                 EventKind::MessageAdded { message: answer },
             )
             .await?;
-            runs::renew_lease(&mut tx, run_id, lease(runner), Some(&model)).await?;
+            if !runs::renew_lease(&mut tx, run_id, lease(runner), Some(&model)).await? {
+                // The run ended while the model answered (failed at the end of a shutdown's
+                // grace, or by another server after its lease lapsed): nothing of the
+                // answer is kept and none of its calls runs.
+                tx.rollback().await?;
+                return Ok(None);
+            }
             if let Some(summary) = outputs.take_summary() {
                 summaries::insert(
                     &mut tx,
@@ -292,11 +298,15 @@ pub(super) async fn drive(
                 .await?;
             }
             tx.commit().await?;
-            Ok::<_, Error>(reply.tool_calls.is_empty())
+            Ok::<_, Error>(Some(reply.tool_calls.is_empty()))
         }
         .await;
         let finished = match written {
-            Ok(finished) => finished,
+            Ok(Some(finished)) => finished,
+            Ok(None) => {
+                tracing::warn!(%run_id, "the run ended while its model answered; the answer is not kept");
+                return Ok(());
+            }
             Err(err) => {
                 if let Some(delta) = unflushed {
                     write_delta(runner, user_id, run.conversation_id, run_id, delta).await;
@@ -373,6 +383,17 @@ pub(super) async fn drive(
 
         let mut tx = db::begin_as_user(&runner.executor.pool, user_id).await?;
         conversations::lock_for_writing(&mut tx, run.conversation_id).await?;
+        let still_running = runs::find_for_update(&mut tx, run_id)
+            .await?
+            .is_some_and(|locked| locked.status() == RunStatus::Running);
+        if !still_running {
+            // The run ended while its calls ran (failed at the end of a shutdown's grace,
+            // or by another server after its lease lapsed), and its open calls were given
+            // results then: these would be second ones, after the run's end.
+            tracing::warn!(%run_id, "the run ended while its calls ran; their outcomes are not recorded");
+            tx.commit().await?;
+            return Ok(());
+        }
         let mut waiting = false;
         for result in finished {
             let (call, outcome) = result?;
@@ -411,7 +432,6 @@ pub(super) async fn drive(
         // goes on only when nothing holds it; an outcome still on its way resumes it when
         // it arrives (`deliver_outcome` finds it waiting), where going on now would
         // answer without it.
-        runs::find_for_update(&mut tx, run_id).await?;
         if waiting && !input_requests::holds_run(&mut tx, run_id).await? {
             waiting = false;
         }
