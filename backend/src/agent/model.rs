@@ -149,24 +149,26 @@ impl ModelReply {
             held_nul |= storable::replace_nul_in_text(&mut call.name);
             held_nul |= storable::replace_nul_in_map(&mut call.arguments);
             let arguments = Value::Object(std::mem::take(&mut call.arguments));
-            // Arguments too deep or too large are not kept: `kept` says whether they are.
-            let (problem, kept) = if held_nul {
-                (Some("it held a NUL (U+0000) character".to_owned()), true)
+            // Arguments too deep or too large are never kept, whatever else is wrong.
+            let too_deep = storable::depth(&arguments, MAX_ARGUMENT_DEPTH) > MAX_ARGUMENT_DEPTH;
+            let too_large = !too_deep
+                && serde_json::to_vec(&arguments).map_or(0, |json| json.len()) > MAX_ARGUMENT_BYTES;
+            let kept = !too_deep && !too_large;
+            let problem = if held_nul {
+                Some("it held a NUL (U+0000) character".to_owned())
             } else if let Some(problem) = crate::tools::identifiers::problem(&call.id) {
-                (Some(format!("its id {problem}")), true)
-            } else if storable::depth(&arguments, MAX_ARGUMENT_DEPTH) > MAX_ARGUMENT_DEPTH {
-                let why = format!("its arguments nest deeper than {MAX_ARGUMENT_DEPTH} levels");
-                (Some(why), false)
-            } else if serde_json::to_vec(&arguments).map_or(0, |json| json.len())
-                > MAX_ARGUMENT_BYTES
-            {
-                let why = format!(
+                Some(format!("its id {problem}"))
+            } else if too_deep {
+                Some(format!(
+                    "its arguments nest deeper than {MAX_ARGUMENT_DEPTH} levels"
+                ))
+            } else if too_large {
+                Some(format!(
                     "its arguments are larger than {} KiB",
                     MAX_ARGUMENT_BYTES / 1024
-                );
-                (Some(why), false)
+                ))
             } else {
-                (None, true)
+                None
             };
             if kept && let Value::Object(arguments) = arguments {
                 call.arguments = arguments;
@@ -312,6 +314,16 @@ mod tests {
         too_large.screen();
         assert_eq!(refused(&too_large), ["dirty"]);
         assert!(too_large.tool_calls[1].arguments.is_empty());
+    }
+
+    #[test]
+    fn arguments_too_deep_are_not_kept_whatever_else_is_wrong() {
+        let deep = (0..MAX_ARGUMENT_DEPTH + 1).fold(json!(1), |inner, _| json!({ "d": inner }));
+        let mut both = reply("", deep);
+        both.tool_calls[1].id = "call\n1".into();
+        both.screen();
+        assert_eq!(refused(&both).len(), 1);
+        assert!(both.tool_calls[1].arguments.is_empty());
     }
 
     #[test]
