@@ -15,6 +15,8 @@ use protocol::api::ToolOutcome;
 use protocol::fields::MASKED;
 use serde_json::Value;
 
+use crate::db::storable;
+
 /// Shorter secrets are left as they are: replacing two or three characters wherever
 /// they occur would garble the rest of the answer and hide little.
 pub const MIN_SECRET_CHARS: usize = 4;
@@ -67,10 +69,14 @@ impl Redactions {
     }
 
     /// `outcome` with every copy of the secrets replaced and every NUL replaced, in its
-    /// result (strings and keys, at any depth) and its error.
+    /// result (strings and keys, at any depth) and its error, and its result nested no
+    /// deeper than can be stored and read back.
     pub fn outcome(&self, mut outcome: ToolOutcome) -> ToolOutcome {
         if let Some(result) = &mut outcome.result {
             self.value(result);
+            // On its way to be stored: what lies too deep to read back becomes text,
+            // after the masking above, which reads numbers as numbers.
+            storable::flatten_deeper_than(result, storable::MAX_RESULT_DEPTH);
         }
         if let Some(error) = &mut outcome.error {
             self.text(error);
@@ -370,6 +376,22 @@ mod tests {
         let outcome = ToolOutcome::ok(json!([4829.5, 4242, 1000, 43, 1]));
         let masked = Redactions::new(["4829.50", "004242", "1e03", "0001"]).outcome(outcome);
         assert_eq!(masked.result, Some(json!([MASKED, MASKED, MASKED, 43, 1])));
+    }
+
+    #[test]
+    fn a_secret_deep_in_an_answer_is_masked_before_the_depths_become_text() {
+        let deep = (0..storable::MAX_RESULT_DEPTH + 5).fold(
+            json!({"pin": 4829.5, "code": "zq9Xk2Lm7Pw4"}),
+            |inner, _| json!({ "d": inner }),
+        );
+        let masked = Redactions::new(["4829.50", "zq9Xk2Lm7Pw4"]).outcome(ToolOutcome::ok(deep));
+        let result = masked.result.unwrap_or_default();
+        assert_eq!(storable::depth(&result, 1000), storable::MAX_RESULT_DEPTH);
+        let text = result.to_string();
+        assert!(
+            !text.contains("4829") && !text.contains("zq9Xk2Lm7Pw4"),
+            "{text}"
+        );
     }
 
     #[test]

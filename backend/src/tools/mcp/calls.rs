@@ -31,7 +31,7 @@ use super::config::ServerConfig;
 use super::session::{Session, SessionShared};
 use super::{CallContext, Delivery, McpHub, McpTarget, elicitation, stateless};
 use crate::db::input_requests::{self, InputRequestRow};
-use crate::db::{self, conversations, events, storable};
+use crate::db::{self, conversations, events};
 use crate::error::Result;
 use crate::requests::create::{Ask, RequestContext, insert_request};
 use crate::requests::endings;
@@ -67,7 +67,7 @@ pub struct CallSlot {
     elicitation_timeout: Duration,
     state: watch::Sender<CallState>,
     /// A question was shown, so the executor has already answered: the call's end goes
-    /// to the run.
+    /// to whoever waits for the answer and, for a run's call, to the run (`delivers`).
     asked: AtomicBool,
     /// Waiting for the user now: the call's own clock stands still.
     waiting: AtomicBool,
@@ -343,8 +343,6 @@ pub(super) fn outcome_of(
             if let Some(structured) = result.structured_content
                 && !structured.is_null()
             {
-                let mut structured = structured;
-                storable::flatten_deeper_than(&mut structured, storable::MAX_RESULT_DEPTH);
                 let size = serde_json::to_vec(&structured).map_or(usize::MAX, |b| b.len());
                 if size <= MAX_STRUCTURED_BYTES {
                     value["structured"] = structured;

@@ -15,7 +15,6 @@ use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use crate::db::storable;
 use crate::tools::ToolContext;
 use crate::tools::redact::{self, MIN_SECRET_CHARS, Redactions};
 use crate::tools::template::{Encoding, Part, Template, json_templates, render_json};
@@ -252,10 +251,8 @@ impl HttpTool {
                 excerpt(&body, &redactions)
             ));
         }
-        let mut answer = serde_json::from_slice::<Value>(&body)
-            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()));
-        storable::flatten_deeper_than(&mut answer, storable::MAX_RESULT_DEPTH);
-        Ok(answer)
+        Ok(serde_json::from_slice::<Value>(&body)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned())))
     }
 }
 
