@@ -270,10 +270,11 @@ impl crate::requests::RunInbox for Runner {
 
 /// Hands a run the outcome of one of its requests. An outcome that waits again (the
 /// values are in, now the call needs approval) is announced and the run keeps waiting;
-/// any other is recorded as the call's result, and the run resumes when nothing holds it
-/// any more (no request open, no other answered call's outcome still on its way). A run
-/// that has ended takes no result. The run row is locked first, so two requests of one
-/// run settled at once cannot both think the other is still open.
+/// any other is recorded as the call's result (unless the call has one already), and the
+/// run resumes when nothing holds it any more (no request open, no other answered call's
+/// outcome still on its way). A run that has ended takes no result. The run row is
+/// locked first, so two requests of one run settled at once cannot both think the other
+/// is still open.
 pub async fn deliver_outcome(
     runner: &Runner,
     user_id: &str,
