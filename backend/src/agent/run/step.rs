@@ -22,6 +22,7 @@ use crate::db::input_requests;
 use crate::db::messages::{self, NewMessage};
 use crate::db::{self, conversations, runs, storable, summaries};
 use crate::error::{Error, Result};
+use crate::requests::endings;
 use crate::tools::executor::ToolCall;
 
 const SYSTEM_PROMPT: &str = "You are toolgate's assistant. Answer the user's request, calling tools when they help. Be brief and concrete, and base answers on tool results.";
@@ -389,8 +390,11 @@ pub(super) async fn drive(
         if !still_running {
             // The run ended while its calls ran (failed at the end of a shutdown's grace,
             // or by another server after its lease lapsed), and its open calls were given
-            // results then: these would be second ones, after the run's end.
+            // results then: these would be second ones, after the run's end. A card one of
+            // them opened since ends as the run's others did, rather than wait for an
+            // answer that would run the tool for nobody.
             tracing::warn!(%run_id, "the run ended while its calls ran; their outcomes are not recorded");
+            endings::abandon_run(&mut tx, run_id).await?;
             tx.commit().await?;
             return Ok(());
         }
