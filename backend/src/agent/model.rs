@@ -127,6 +127,28 @@ pub struct ModelReply {
     pub model: String,
 }
 
+impl ModelReply {
+    /// Gives a call whose id an earlier call of the conversation (`earlier`) had an id of
+    /// its own. Some models and servers number their calls per reply (`call_0` every
+    /// time): under one id, a later call would be taken for the earlier one, whose result,
+    /// card or place in the context it would then share. Calls of this reply that share
+    /// a reused id keep sharing the new one, so they are still refused as one id given
+    /// twice. The model sees its call under the new id from then on.
+    pub fn renew_reused_ids(&mut self, earlier: &std::collections::HashSet<&str>) {
+        let mut renewed: std::collections::HashMap<String, String> =
+            std::collections::HashMap::new();
+        for call in &mut self.tool_calls {
+            if !earlier.contains(call.id.as_str()) {
+                continue;
+            }
+            let fresh = renewed
+                .entry(call.id.clone())
+                .or_insert_with(|| format!("call_{}", Uuid::new_v4().simple()));
+            call.id = fresh.clone();
+        }
+    }
+}
+
 /// Deepest nesting of a call's arguments that is kept: no tool's arguments need more,
 /// and the stored call must stay readable (see [`storable`]).
 pub const MAX_ARGUMENT_DEPTH: usize = 32;
@@ -324,6 +346,27 @@ mod tests {
         both.screen();
         assert_eq!(refused(&both).len(), 1);
         assert!(both.tool_calls[1].arguments.is_empty());
+    }
+
+    #[test]
+    fn an_id_an_earlier_call_had_is_renewed_and_shared_ids_stay_shared() {
+        let mut again = ModelReply {
+            tool_calls: ["call_0", "call_0", "call_1", "call_9"]
+                .map(|id| RequestedCall {
+                    id: id.into(),
+                    name: "lookup".into(),
+                    ..RequestedCall::default()
+                })
+                .to_vec(),
+            ..ModelReply::default()
+        };
+        let earlier = ["call_0", "call_1"].into_iter().collect();
+        again.renew_reused_ids(&earlier);
+        let ids: Vec<&str> = again.tool_calls.iter().map(|c| c.id.as_str()).collect();
+        assert!(ids.iter().all(|id| !earlier.contains(id)), "{ids:?}");
+        assert_eq!(ids[0], ids[1], "still one id given twice");
+        assert_ne!(ids[0], ids[2]);
+        assert_eq!(ids[3], "call_9");
     }
 
     #[test]

@@ -1416,3 +1416,40 @@ async fn a_tool_result_nested_too_deep_is_kept_and_the_conversation_still_reads(
         Some(json!("assistant"))
     );
 }
+
+/// Some models and servers number their calls per reply (`call_0` every time). A later
+/// call under an id an earlier call had gets one of its own, so each result stays with
+/// its call (in the stored history, the web chat and what the model is sent).
+#[tokio::test]
+async fn a_call_reusing_an_earlier_calls_id_gets_one_of_its_own() {
+    let args = |q: &str| json!({"expression": q});
+    let script = vec![
+        MockReply::ToolCalls(vec![call("call_0", "calculator", args("1+1"))]),
+        MockReply::ToolCalls(vec![call("call_0", "calculator", args("2+2"))]),
+        MockReply::Text("Two sums.".into()),
+    ];
+    let setup = with_mock_model(script, &[]).await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("reused-id").await;
+    let conversation = server.new_conversation(&token).await;
+    let run = start(server, &token, &conversation, json!("add twice")).await;
+    let done = server.run_finished(&token, &conversation, &run).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let messages = server.messages(&token, &conversation).await;
+    let calls: Vec<Value> = messages
+        .iter()
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .filter(|b| b["type"] == "tool_call")
+        .map(|b| b["id"].clone())
+        .collect();
+    let results: Vec<Value> = messages
+        .iter()
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .filter(|b| b["type"] == "tool_result")
+        .map(|b| b["tool_call_id"].clone())
+        .collect();
+    assert_eq!(calls.len(), 2, "{messages:?}");
+    assert_eq!(calls[0], "call_0");
+    assert_ne!(calls[1], calls[0], "{calls:?}");
+    assert_eq!(results, calls, "each result under its own call's id");
+}

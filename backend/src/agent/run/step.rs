@@ -212,6 +212,16 @@ pub(super) async fn drive(
         };
 
         reply.screen();
+        let earlier_ids = inputs
+            .history
+            .iter()
+            .flat_map(|message| message.content.iter())
+            .filter_map(|block| match block {
+                ContentBlock::ToolCall { id, .. } => Some(id.as_str()),
+                _ => None,
+            })
+            .collect();
+        reply.renew_reused_ids(&earlier_ids);
         let mut content = Vec::new();
         if !reply.text.is_empty() {
             content.push(ContentBlock::Text {
