@@ -389,6 +389,16 @@ impl TestServer {
         self.child.id()
     }
 
+    /// Ends the process without warning (SIGKILL), as a crash would, and waits for it.
+    pub async fn kill(&mut self) {
+        let pid = self.pid().expect("the server is running");
+        std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .expect("kill");
+        let _ = self.terminate().await;
+    }
+
     /// Sends SIGTERM and waits for the process to end.
     pub async fn terminate(&mut self) -> Result<std::process::ExitStatus> {
         let pid = self.pid().context("server already ended")?;

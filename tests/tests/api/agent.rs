@@ -365,12 +365,7 @@ async fn a_run_whose_server_died_mid_step_is_marked_failed() {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let pid = server.pid().expect("pid");
-    std::process::Command::new("kill")
-        .args(["-KILL", &pid.to_string()])
-        .status()
-        .expect("kill");
-    let _ = server.terminate().await;
+    server.kill().await;
 
     let second =
         TestServer::start_with(server.same_database().env("TOOLGATE_RUN_LEASE", "1s")).await;
@@ -642,8 +637,25 @@ async fn images_route_to_the_vision_model_and_become_stubs_once_answered() {
     assert_eq!(requests[2]["model"], "long-x");
 }
 
-#[tokio::test]
-async fn summarisation_replaces_old_turns_and_keeps_tool_pairs_whole() {
+/// A new user's run of `text` in a new conversation, which must complete: the user's
+/// token, the conversation and its messages.
+async fn completed_run(
+    server: &TestServer,
+    prefix: &str,
+    text: &str,
+) -> (String, String, Vec<Value>) {
+    let (_, token) = server.new_user(prefix).await;
+    let conversation = server.new_conversation(&token).await;
+    let run = start(server, &token, &conversation, json!(text)).await;
+    let done = server.run_finished(&token, &conversation, &run).await;
+    assert_eq!(done["status"], "completed", "{done}\n{}", server.logs());
+    let messages = server.messages(&token, &conversation).await;
+    (token, conversation, messages)
+}
+
+/// A server that summarises early (past 250 tokens, keeping 2 messages), whose model
+/// answers two runs with a calculator call each, then a text.
+async fn summarising_two_runs() -> Setup {
     let args = |q: &str| json!({"expression": q});
     let script = vec![
         MockReply::ToolCalls(vec![call("call_a", "calculator", args("1+1"))]),
@@ -656,7 +668,12 @@ async fn summarisation_replaces_old_turns_and_keeps_tool_pairs_whole() {
         ("TOOLGATE_SUMMARY_KEEP", "2"),
         ("TOOLGATE_MIDDLEWARE", "summarisation"),
     ];
-    let setup = with_mock_model(script, &extra).await;
+    with_mock_model(script, &extra).await
+}
+
+#[tokio::test]
+async fn summarisation_replaces_old_turns_and_keeps_tool_pairs_whole() {
+    let setup = summarising_two_runs().await;
     let server = &setup.server;
     let (_, token) = server.new_user("summary").await;
     let conversation = server.new_conversation(&token).await;
@@ -1243,12 +1260,8 @@ async fn a_nul_in_a_models_tool_call_is_a_failed_call_not_a_failed_run() {
     ];
     let setup = with_mock_model(script, &[]).await;
     let server = &setup.server;
-    let (_, token) = server.new_user("nul-call").await;
-    let conversation = server.new_conversation(&token).await;
-    let run = start(server, &token, &conversation, json!("add one and one")).await;
-    let done = server.run_finished(&token, &conversation, &run).await;
-    assert_eq!(done["status"], "completed", "{done}\n{}", server.logs());
-    let messages = server.messages(&token, &conversation).await;
+    let (token, conversation, messages) =
+        completed_run(server, "nul-call", "add one and one").await;
     let result = messages
         .iter()
         .find(|m| m["role"] == "tool")
@@ -1331,19 +1344,7 @@ async fn a_call_that_cannot_stand_is_refused_and_the_run_goes_on() {
 
 #[tokio::test]
 async fn a_nul_in_a_models_summary_is_stored_as_a_stand_in_and_the_run_goes_on() {
-    let args = |q: &str| json!({"expression": q});
-    let script = vec![
-        MockReply::ToolCalls(vec![call("call_a", "calculator", args("1+1"))]),
-        MockReply::Text("First answer.".into()),
-        MockReply::ToolCalls(vec![call("call_b", "calculator", args("2+2"))]),
-        MockReply::Text("Second answer.".into()),
-    ];
-    let extra = [
-        ("TOOLGATE_SUMMARY_TOKENS", "250"),
-        ("TOOLGATE_SUMMARY_KEEP", "2"),
-        ("TOOLGATE_MIDDLEWARE", "summarisation"),
-    ];
-    let setup = with_mock_model(script, &extra).await;
+    let setup = summarising_two_runs().await;
     setup.llm.summarise_with("THE SUMMARY\u{0} with a NUL");
     let server = &setup.server;
     let (_, token) = server.new_user("nul-summary").await;
@@ -1372,12 +1373,7 @@ async fn an_answer_too_large_for_the_search_index_is_stored_and_the_run_complete
     let script = vec![MockReply::Text(long.clone())];
     let setup = with_mock_model(script, &[]).await;
     let server = &setup.server;
-    let (_, token) = server.new_user("long-answer").await;
-    let conversation = server.new_conversation(&token).await;
-    let run = start(server, &token, &conversation, json!("say a lot")).await;
-    let done = server.run_finished(&token, &conversation, &run).await;
-    assert_eq!(done["status"], "completed", "{done}\n{}", server.logs());
-    let messages = server.messages(&token, &conversation).await;
+    let (_, _, messages) = completed_run(server, "long-answer", "say a lot").await;
     let last = messages.last().map(|m| m["content"][0]["text"].clone());
     assert_eq!(last, Some(json!(long)));
 }
@@ -1399,12 +1395,7 @@ async fn a_tool_result_nested_too_deep_is_kept_and_the_conversation_still_reads(
     let setup = with_mock_model(script, &[]).await;
     setup.api.answer_with(200, deep);
     let server = &setup.server;
-    let (_, token) = server.new_user("deep-result").await;
-    let conversation = server.new_conversation(&token).await;
-    let run = start(server, &token, &conversation, json!("tell them")).await;
-    let done = server.run_finished(&token, &conversation, &run).await;
-    assert_eq!(done["status"], "completed", "{done}\n{}", server.logs());
-    let messages = server.messages(&token, &conversation).await;
+    let (_, _, messages) = completed_run(server, "deep-result", "tell them").await;
     let result = messages
         .iter()
         .find(|m| m["role"] == "tool")

@@ -451,6 +451,17 @@ async fn run_until_card(server: &TestServer, token: &str) -> (String, String, Va
     (conversation, run, request)
 }
 
+/// Declines or cancels (`action`) the card `request`, which must succeed.
+async fn answer_card(server: &TestServer, token: &str, request: &Value, action: &str) {
+    let (status, body) = server
+        .action(
+            token,
+            json!({"action": action, "tool_call_id": request["tool_call_id"]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+}
+
 fn tool_results(messages: &[Value]) -> Vec<Value> {
     messages
         .iter()
@@ -479,13 +490,7 @@ async fn decline_and_cancel_reach_the_server_as_such_and_the_run_goes_on() {
             request["elicitation"]["tool_call_id"], "call_ask",
             "{request}"
         );
-        let (status, body) = server
-            .action(
-                &token,
-                json!({"action": action, "tool_call_id": request["tool_call_id"]}),
-            )
-            .await;
-        assert_eq!(status, StatusCode::OK, "{body}");
+        answer_card(server, &token, &request, action).await;
         let done = server.run_finished(&token, &conversation, &run).await;
         assert_eq!(done["status"], "completed", "{done}\n{}", server.logs());
         let results = tool_results(&server.messages(&token, &conversation).await);
@@ -518,13 +523,7 @@ async fn an_answer_given_before_the_step_ends_still_waits_for_the_calls_result()
         request["elicitation"]["tool_call_id"], "call_ask",
         "{request}"
     );
-    let (status, body) = server
-        .action(
-            &token,
-            json!({"action": "decline_request", "tool_call_id": request["tool_call_id"]}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK, "{body}");
+    answer_card(server, &token, &request, "decline_request").await;
     let done = server.run_finished(&token, &conversation, &run).await;
     assert_eq!(done["status"], "completed", "{done}\n{}", server.logs());
     let messages = server.messages(&token, &conversation).await;
@@ -585,15 +584,7 @@ async fn a_run_waits_for_every_answered_calls_result_not_only_the_last() {
     let card_of = |index: usize| cards[index].clone();
     let decline = |card: Value| {
         let token = token.clone();
-        async move {
-            let (status, body) = server
-                .action(
-                    &token,
-                    json!({"action": "decline_request", "tool_call_id": card["tool_call_id"]}),
-                )
-                .await;
-            assert_eq!(status, StatusCode::OK, "{body}");
-        }
+        async move { answer_card(server, &token, &card, "decline_request").await }
     };
     // The answer to the slow card waits for what its call does next; the quick card is
     // answered meanwhile.
@@ -607,61 +598,121 @@ async fn a_run_waits_for_every_answered_calls_result_not_only_the_last() {
     assert_eq!(results.len(), 2, "both calls' results: {results:?}");
 }
 
+/// `options` with the tools file `tools`, the mock model `llm` and one more `setting`.
+fn with_model_and_tools(
+    options: ServerOptions,
+    tools: &std::path::Path,
+    llm: &MockLlm,
+    setting: (&str, &str),
+) -> ServerOptions {
+    options
+        .env("TOOLGATE_TOOLS", &tools.to_string_lossy())
+        .env("TOOLGATE_LLM_BASE_URL", &llm.base)
+        .env("TOOLGATE_LLM_API_KEY", "sk-test-key")
+        .env(setting.0, setting.1)
+}
+
+/// A server whose model calls the test MCP server's `slow` tool for `ms`, then answers
+/// with `then`; and a run of a new user's that is in that call now.
+struct MidCall {
+    server: TestServer,
+    llm: MockLlm,
+    user: String,
+    conversation: String,
+    run: String,
+    tools: std::path::PathBuf,
+    setting: (&'static str, &'static str),
+    _tools_dir: TempDir,
+}
+
+impl MidCall {
+    async fn start(
+        prefix: &str,
+        ms: u64,
+        then: Vec<MockReply>,
+        setting: (&'static str, &'static str),
+    ) -> Self {
+        let mut script = vec![MockReply::ToolCalls(vec![call(
+            "call_slow",
+            "t__slow",
+            json!({ "ms": ms }),
+        )])];
+        script.extend(then);
+        let llm = MockLlm::start(script).await;
+        let (_tools_dir, tools) = write_temp_file("tools.toml", &stdio_server("t", ""));
+        let server = TestServer::start_with(with_model_and_tools(
+            ServerOptions::default(),
+            &tools,
+            &llm,
+            setting,
+        ))
+        .await;
+        let (user, token) = server.new_user(prefix).await;
+        tools_when_settled(&server, &token, &["t"]).await;
+        let conversation = server.new_conversation(&token).await;
+        let (status, started) = server
+            .post_message(&token, &conversation, json!("take your time"))
+            .await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{started}");
+        let run = started["run_id"].as_str().expect("run").to_owned();
+        server
+            .events_until(&token, &conversation, 0, Duration::from_secs(30), |e| {
+                e["type"] == "tool_call_started"
+            })
+            .await;
+        MidCall {
+            server,
+            llm,
+            user,
+            conversation,
+            run,
+            tools,
+            setting,
+            _tools_dir,
+        }
+    }
+
+    /// A second server on the same database, and the user's token on it.
+    async fn next_server(&self) -> (TestServer, String) {
+        let options = self.server.same_database();
+        let options = with_model_and_tools(options, &self.tools, &self.llm, self.setting);
+        let second = TestServer::start_with(options).await;
+        let token = second.token(&self.user).await;
+        (second, token)
+    }
+}
+
 /// The server dies while an MCP call runs. When the run is failed (its lease lapsed), the
 /// call gets a result saying so: a call without its result is a history an
 /// OpenAI-compatible endpoint refuses, so the conversation could not go on.
 #[tokio::test]
 async fn a_call_cut_off_by_a_crash_gets_a_result_and_the_conversation_goes_on() {
-    let llm = MockLlm::start(vec![
-        MockReply::ToolCalls(vec![call("call_slow", "t__slow", json!({"ms": 60000}))]),
-        MockReply::Text("Back again.".into()),
-    ])
+    let then = vec![MockReply::Text("Back again.".into())];
+    let mut mid = MidCall::start(
+        "mcp-crash-mid-call",
+        60_000,
+        then,
+        ("TOOLGATE_RUN_LEASE", "1s"),
+    )
     .await;
-    let (_tools_dir, tools) = write_temp_file("tools.toml", &stdio_server("t", ""));
-    let options = |options: ServerOptions| {
-        options
-            .env("TOOLGATE_TOOLS", &tools.to_string_lossy())
-            .env("TOOLGATE_LLM_BASE_URL", &llm.base)
-            .env("TOOLGATE_LLM_API_KEY", "sk-test-key")
-            .env("TOOLGATE_RUN_LEASE", "1s")
-    };
-    let mut server = TestServer::start_with(options(ServerOptions::default())).await;
-    let (user, token) = server.new_user("mcp-crash-mid-call").await;
-    tools_when_settled(&server, &token, &["t"]).await;
-    let conversation = server.new_conversation(&token).await;
-    let (status, started) = server
-        .post_message(&token, &conversation, json!("take your time"))
-        .await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{started}");
-    let run = started["run_id"].as_str().expect("run").to_owned();
-    server
-        .events_until(&token, &conversation, 0, Duration::from_secs(30), |e| {
-            e["type"] == "tool_call_started"
-        })
-        .await;
-    let pid = server.pid().expect("pid");
-    std::process::Command::new("kill")
-        .args(["-KILL", &pid.to_string()])
-        .status()
-        .expect("kill");
-    let _ = server.terminate().await;
+    mid.server.kill().await;
 
-    let second = TestServer::start_with(options(server.same_database())).await;
-    let token = second.token(&user).await;
-    let failed = second.run_finished(&token, &conversation, &run).await;
+    let (second, token) = mid.next_server().await;
+    let conversation = &mid.conversation;
+    let failed = second.run_finished(&token, conversation, &mid.run).await;
     assert_eq!(failed["status"], "failed", "{failed}");
-    let results = tool_results(&second.messages(&token, &conversation).await);
+    let results = tool_results(&second.messages(&token, conversation).await);
     assert_eq!(results.len(), 1, "{results:?}");
     assert_eq!(results[0]["success"], false, "{results:?}");
 
     let (status, again) = second
-        .post_message(&token, &conversation, json!("are you back?"))
+        .post_message(&token, conversation, json!("are you back?"))
         .await;
     assert_eq!(status, StatusCode::ACCEPTED, "{again}");
     let run = again["run_id"].as_str().expect("run").to_owned();
-    let done = second.run_finished(&token, &conversation, &run).await;
+    let done = second.run_finished(&token, conversation, &run).await;
     assert_eq!(done["status"], "completed", "{done}");
-    let sent = llm.requests().last().cloned().unwrap_or_default();
+    let sent = mid.llm.requests().last().cloned().unwrap_or_default();
     let messages = sent["messages"].as_array().cloned().unwrap_or_default();
     let called = messages
         .iter()
@@ -682,42 +733,22 @@ async fn a_call_cut_off_by_a_crash_gets_a_result_and_the_conversation_goes_on() 
 /// server stops) must not add a second result to the ended run.
 #[tokio::test]
 async fn a_call_still_running_when_the_grace_ends_gets_one_result() {
-    let llm = MockLlm::start(vec![MockReply::ToolCalls(vec![call(
-        "call_slow",
-        "t__slow",
-        json!({"ms": 20000}),
-    )])])
+    let mut mid = MidCall::start(
+        "mcp-grace-mid-call",
+        20_000,
+        vec![],
+        ("TOOLGATE_SHUTDOWN_GRACE", "1s"),
+    )
     .await;
-    let (_tools_dir, tools) = write_temp_file("tools.toml", &stdio_server("t", ""));
-    let options = |options: ServerOptions| {
-        options
-            .env("TOOLGATE_TOOLS", &tools.to_string_lossy())
-            .env("TOOLGATE_LLM_BASE_URL", &llm.base)
-            .env("TOOLGATE_LLM_API_KEY", "sk-test-key")
-            .env("TOOLGATE_SHUTDOWN_GRACE", "1s")
-    };
-    let mut server = TestServer::start_with(options(ServerOptions::default())).await;
-    let (user, token) = server.new_user("mcp-grace-mid-call").await;
-    tools_when_settled(&server, &token, &["t"]).await;
-    let conversation = server.new_conversation(&token).await;
-    let (status, started) = server
-        .post_message(&token, &conversation, json!("take your time"))
-        .await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{started}");
-    let run = started["run_id"].as_str().expect("run").to_owned();
-    server
-        .events_until(&token, &conversation, 0, Duration::from_secs(30), |e| {
-            e["type"] == "tool_call_started"
-        })
-        .await;
-    server.terminate().await.expect("stopped");
+    mid.server.terminate().await.expect("stopped");
 
-    let second = TestServer::start_with(options(server.same_database())).await;
-    let token = second.token(&user).await;
-    let failed = second.run_finished(&token, &conversation, &run).await;
+    let (second, token) = mid.next_server().await;
+    let failed = second
+        .run_finished(&token, &mid.conversation, &mid.run)
+        .await;
     assert_eq!(failed["status"], "failed", "{failed}");
-    let results = tool_results(&second.messages(&token, &conversation).await);
-    assert_eq!(results.len(), 1, "{results:?}\n{}", server.logs());
+    let results = tool_results(&second.messages(&token, &mid.conversation).await);
+    assert_eq!(results.len(), 1, "{results:?}\n{}", mid.server.logs());
     assert!(
         results[0]["error"]
             .as_str()

@@ -144,6 +144,25 @@ impl Harness {
             .expect("followed up");
     }
 
+    /// Ann's run that waits on her `lookup_account` card: its conversation, its id, and
+    /// the call the card is for.
+    async fn waiting_on_a_card(&self) -> (Uuid, Uuid, crate::tools::CallRef) {
+        let conversation = self.conversation("ann").await;
+        let run_id = self.say("ann", conversation, "Look up my account").await;
+        assert_eq!(
+            self.settled("ann", run_id).await.status(),
+            RunStatus::WaitingForInput
+        );
+        let card = self.first_card("ann", conversation).await;
+        let call = crate::tools::CallRef {
+            run_id: Some(run_id),
+            conversation_id: conversation,
+            tool_call_id: card.tool_call_id,
+            tool_name: card.tool_name,
+        };
+        (conversation, run_id, call)
+    }
+
     async fn events(&self, user: &str, conversation: Uuid) -> Vec<EventKind> {
         let mut tx = db::begin_as_user(&self.runner.executor.pool, user)
             .await
@@ -288,25 +307,13 @@ async fn a_stopping_server_hands_its_run_over_and_the_next_one_finishes_it() {
 #[tokio::test]
 async fn an_outcome_that_comes_after_its_run_ended_is_not_recorded() {
     let h = harness(|_| {}).await;
-    let conversation = h.conversation("ann").await;
-    let run_id = h.say("ann", conversation, "Look up my account").await;
-    assert_eq!(
-        h.settled("ann", run_id).await.status(),
-        RunStatus::WaitingForInput
-    );
-    let card = h.first_card("ann", conversation).await;
+    let (conversation, run_id, call) = h.waiting_on_a_card().await;
     lifecycle::fail_run(&h.runner, "ann", run_id, "stopped")
         .await
         .expect("failed");
 
     // The call's outcome arrives late (an MCP call that was still out, say): the run
     // has ended, so it would land after its end, in whatever the conversation does next.
-    let call = crate::tools::CallRef {
-        run_id: Some(run_id),
-        conversation_id: conversation,
-        tool_call_id: card.tool_call_id.clone(),
-        tool_name: card.tool_name.clone(),
-    };
     let late = protocol::api::ToolOutcome::ok(serde_json::json!("late"));
     deliver_outcome(&h.runner, "ann", &call, late)
         .await
@@ -318,7 +325,7 @@ async fn an_outcome_that_comes_after_its_run_ended_is_not_recorded() {
     assert_eq!(roles, [Role::User, Role::Assistant, Role::Tool]);
     assert!(
         matches!(&messages[2].content[0], ContentBlock::ToolResult { tool_call_id, outcome, .. }
-            if *tool_call_id == card.tool_call_id && !outcome.success
+            if *tool_call_id == call.tool_call_id && !outcome.success
                 && outcome.error.as_deref().is_some_and(|e| e.starts_with("the run ended"))),
         "{:?}",
         messages[2].content
@@ -328,13 +335,7 @@ async fn an_outcome_that_comes_after_its_run_ended_is_not_recorded() {
 #[tokio::test]
 async fn an_outcome_offered_twice_is_recorded_once() {
     let h = harness(|_| {}).await;
-    let conversation = h.conversation("ann").await;
-    let run_id = h.say("ann", conversation, "Look up my account").await;
-    assert_eq!(
-        h.settled("ann", run_id).await.status(),
-        RunStatus::WaitingForInput
-    );
-    let card = h.first_card("ann", conversation).await;
+    let (conversation, run_id, call) = h.waiting_on_a_card().await;
     let mut tx = db::begin_as_user(&h.runner.executor.pool, "ann")
         .await
         .expect("tx");
@@ -342,7 +343,7 @@ async fn an_outcome_offered_twice_is_recorded_once() {
         &mut tx,
         "ann",
         DeclineRequestParams {
-            tool_call_id: card.tool_call_id.clone(),
+            tool_call_id: call.tool_call_id.clone(),
             message: None,
         },
     )
@@ -354,12 +355,6 @@ async fn an_outcome_offered_twice_is_recorded_once() {
 
     // Offered again, as when the first attempt's commit went through but its answer
     // was lost, or after the recovery sweep recorded what happened to the request.
-    let call = crate::tools::CallRef {
-        run_id: Some(run_id),
-        conversation_id: conversation,
-        tool_call_id: card.tool_call_id.clone(),
-        tool_name: card.tool_name.clone(),
-    };
     for _ in 0..2 {
         let outcome = protocol::api::ToolOutcome::ok(serde_json::json!("once"));
         deliver_outcome(&h.runner, "ann", &call, outcome)
