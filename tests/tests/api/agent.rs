@@ -1444,3 +1444,49 @@ async fn a_call_reusing_an_earlier_calls_id_gets_one_of_its_own() {
     assert_ne!(calls[1], calls[0], "{calls:?}");
     assert_eq!(results, calls, "each result under its own call's id");
 }
+
+/// A call that fails inside toolgate (here the database refuses its log) is a failed call
+/// the model is told about in words of toolgate's own, not a failed run: its sibling,
+/// which did its work, keeps its result.
+#[tokio::test]
+async fn a_call_failing_inside_toolgate_leaves_its_siblings_results_and_the_run() {
+    let script = vec![
+        MockReply::ToolCalls(vec![
+            call("call_calc", "calculator", json!({"expression": "1+1"})),
+            call("call_notify", "notify", json!({})),
+        ]),
+        MockReply::Text("Partly done.".into()),
+    ];
+    let setup = with_mock_model(script, &[]).await;
+    let server = &setup.server;
+    let mut db = server.db().await;
+    for statement in [
+        "create function refuse_notify_log() returns trigger language plpgsql as $$
+         begin
+             if new.tool_name = 'notify' then raise exception 'secret internal detail'; end if;
+             return new;
+         end $$",
+        "create trigger refuse_notify_log before insert on tool_call_log
+         for each row execute function refuse_notify_log()",
+    ] {
+        sqlx::query(statement)
+            .execute(&mut db)
+            .await
+            .expect("trigger");
+    }
+    let (_, _, messages) = completed_run(server, "failing-inside", "add and tell").await;
+    let outcome_of = |id: &str| {
+        messages
+            .iter()
+            .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+            .find(|b| b["type"] == "tool_result" && b["tool_call_id"] == id)
+            .map(|b| b["outcome"].clone())
+            .unwrap_or_else(|| panic!("no result for {id}: {messages:?}"))
+    };
+    assert_eq!(outcome_of("call_calc")["success"], true);
+    let failed = outcome_of("call_notify");
+    assert_eq!(failed["success"], false);
+    let said = failed.to_string();
+    assert!(said.contains("not known"), "{said}");
+    assert!(!said.contains("secret internal detail"), "{said}");
+}

@@ -385,7 +385,13 @@ pub(super) async fn drive(
                 {
                     Ok(outcome) => outcome,
                     Err(Error::Conflict { message, .. }) => ToolOutcome::failed(message),
-                    Err(err) => return Err(err),
+                    // Toolgate's own failure (the database refused the call's log, say),
+                    // not the model's: the call's siblings, which may have done things,
+                    // keep their results, and the model is told what is known of this one.
+                    Err(err) => {
+                        tracing::error!(%run_id, tool = %tool_call.tool_name, tool_call_id = %tool_call.tool_call_id, error = %err, "a tool call failed inside toolgate");
+                        ToolOutcome::failed(FAILED_INSIDE)
+                    }
                 };
                 Ok::<_, Error>((tool_call, outcome))
             }
@@ -471,6 +477,10 @@ pub(super) async fn drive(
         }
     }
 }
+
+/// What the model is told of a call that failed inside toolgate (the details are in the
+/// server's log, never in what the model or the user reads).
+const FAILED_INSIDE: &str = "toolgate could not finish this call (an internal error); whether the tool did anything is not known";
 
 /// How long streamed text gathers before it is written as one event, and how much
 /// text is written at once at most: one transaction (and one wake-up of every open
