@@ -181,10 +181,19 @@ pub async fn execute(executor: &Executor, user_id: &str, call: ToolCall) -> Resu
     // Nothing to ask: no transaction stays open while the tool runs.
     tx.commit().await?;
     let outcome = run(executor, user_id, &tool, &call, &values).await;
-    let mut tx = db::begin_as_user(&executor.pool, user_id).await?;
-    log.write(&mut tx, &outcome, outcome_label(&outcome), &filled.ignored)
-        .await?;
-    tx.commit().await?;
+    // The tool has run: its outcome is what the caller must get even when the log cannot
+    // be written, or a call told it failed would be made again and act twice.
+    let logged = async {
+        let mut tx = db::begin_as_user(&executor.pool, user_id).await?;
+        log.write(&mut tx, &outcome, outcome_label(&outcome), &filled.ignored)
+            .await?;
+        tx.commit().await?;
+        Ok::<_, Error>(())
+    }
+    .await;
+    if let Err(err) = logged {
+        tracing::error!(tool = %tool.name, tool_call_id = %call.tool_call_id, error = %err, "a tool call ran but could not be logged");
+    }
     Ok(outcome)
 }
 

@@ -1445,14 +1445,18 @@ async fn a_call_reusing_an_earlier_calls_id_gets_one_of_its_own() {
     assert_eq!(results, calls, "each result under its own call's id");
 }
 
-/// A call that fails inside toolgate (here the database refuses its log) is a failed call
-/// the model is told about in words of toolgate's own, not a failed run: its sibling,
-/// which did its work, keeps its result.
+/// A call that fails inside toolgate before its tool runs (here the database refuses its
+/// card) is a failed call the model is told about in words of toolgate's own, not a
+/// failed run: its sibling keeps its result. A call whose tool ran keeps its real
+/// outcome even when its log cannot be written: told it failed, the model would make it
+/// again.
 #[tokio::test]
 async fn a_call_failing_inside_toolgate_leaves_its_siblings_results_and_the_run() {
+    let period = json!({"start_date": "2026-01-01", "end_date": "2026-01-31"});
     let script = vec![
         MockReply::ToolCalls(vec![
             call("call_calc", "calculator", json!({"expression": "1+1"})),
+            call("call_pl", "quickbooks_profit_and_loss", period),
             call("call_notify", "notify", json!({})),
         ]),
         MockReply::Text("Partly done.".into()),
@@ -1461,13 +1465,17 @@ async fn a_call_failing_inside_toolgate_leaves_its_siblings_results_and_the_run(
     let server = &setup.server;
     let mut db = server.db().await;
     for statement in [
-        "create function refuse_notify_log() returns trigger language plpgsql as $$
+        "create function refuse_inside() returns trigger language plpgsql as $$
          begin
-             if new.tool_name = 'notify' then raise exception 'secret internal detail'; end if;
+             if new.tool_name in ('quickbooks_profit_and_loss', 'notify') then
+                 raise exception 'secret internal detail';
+             end if;
              return new;
          end $$",
-        "create trigger refuse_notify_log before insert on tool_call_log
-         for each row execute function refuse_notify_log()",
+        "create trigger refuse_card before insert on tool_user_input_requests
+         for each row execute function refuse_inside()",
+        "create trigger refuse_log before insert on tool_call_log
+         for each row execute function refuse_inside()",
     ] {
         sqlx::query(statement)
             .execute(&mut db)
@@ -1484,9 +1492,11 @@ async fn a_call_failing_inside_toolgate_leaves_its_siblings_results_and_the_run(
             .unwrap_or_else(|| panic!("no result for {id}: {messages:?}"))
     };
     assert_eq!(outcome_of("call_calc")["success"], true);
-    let failed = outcome_of("call_notify");
+    let failed = outcome_of("call_pl");
     assert_eq!(failed["success"], false);
     let said = failed.to_string();
     assert!(said.contains("not known"), "{said}");
     assert!(!said.contains("secret internal detail"), "{said}");
+    assert_eq!(outcome_of("call_notify")["success"], true, "it ran");
+    assert_eq!(setup.api.received().len(), 1, "and only once");
 }
