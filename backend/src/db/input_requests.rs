@@ -252,6 +252,23 @@ pub async fn call_id_taken(
     .await
 }
 
+/// Which of `ids` a request of the user's already carries, in any of their conversations:
+/// a request's id is the user's, once (see [`call_id_taken`]).
+pub async fn ids_in_use(
+    conn: &mut PgConnection,
+    user_id: &str,
+    ids: &[String],
+) -> sqlx::Result<Vec<String>> {
+    sqlx::query_scalar!(
+        r#"select distinct tool_call_id as "tool_call_id!" from tool_user_input_requests
+           where user_id = $1 and tool_call_id = any($2)"#,
+        user_id,
+        ids,
+    )
+    .fetch_all(conn)
+    .await
+}
+
 /// The newest URL-mode question of `server` with this elicitation id that this process
 /// holds for `user_id` (background path: the caller names the user).
 pub async fn find_elicitation(

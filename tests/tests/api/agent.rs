@@ -1500,3 +1500,40 @@ async fn a_call_failing_inside_toolgate_leaves_its_siblings_results_and_the_run(
     assert_eq!(outcome_of("call_notify")["success"], true, "it ran");
     assert_eq!(setup.api.received().len(), 1, "and only once");
 }
+
+/// A card's id is its user's, once, across conversations. A model that numbers its calls
+/// per reply gives a call in a new conversation the id of a card in another: the call
+/// gets an id of its own and its card, not a refusal.
+#[tokio::test]
+async fn a_call_reusing_the_id_of_a_card_in_another_conversation_gets_its_own_card() {
+    let period = json!({"start_date": "2026-01-01", "end_date": "2026-01-31"});
+    let ask = || {
+        MockReply::ToolCalls(vec![call(
+            "call_0",
+            "quickbooks_profit_and_loss",
+            period.clone(),
+        )])
+    };
+    let setup = with_mock_model(vec![ask(), ask()], &[]).await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("id-across").await;
+    let mut cards = Vec::new();
+    for _ in 0..2 {
+        let conversation = server.new_conversation(&token).await;
+        let run = start(server, &token, &conversation, json!("my P&L")).await;
+        let waiting = server
+            .run_reaches(
+                &token,
+                &conversation,
+                &run,
+                &["waiting_for_input", "completed", "failed"],
+            )
+            .await;
+        assert_eq!(waiting["status"], "waiting_for_input", "{waiting}");
+        let open = pending(server, &token, &conversation).await;
+        assert_eq!(open.len(), 1, "{open:?}");
+        cards.push(open[0]["tool_call_id"].clone());
+    }
+    assert_eq!(cards[0], "call_0");
+    assert_ne!(cards[1], cards[0], "{cards:?}");
+}

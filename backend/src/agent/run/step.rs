@@ -235,16 +235,21 @@ pub(super) async fn drive(
                 call.arguments = tool.masked_arguments(&call.arguments);
             }
         }
-        for call in &reply.tool_calls {
-            content.push(ContentBlock::ToolCall {
-                id: call.id.clone(),
-                name: call.name.clone(),
-                arguments: call.arguments.clone(),
-            });
-        }
         // The answer's transaction; it tells whether the run is done (no tool calls).
         let written = async {
             let mut tx = db::begin_as_user(&runner.executor.pool, user_id).await?;
+            // A request's id is the user's, once, across conversations: an id another
+            // conversation's card carries is renewed too, or the call would be refused.
+            if !reply.tool_calls.is_empty() {
+                let ids: Vec<String> = reply.tool_calls.iter().map(|c| c.id.clone()).collect();
+                let in_use = input_requests::ids_in_use(&mut tx, user_id, &ids).await?;
+                reply.renew_reused_ids(&in_use.iter().map(String::as_str).collect());
+            }
+            content.extend(reply.tool_calls.iter().map(|call| ContentBlock::ToolCall {
+                id: call.id.clone(),
+                name: call.name.clone(),
+                arguments: call.arguments.clone(),
+            }));
             if let Some(delta) = &unflushed {
                 emit(
                     &mut tx,
