@@ -31,7 +31,7 @@ use super::config::ServerConfig;
 use super::session::{Session, SessionShared};
 use super::{CallContext, Delivery, McpHub, McpTarget, elicitation, stateless};
 use crate::db::input_requests::{self, InputRequestRow};
-use crate::db::{self, conversations, events};
+use crate::db::{self, conversations, events, storable};
 use crate::error::Result;
 use crate::requests::create::{Ask, RequestContext, insert_request};
 use crate::requests::endings;
@@ -231,6 +231,15 @@ pub async fn start(
     }
 }
 
+/// How large a server's structured content is as it will be stored, under `structured`
+/// in the result: parts too deep to read back are kept as their JSON text then, which is
+/// longer than the JSON they were (every quote escaped).
+fn stored_size(structured: &Value) -> usize {
+    let mut as_stored = json!({ "structured": structured });
+    storable::flatten_deeper_than(&mut as_stored, storable::MAX_RESULT_DEPTH);
+    serde_json::to_vec(&as_stored["structured"]).map_or(usize::MAX, |bytes| bytes.len())
+}
+
 /// A call's secrets: the values of its secret fields (in plain text in `arguments`) and
 /// what the environment gives the server's settings.
 pub(super) fn call_redactions(
@@ -343,7 +352,7 @@ pub(super) fn outcome_of(
             if let Some(structured) = result.structured_content
                 && !structured.is_null()
             {
-                let size = serde_json::to_vec(&structured).map_or(usize::MAX, |b| b.len());
+                let size = stored_size(&structured);
                 if size <= MAX_STRUCTURED_BYTES {
                     value["structured"] = structured;
                 } else {
@@ -930,6 +939,30 @@ impl McpHub {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn structured_content_is_measured_as_it_will_be_stored() {
+        let bottom: Map<String, Value> =
+            (0..8_000).map(|i| (format!("k{i}"), json!("v"))).collect();
+        let deep = (0..storable::MAX_RESULT_DEPTH)
+            .fold(Value::Object(bottom), |inner, _| json!({ "d": inner }));
+        let raw = serde_json::to_vec(&deep).map_or(0, |bytes| bytes.len());
+        assert!(raw <= MAX_STRUCTURED_BYTES, "{raw}");
+        assert!(
+            stored_size(&deep) > MAX_STRUCTURED_BYTES,
+            "{}",
+            stored_size(&deep)
+        );
+        let mut result = CallToolResult::success(vec![rmcp::model::ContentBlock::text("deep")]);
+        result.structured_content = Some(deep);
+        let outcome = outcome_of("files", Ok(result), &Redactions::new([]));
+        let stored = outcome.result.unwrap_or_default();
+        assert!(stored.get("structured").is_none(), "{stored}");
+        assert!(stored["structured_omitted"].is_string());
+
+        let shallow = json!({"rows": [1, 2, 3]});
+        assert_eq!(stored_size(&shallow), shallow.to_string().len());
+    }
 
     #[test]
     fn results_keep_text_and_structure_and_errors_say_which_server() {
