@@ -262,6 +262,14 @@ fn call_id() -> String {
 }
 
 impl Gate {
+    /// A fresh user (see `new_user`) and a conversation of theirs: the token and the
+    /// conversation's id.
+    async fn newcomer(&self, prefix: &str) -> (String, String) {
+        let (_, token) = self.server.new_user(prefix).await;
+        let conversation = self.server.new_conversation(&token).await;
+        (token, conversation)
+    }
+
     async fn execute(
         &self,
         token: &str,
@@ -396,8 +404,7 @@ async fn with_webhook(g: &Gate, prefix: &str) -> (String, String) {
 #[tokio::test]
 async fn model_supplied_values_for_user_only_fields_still_show_the_card() {
     let g = gate().await;
-    let (_, token) = g.server.new_user("provenance").await;
-    let conversation = g.server.new_conversation(&token).await;
+    let (token, conversation) = g.newcomer("provenance").await;
 
     let id = call_id();
     let asked = g
@@ -443,8 +450,7 @@ async fn model_supplied_values_for_user_only_fields_still_show_the_card() {
 #[tokio::test]
 async fn model_may_fill_lets_a_date_through_but_not_the_rest() {
     let g = gate().await;
-    let (_, token) = g.server.new_user("mayfill").await;
-    let conversation = g.server.new_conversation(&token).await;
+    let (token, conversation) = g.newcomer("mayfill").await;
     let id = call_id();
     g.asks(
         &token,
@@ -470,8 +476,7 @@ async fn model_may_fill_lets_a_date_through_but_not_the_rest() {
 #[tokio::test]
 async fn a_field_its_rule_hides_never_reaches_the_request() {
     let g = gate().await;
-    let (_, token) = g.server.new_user("hidden-field").await;
-    let conversation = g.server.new_conversation(&token).await;
+    let (token, conversation) = g.newcomer("hidden-field").await;
     let outcome = g
         .execute(
             &token,
@@ -491,8 +496,7 @@ async fn a_field_its_rule_hides_never_reaches_the_request() {
 #[tokio::test]
 async fn a_proposal_the_user_clears_stays_cleared() {
     let g = gate().await;
-    let (_, token) = g.server.new_user("cleared").await;
-    let conversation = g.server.new_conversation(&token).await;
+    let (token, conversation) = g.newcomer("cleared").await;
     let id = call_id();
     g.asks(
         &token,
@@ -555,8 +559,7 @@ async fn a_proposal_the_user_clears_stays_cleared() {
 #[tokio::test]
 async fn an_approval_edit_that_clears_a_field_runs_as_approved() {
     let g = gate().await;
-    let (_, token) = g.server.new_user("edit-clear").await;
-    let conversation = g.server.new_conversation(&token).await;
+    let (token, conversation) = g.newcomer("edit-clear").await;
     let id = call_id();
     g.asks(
         &token,
@@ -587,8 +590,7 @@ async fn an_approval_edit_that_clears_a_field_runs_as_approved() {
 #[tokio::test]
 async fn a_remembered_value_the_user_clears_is_forgotten() {
     let g = gate().await;
-    let (_, token) = g.server.new_user("clear-memory").await;
-    let conversation = g.server.new_conversation(&token).await;
+    let (token, conversation) = g.newcomer("clear-memory").await;
     let id = call_id();
     g.asks(
         &token,
@@ -645,8 +647,7 @@ async fn a_secret_field_the_model_may_fill_stops_start_up() {
 #[tokio::test]
 async fn remembered_values_go_only_to_their_tool_or_its_shared_key() {
     let g = gate().await;
-    let (_, token) = g.server.new_user("memory").await;
-    let conversation = g.server.new_conversation(&token).await;
+    let (token, conversation) = g.newcomer("memory").await;
     let id = call_id();
     g.execute(
         &token,
@@ -696,8 +697,7 @@ async fn remembered_values_go_only_to_their_tool_or_its_shared_key() {
 #[tokio::test]
 async fn a_value_the_model_proposed_never_fills_a_user_only_field_through_a_shared_key() {
     let g = gate().await;
-    let (_, token) = g.server.new_user("proposed").await;
-    let conversation = g.server.new_conversation(&token).await;
+    let (token, conversation) = g.newcomer("proposed").await;
     let id = call_id();
     let asked = g
         .asks(
@@ -1181,8 +1181,7 @@ async fn an_unanswered_approval_expires() {
         None,
     )
     .await;
-    let (_, token) = g.server.new_user("expiry").await;
-    let conversation = g.server.new_conversation(&token).await;
+    let (token, conversation) = g.newcomer("expiry").await;
     // The user-wide webhook from another call would need a card; make a fresh one.
     let id = call_id();
     production_approval(&g, &token, &conversation, &id, "checking expiry").await;
