@@ -6,8 +6,8 @@
 
 use serde_json::{Map, Value};
 
-/// What stands for a NUL.
-const NUL_STAND_IN: &str = "\u{FFFD}";
+/// What stands for a NUL, here and where tool answers are masked.
+pub const NUL_STAND_IN: char = '\u{FFFD}';
 
 /// Deepest nesting kept of a value a tool brings back: the value sits a few levels down
 /// in what is stored (a message's content, an event), and further down again in what
@@ -19,7 +19,7 @@ pub fn replace_nul_in_text(text: &mut String) -> bool {
     if !text.contains('\0') {
         return false;
     }
-    *text = text.replace('\0', NUL_STAND_IN);
+    *text = text.replace('\0', &NUL_STAND_IN.to_string());
     true
 }
 

@@ -15,7 +15,7 @@ use protocol::api::ToolOutcome;
 use protocol::fields::MASKED;
 use serde_json::Value;
 
-use crate::db::storable;
+use crate::db::storable::{self, NUL_STAND_IN};
 
 /// Shorter secrets are left as they are: replacing two or three characters wherever
 /// they occur would garble the rest of the answer and hide little.
@@ -24,9 +24,6 @@ pub const MIN_SECRET_CHARS: usize = 4;
 /// Shorter environment values (a version, a region) are no keys; masked wherever they
 /// appear they would only garble answers.
 const MIN_SECRET_ENV_CHARS: usize = 8;
-
-/// What stands in for a NUL character.
-const NUL_STAND_IN: char = '\u{FFFD}';
 
 /// The values of the environment variables `names` (what a tool's or an MCP server's
 /// settings read through `{env.NAME}`) that may be secrets: those set and of at least
