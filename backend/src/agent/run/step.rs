@@ -184,17 +184,17 @@ pub(super) async fn drive(
             run_id,
             delta_receiver,
         ));
-        let sink = move |delta: String| {
+        // Streamed text is stored as it comes (see `write_deltas`): a NUL, which Postgres
+        // cannot hold, is replaced here, where the text enters.
+        let sink = move |mut delta: String| {
+            storable::replace_nul_in_text(&mut delta);
             let _ = delta_sender.send(delta);
         };
         let reply = runner.agent.chain.call_model(&ctx, request, &sink).await;
         drop(sink);
         // The text streamed since the last flush goes out with the answer, in its
         // transaction; should the step fail before that commits, in a flush of its own.
-        let mut unflushed = writer.await.ok().flatten();
-        if let Some(delta) = &mut unflushed {
-            storable::replace_nul_in_text(delta);
-        }
+        let unflushed = writer.await.ok().flatten();
         let answered = async {
             let mut reply = reply.map_err(|err| Error::Internal(err.into()))?;
             runner.agent.chain.after_model(&ctx, &mut reply).await?;
@@ -527,9 +527,8 @@ async fn write_delta(
     user_id: &str,
     conversation_id: Uuid,
     run_id: Uuid,
-    mut delta: String,
+    delta: String,
 ) {
-    storable::replace_nul_in_text(&mut delta);
     let written = async {
         let mut tx = db::begin_as_user(&runner.executor.pool, user_id).await?;
         emit(
