@@ -56,12 +56,30 @@ pub fn units(messages: &[ChatMessage], range: Range<usize>) -> Vec<Range<usize>>
     units
 }
 
-/// Keyed tool calls split into the newest per (tool, key value) and the older ones it
-/// supersedes. `key_of` names a tool's key argument, if it has one.
+/// Keyed tool calls that succeeded, split into the newest per (tool, key value) and the
+/// older ones it supersedes. `key_of` names a tool's key argument, if it has one.
+///
+/// Only a call that succeeded is a version of its artefact: one that failed, or that
+/// the user rejected or left unanswered, changed nothing, so it neither stands for the
+/// artefact (the model would take arguments that never ran for what is there) nor
+/// retires the version that did run; and its result, which may carry the user's words
+/// on why not, is never dropped as superseded.
 pub fn keyed_calls(
     messages: &[ChatMessage],
     key_of: &dyn Fn(&str) -> Option<String>,
 ) -> (HashSet<String>, HashSet<String>) {
+    let succeeded: HashSet<&str> = messages
+        .iter()
+        .flat_map(|m| &m.content)
+        .filter_map(|block| match block {
+            ContentBlock::ToolResult {
+                tool_call_id,
+                outcome,
+                ..
+            } if outcome.success => Some(tool_call_id.as_str()),
+            _ => None,
+        })
+        .collect();
     let mut newest: HashMap<(String, String), String> = HashMap::new();
     let mut superseded = HashSet::new();
     // Newest first: the first call seen for a key wins.
@@ -75,6 +93,9 @@ pub fn keyed_calls(
             else {
                 continue;
             };
+            if !succeeded.contains(id.as_str()) {
+                continue;
+            }
             let Some(value) = key_of(name).and_then(|key| arguments.get(&key).cloned()) else {
                 continue;
             };
@@ -362,6 +383,46 @@ pub(crate) mod tests {
             keep,
             vec![false, false, false, false, true, true, true, true, false]
         );
+    }
+
+    #[test]
+    fn a_call_that_did_not_run_neither_stands_for_the_artefact_nor_retires_one() {
+        let refused = |id: &str, why: &str| ChatMessage {
+            role: Role::Tool,
+            content: vec![ContentBlock::ToolResult {
+                tool_call_id: id.into(),
+                name: "write_file".into(),
+                outcome: ToolOutcome::failed(why),
+            }],
+            seq: None,
+            pinned: false,
+        };
+        let messages = vec![
+            user("write v1"),
+            call("w1", "write_file", json!({"path": "/s.py", "text": "v1"})),
+            result("w1", "write_file", json!("ok")),
+            answer("wrote v1"),
+            user("add the password to it"),
+            call(
+                "w2",
+                "write_file",
+                json!({"path": "/s.py", "text": "v1 + password"}),
+            ),
+            refused(
+                "w2",
+                "The user rejected this call. The user said: \"never store it\"",
+            ),
+            call("w3", "write_file", json!({"path": "/s.py", "text": "v3"})),
+            refused("w3", "disk full"),
+            answer("could not"),
+            user("and now?"),
+        ];
+        let (newest, superseded) = keyed_calls(&messages, &write_file_key);
+        // What is on disk is still v1; the rejection and its reason stay in context.
+        assert_eq!(newest, HashSet::from(["w1".to_owned()]));
+        assert!(superseded.is_empty(), "{superseded:?}");
+        let keep = must_stay(&messages, &write_file_key);
+        assert!(keep[1] && keep[2], "the version that ran stays: {keep:?}");
     }
 
     #[test]

@@ -1,6 +1,6 @@
-//! For tools with a key argument, only the newest call per (tool, key value) stays in
-//! the model's context: older calls and their results are dropped; the user's
-//! messages always stay.
+//! For tools with a key argument, only the newest call that ran per (tool, key value)
+//! stays in the model's context: older calls that ran and their results are dropped;
+//! calls that did not run (failed, rejected) and the user's messages always stay.
 
 use futures::future::BoxFuture;
 use protocol::chat::{ContentBlock, Role};
