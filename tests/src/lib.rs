@@ -985,6 +985,9 @@ impl TestServer {
     }
 }
 
+/// How the server begins the summary of earlier turns it sends the model.
+pub const SUMMARY_PREFIX: &str = "Summary of the earlier conversation:";
+
 /// Why a chat-completions request body reads as a conversation that never happened, if it does: a user
 /// message with no assistant message before the next user message (the last user
 /// message excepted: it is the one being answered), a tool result whose call is not
@@ -992,12 +995,18 @@ impl TestServer {
 pub fn dangling_turn(body: &Value) -> Option<String> {
     let messages = body["messages"].as_array()?;
     let last_user = messages.iter().rposition(|m| m["role"] == "user");
+    // The summary of earlier turns goes as the assistant's words, but answers nothing.
+    let is_summary = |m: &Value| {
+        m["content"]
+            .as_str()
+            .is_some_and(|text| text.starts_with(SUMMARY_PREFIX))
+    };
     for (index, message) in messages.iter().enumerate() {
         if message["role"] == "user" && Some(index) != last_user {
             let answered = messages[index + 1..]
                 .iter()
                 .take_while(|m| m["role"] != "user")
-                .any(|m| m["role"] == "assistant");
+                .any(|m| m["role"] == "assistant" && !is_summary(m));
             if !answered {
                 return Some(format!("user message {index} has no answer"));
             }

@@ -980,6 +980,7 @@ async fn main() -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ::tests::SUMMARY_PREFIX;
 
     fn user(text: &str) -> Value {
         json!({"role": "user", "content": [{"type": "text", "text": text}]})
@@ -1023,6 +1024,13 @@ mod tests {
         assert!(dangling_turn(&orphan_result).is_some_and(|why| why.contains("has no call")));
         let orphan_call = chat(vec![user("one"), call("c1", json!({})), user("two")]);
         assert!(dangling_turn(&orphan_call).is_some_and(|why| why.contains("has no result")));
+        // The summary is sent as the assistant's words but is no answer to the turn before.
+        let summarised = chat(vec![
+            user("one"),
+            answer(&format!("{SUMMARY_PREFIX}\nearlier turns")),
+            user("two"),
+        ]);
+        assert!(dangling_turn(&summarised).is_some_and(|why| why.contains("no answer")));
     }
 
     #[test]
