@@ -56,6 +56,10 @@ pub enum Error {
     },
     #[error("database unavailable")]
     Unavailable(#[source] sqlx::Error),
+    /// The database did not answer a readiness check this caller shared with another,
+    /// whose answer carried (and logged) the reason.
+    #[error("database unavailable (shared check)")]
+    NotReady,
     #[error("database error")]
     Database(#[source] sqlx::Error),
     #[error(transparent)]
@@ -99,7 +103,9 @@ impl Error {
             Error::BodyTimeout { .. } => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
             Error::Unprocessable { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "validation_failed"),
             Error::TooManyRequests { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
-            Error::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "database_unavailable"),
+            Error::Unavailable(_) | Error::NotReady => {
+                (StatusCode::SERVICE_UNAVAILABLE, "database_unavailable")
+            }
             Error::Database(_) | Error::Internal(_) => {
                 (StatusCode::INTERNAL_SERVER_ERROR, "internal_error")
             }
@@ -172,6 +178,10 @@ impl IntoResponse for Error {
                     None,
                 )
             }
+            Error::NotReady => (
+                "the database is unavailable; try again shortly".to_owned(),
+                None,
+            ),
             Error::Database(err) => {
                 tracing::error!(error = ?err, "database error");
                 ("internal error".to_owned(), None)

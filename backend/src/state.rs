@@ -5,6 +5,7 @@ use std::sync::Arc;
 use sqlx::PgPool;
 
 use crate::agent::{ActiveRuns, Agent, Runner, deliver_mcp_outcomes};
+use crate::api::health::Readiness;
 use crate::api::limits::UserLimits;
 use crate::auth::JwtKeys;
 use crate::config::Config;
@@ -26,6 +27,8 @@ pub struct AppState {
     pub active_runs: Arc<ActiveRuns>,
     /// Per-user request and stream counters.
     pub limits: Arc<UserLimits>,
+    /// The readiness probe's shared check of the database.
+    pub readiness: Arc<Readiness>,
     /// Wakes event streams when their conversation has news.
     pub events: Arc<EventHub>,
     /// The MCP servers of the tools file and the calls under way.
@@ -74,6 +77,7 @@ impl AppState {
             instance,
             tools,
             limits: Arc::new(UserLimits::new(config.limits)),
+            readiness: Arc::default(),
             jwt: Arc::new(JwtKeys::new(&config)),
             vault,
             config: Arc::new(config),

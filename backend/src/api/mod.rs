@@ -4,7 +4,7 @@ mod conversations;
 mod dev;
 mod docs;
 mod events;
-mod health;
+pub mod health;
 mod ids;
 mod info;
 pub mod json;
