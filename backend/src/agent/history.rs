@@ -56,33 +56,45 @@ pub fn units(messages: &[ChatMessage], range: Range<usize>) -> Vec<Range<usize>>
     units
 }
 
-/// Keyed tool calls that succeeded, split into the newest per (tool, key value) and the
-/// older ones it supersedes. `key_of` names a tool's key argument, if it has one.
+/// Keyed tool calls, by what they are to the artefact they name: see [`keyed_calls`].
+#[derive(Debug, Default)]
+pub struct KeyedCalls {
+    /// The newest call that ran, per (tool, key value): the artefact as it stands.
+    pub newest: HashSet<String>,
+    /// Older calls that ran, retired by a newer one for the same key.
+    pub superseded: HashSet<String>,
+    /// Calls that did not run (their result is a failure) with a newer call for the
+    /// same key after them: a retry followed, so their arguments are history.
+    pub retried: HashSet<String>,
+}
+
+/// Keyed tool calls by what they are to their artefact. `key_of` names a tool's key
+/// argument, if it has one.
 ///
 /// Only a call that succeeded is a version of its artefact: one that failed, or that
-/// the user rejected or left unanswered, changed nothing, so it neither stands for the
-/// artefact (the model would take arguments that never ran for what is there) nor
-/// retires the version that did run; and its result, which may carry the user's words
-/// on why not, is never dropped as superseded.
+/// the user rejected, changed nothing, so it neither stands for the artefact (the model
+/// would take arguments that never ran for what is there) nor retires the version that
+/// did run; and its result, which may carry the user's words on why not, is never
+/// dropped as superseded. Once a newer call for the same key follows, it is `retried`.
 pub fn keyed_calls(
     messages: &[ChatMessage],
     key_of: &dyn Fn(&str) -> Option<String>,
-) -> (HashSet<String>, HashSet<String>) {
-    let succeeded: HashSet<&str> = messages
-        .iter()
-        .flat_map(|m| &m.content)
-        .filter_map(|block| match block {
-            ContentBlock::ToolResult {
-                tool_call_id,
-                outcome,
-                ..
-            } if outcome.success => Some(tool_call_id.as_str()),
-            _ => None,
-        })
-        .collect();
-    let mut newest: HashMap<(String, String), String> = HashMap::new();
-    let mut superseded = HashSet::new();
-    // Newest first: the first call seen for a key wins.
+) -> KeyedCalls {
+    let mut outcomes: HashMap<&str, bool> = HashMap::new();
+    for block in messages.iter().flat_map(|m| &m.content) {
+        if let ContentBlock::ToolResult {
+            tool_call_id,
+            outcome,
+            ..
+        } = block
+        {
+            outcomes.insert(tool_call_id.as_str(), outcome.success);
+        }
+    }
+    let mut calls = KeyedCalls::default();
+    let mut newest_ran: HashSet<(String, String)> = HashSet::new();
+    let mut seen: HashSet<(String, String)> = HashSet::new();
+    // Newest first: the first call seen for a key is the newest.
     for message in messages.iter().rev() {
         for block in message.content.iter().rev() {
             let ContentBlock::ToolCall {
@@ -93,23 +105,27 @@ pub fn keyed_calls(
             else {
                 continue;
             };
-            if !succeeded.contains(id.as_str()) {
-                continue;
-            }
             let Some(value) = key_of(name).and_then(|key| arguments.get(&key).cloned()) else {
                 continue;
             };
-            match newest.entry((name.clone(), value.to_string())) {
-                std::collections::hash_map::Entry::Occupied(_) => {
-                    superseded.insert(id.clone());
+            let key = (name.clone(), value.to_string());
+            let followed = !seen.insert(key.clone());
+            match outcomes.get(id.as_str()) {
+                Some(true) if newest_ran.insert(key) => {
+                    calls.newest.insert(id.clone());
                 }
-                std::collections::hash_map::Entry::Vacant(slot) => {
-                    slot.insert(id.clone());
+                Some(true) => {
+                    calls.superseded.insert(id.clone());
                 }
+                Some(false) if followed => {
+                    calls.retried.insert(id.clone());
+                }
+                // The newest attempt that did not run, or a call without a result.
+                _ => {}
             }
         }
     }
-    (newest.into_values().collect(), superseded)
+    calls
 }
 
 /// Which messages must stay in context: in every exchange that holds a pinned message
@@ -117,7 +133,7 @@ pub fn keyed_calls(
 /// the exchange's final answer (so the question is never left unanswered). Everything
 /// else may be trimmed or summarised.
 pub fn must_stay(messages: &[ChatMessage], key_of: &dyn Fn(&str) -> Option<String>) -> Vec<bool> {
-    let (newest, _) = keyed_calls(messages, key_of);
+    let newest = keyed_calls(messages, key_of).newest;
     let mut keep = vec![false; messages.len()];
     for exchange in exchanges(messages) {
         let mut anchored = false;
@@ -376,8 +392,8 @@ pub(crate) mod tests {
             answer("wrote v2"),
             user("and now?"),
         ];
-        let (newest, superseded) = keyed_calls(&messages, &write_file_key);
-        assert!(newest.contains("w2") && superseded.contains("w1"));
+        let calls = keyed_calls(&messages, &write_file_key);
+        assert!(calls.newest.contains("w2") && calls.superseded.contains("w1"));
         let keep = must_stay(&messages, &write_file_key);
         assert_eq!(
             keep,
@@ -417,10 +433,12 @@ pub(crate) mod tests {
             answer("could not"),
             user("and now?"),
         ];
-        let (newest, superseded) = keyed_calls(&messages, &write_file_key);
+        let calls = keyed_calls(&messages, &write_file_key);
         // What is on disk is still v1; the rejection and its reason stay in context.
-        assert_eq!(newest, HashSet::from(["w1".to_owned()]));
-        assert!(superseded.is_empty(), "{superseded:?}");
+        assert_eq!(calls.newest, HashSet::from(["w1".to_owned()]));
+        assert!(calls.superseded.is_empty(), "{calls:?}");
+        // A newer call followed the rejected one; the newest failure is no retry yet.
+        assert_eq!(calls.retried, HashSet::from(["w2".to_owned()]));
         let keep = must_stay(&messages, &write_file_key);
         assert!(keep[1] && keep[2], "the version that ran stays: {keep:?}");
     }
