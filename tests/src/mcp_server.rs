@@ -201,6 +201,18 @@ impl TestTools {
             .annotate(read_only()),
             tool("delete_thing", "Deletes a thing", json!({}))
                 .annotate(ToolAnnotations::new().read_only(false).destructive(true)),
+            tool(
+                "archive_things",
+                "Archives old things; tells the arguments it was called with",
+                json!({
+                    "older_than_days": {"type": "integer", "default": 30},
+                    "include_shared": {"type": "boolean", "default": true},
+                    // Breaks its own schema: toolgate leaves it to the server.
+                    "batch": {"type": "integer", "default": "all"},
+                    "label": {"type": "string"}
+                }),
+            )
+            .annotate(ToolAnnotations::new().read_only(false).destructive(true)),
             tool("slow", "Takes its time", json!({"ms": {"type": "integer"}}))
                 .annotate(read_only()),
             tool(
@@ -518,6 +530,10 @@ impl ServerHandler for TestTools {
                 Ok(text("said complete"))
             }
             "delete_thing" => Ok(text("deleted")),
+            "archive_things" => Ok(text(format!(
+                "archived with {}",
+                Value::Object(arguments.clone())
+            ))),
             "slow" => {
                 tokio::time::sleep(Duration::from_millis(number(&arguments, "ms"))).await;
                 Ok(text("done slowly"))

@@ -484,11 +484,39 @@ fn validate(
         .filter(|(name, _)| tool.field(name).is_none())
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    let problems = tool.argument_errors(&Value::Object(model_arguments));
+    let problems = tool.argument_errors(&Value::Object(model_arguments.clone()));
     if !problems.is_empty() {
         return Err(format!("invalid arguments: {}", problems.join("; ")));
     }
-    Ok(values)
+    Ok(with_server_defaults(tool, model_arguments, values))
+}
+
+/// `values` with the defaults the tool's server declares for what the call left out,
+/// written out (see [`Tool::server_defaults`]). A default that breaks the server's own
+/// schema, or holds a NUL (which cannot be stored), is left to the server as before.
+fn with_server_defaults(
+    tool: &Tool,
+    mut model_arguments: Map<String, Value>,
+    mut values: Map<String, Value>,
+) -> Map<String, Value> {
+    for (name, default) in tool.server_defaults() {
+        if values.contains_key(&name) || model_arguments.contains_key(&name) {
+            continue;
+        }
+        if argument_with_nul(&Map::from_iter([(name.clone(), default.clone())])).is_some() {
+            continue;
+        }
+        model_arguments.insert(name.clone(), default.clone());
+        if tool
+            .argument_errors(&Value::Object(model_arguments.clone()))
+            .is_empty()
+        {
+            values.insert(name, default);
+        } else {
+            model_arguments.remove(&name);
+        }
+    }
+    values
 }
 
 /// Runs the tool; its outcome keeps none of the call's secrets (see [`super::redact`]).

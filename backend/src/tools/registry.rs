@@ -217,6 +217,24 @@ impl Tool {
         self.fields().iter().find(|f| f.name == name)
     }
 
+    /// What an MCP tool's server declares it uses for a top-level argument left out
+    /// (`default` in its input schema), for the arguments that are no field of the
+    /// user's. The call is made with them written out, so an approval card shows, and
+    /// the user approves, the values the server would otherwise fill in unseen.
+    pub fn server_defaults(&self) -> Map<String, Value> {
+        if !matches!(self.runner, Runner::Mcp(_)) {
+            return Map::new();
+        }
+        let Some(properties) = self.parameters.get("properties").and_then(Value::as_object) else {
+            return Map::new();
+        };
+        properties
+            .iter()
+            .filter(|(name, _)| self.field(name).is_none())
+            .filter_map(|(name, schema)| Some((name.clone(), schema.get("default")?.clone())))
+            .collect()
+    }
+
     /// A field only the user may fill: the call's arguments never set it.
     pub fn is_user_only(&self, name: &str) -> bool {
         self.field(name).is_some_and(|f| !f.model_may_fill)

@@ -1708,3 +1708,47 @@ async fn an_overlays_key_argument_drops_the_older_call_of_an_mcp_tool_from_the_c
     assert!(!last.contains("call_old"), "the older call is gone: {last}");
     assert!(last.contains("call_new"), "{last}");
 }
+
+/// What a call leaves out, an MCP tool's server fills in from its schema's defaults:
+/// the approval card shows those values and the call is made with exactly them, so the
+/// user approves what runs. A default that breaks the server's own schema is not
+/// written out, and nothing the model sent is replaced.
+#[tokio::test]
+async fn the_approval_card_shows_and_the_call_sends_the_servers_defaults() {
+    let setup = start(&stdio_server("t", "")).await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("mcp-defaults").await;
+    tools_when_settled(server, &token, &["t"]).await;
+    let conversation = server.new_conversation(&token).await;
+    let (status, waiting) = execute(
+        server,
+        &token,
+        &conversation,
+        "t__archive_things",
+        "call_archive",
+        json!({"older_than_days": 7}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{waiting}");
+    assert_eq!(waiting["requires_approval"], true, "{waiting}");
+    let card = &waiting["approval_request"];
+    let shown = json!({"older_than_days": 7, "include_shared": true});
+    assert_eq!(card["tool_args"], shown, "{card}");
+
+    let (status, approved) = server
+        .action(
+            &token,
+            json!({"action": "submit_decision", "tool_call_id": "call_archive",
+                "decision": "approve", "arguments_digest": card["arguments_digest"]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{approved}");
+    let text = approved["tool_result"]["result"]["text"]
+        .as_str()
+        .unwrap_or_default();
+    let sent: Value = text
+        .strip_prefix("archived with ")
+        .and_then(|json| serde_json::from_str(json).ok())
+        .unwrap_or_else(|| panic!("not the tool's echo: {approved}"));
+    assert_eq!(sent, shown, "the server got what the user approved");
+}
