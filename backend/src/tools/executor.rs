@@ -161,7 +161,7 @@ pub async fn execute(executor: &Executor, user_id: &str, call: ToolCall) -> Resu
         tx.commit().await?;
         return Ok(outcome);
     }
-    let values = match validate(&tool, &call, filled.values) {
+    let values = match validate(&tool, &call, filled.values, Defaults::WhenAsking) {
         Ok(values) => values,
         Err(problem) => {
             let outcome = ToolOutcome::failed(problem);
@@ -353,7 +353,14 @@ async fn retry_with_answer(
             )));
         }
     }
-    let values = match validate(tool, call, filled.values) {
+    // Approved arguments run as approved: the server's defaults were written out on
+    // the card, or the user's edit left them out.
+    let defaults = if approval {
+        Defaults::LeftToServer
+    } else {
+        Defaults::WhenAsking
+    };
+    let values = match validate(tool, call, filled.values, defaults) {
         Ok(values) => values,
         Err(problem) => return Ok(ToolOutcome::failed(problem)),
     };
@@ -452,6 +459,7 @@ fn validate(
     tool: &Tool,
     call: &ToolCall,
     values: Map<String, Value>,
+    defaults: Defaults,
 ) -> Result<Map<String, Value>, String> {
     let mut values = values;
     if let Some(spec) = &tool.input_spec {
@@ -488,29 +496,68 @@ fn validate(
     if !problems.is_empty() {
         return Err(format!("invalid arguments: {}", problems.join("; ")));
     }
-    Ok(with_server_defaults(tool, model_arguments, values))
+    if defaults == Defaults::LeftToServer {
+        return Ok(values);
+    }
+    // Only a call that waits for the user's yes is sent with them: the card must show
+    // what runs, while a call that runs at once keeps the arguments as the model sent
+    // them (a server may read an argument left out as "leave it as it is").
+    let written = with_server_defaults(tool, model_arguments, values.clone());
+    Ok(if tool.needs_approval(&written) {
+        written
+    } else {
+        values
+    })
 }
+
+/// Whether [`validate`] writes out the server's defaults for what a call left out.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Defaults {
+    /// When the call is to wait for approval (see [`Tool::server_defaults`]).
+    WhenAsking,
+    /// Never: approved arguments, which run as the user approved them.
+    LeftToServer,
+}
+
+/// The most defaults written out for one call: a hostile server's schema may declare
+/// thousands, each a schema check when they do not all fit at once.
+const MOST_DEFAULTS: usize = 64;
 
 /// `values` with the defaults the tool's server declares for what the call left out,
 /// written out (see [`Tool::server_defaults`]). A default that breaks the server's own
-/// schema, or holds a NUL (which cannot be stored), is left to the server as before.
+/// schema (alone or beside the others), or holds a NUL (which cannot be stored), is left
+/// to the server as before.
 fn with_server_defaults(
     tool: &Tool,
     mut model_arguments: Map<String, Value>,
     mut values: Map<String, Value>,
 ) -> Map<String, Value> {
-    for (name, default) in tool.server_defaults() {
-        if values.contains_key(&name) || model_arguments.contains_key(&name) {
-            continue;
-        }
-        if argument_with_nul(&Map::from_iter([(name.clone(), default.clone())])).is_some() {
-            continue;
-        }
-        model_arguments.insert(name.clone(), default.clone());
-        if tool
-            .argument_errors(&Value::Object(model_arguments.clone()))
+    let defaults: Vec<(String, Value)> = tool
+        .server_defaults()
+        .into_iter()
+        .filter(|(name, _)| !values.contains_key(name) && !model_arguments.contains_key(name))
+        .filter(|(name, default)| {
+            argument_with_nul(&Map::from_iter([(name.clone(), default.clone())])).is_none()
+        })
+        .take(MOST_DEFAULTS)
+        .collect();
+    if defaults.is_empty() {
+        return values;
+    }
+    let fits = |arguments: &Map<String, Value>| {
+        tool.argument_errors(&Value::Object(arguments.clone()))
             .is_empty()
-        {
+    };
+    // Most often they all fit at once: one check.
+    let mut all = model_arguments.clone();
+    all.extend(defaults.iter().cloned());
+    if fits(&all) {
+        values.extend(defaults);
+        return values;
+    }
+    for (name, default) in defaults {
+        model_arguments.insert(name.clone(), default.clone());
+        if fits(&model_arguments) {
             values.insert(name, default);
         } else {
             model_arguments.remove(&name);

@@ -1709,6 +1709,31 @@ async fn an_overlays_key_argument_drops_the_older_call_of_an_mcp_tool_from_the_c
     assert!(last.contains("call_new"), "{last}");
 }
 
+/// What `t__archive_things` was called with, from its answer.
+fn archived_with(outcome: &Value) -> Value {
+    outcome["result"]["text"]
+        .as_str()
+        .and_then(|text| text.strip_prefix("archived with "))
+        .and_then(|json| serde_json::from_str(json).ok())
+        .unwrap_or_else(|| panic!("not the tool's echo: {outcome}"))
+}
+
+/// `t__archive_things` called with `arguments` in a new conversation: the outcome.
+async fn archive(server: &TestServer, token: &str, id: &str, arguments: Value) -> Value {
+    let conversation = server.new_conversation(token).await;
+    let (status, outcome) = execute(
+        server,
+        token,
+        &conversation,
+        "t__archive_things",
+        id,
+        arguments,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{outcome}");
+    outcome
+}
+
 /// What a call leaves out, an MCP tool's server fills in from its schema's defaults:
 /// the approval card shows those values and the call is made with exactly them, so the
 /// user approves what runs. A default that breaks the server's own schema is not
@@ -1719,22 +1744,17 @@ async fn the_approval_card_shows_and_the_call_sends_the_servers_defaults() {
     let server = &setup.server;
     let (_, token) = server.new_user("mcp-defaults").await;
     tools_when_settled(server, &token, &["t"]).await;
-    let conversation = server.new_conversation(&token).await;
-    let (status, waiting) = execute(
+    let waiting = archive(
         server,
         &token,
-        &conversation,
-        "t__archive_things",
         "call_archive",
         json!({"older_than_days": 7}),
     )
     .await;
-    assert_eq!(status, StatusCode::OK, "{waiting}");
     assert_eq!(waiting["requires_approval"], true, "{waiting}");
     let card = &waiting["approval_request"];
     let shown = json!({"older_than_days": 7, "include_shared": true});
     assert_eq!(card["tool_args"], shown, "{card}");
-
     let (status, approved) = server
         .action(
             &token,
@@ -1743,12 +1763,45 @@ async fn the_approval_card_shows_and_the_call_sends_the_servers_defaults() {
         )
         .await;
     assert_eq!(status, StatusCode::OK, "{approved}");
-    let text = approved["tool_result"]["result"]["text"]
-        .as_str()
-        .unwrap_or_default();
-    let sent: Value = text
-        .strip_prefix("archived with ")
-        .and_then(|json| serde_json::from_str(json).ok())
-        .unwrap_or_else(|| panic!("not the tool's echo: {approved}"));
-    assert_eq!(sent, shown, "the server got what the user approved");
+    assert_eq!(
+        archived_with(&approved["tool_result"]),
+        shown,
+        "the server got what the user approved"
+    );
+
+    // The user's edit runs as edited: a default it leaves out is not written back in
+    // (which would break the approval's digest).
+    let waiting = archive(server, &token, "call_archive_edit", json!({})).await;
+    let card = &waiting["approval_request"];
+    let edited = json!({"older_than_days": 3});
+    let (status, approved) = server
+        .action(
+            &token,
+            json!({"action": "submit_decision", "tool_call_id": "call_archive_edit",
+                "decision": "edit", "arguments": edited,
+                "arguments_digest": card["arguments_digest"]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{approved}");
+    assert_eq!(approved["tool_result"]["success"], true, "{approved}");
+    assert_eq!(archived_with(&approved["tool_result"]), edited);
+}
+
+/// A call that runs without waiting keeps the arguments as the model sent them: only
+/// a call the user is to approve gets the server's defaults written out.
+#[tokio::test]
+async fn a_call_that_needs_no_approval_is_sent_as_the_model_wrote_it() {
+    let tools = stdio_server("t", "")
+        + r#"
+[[tool_overlays]]
+name = "t__archive_things"
+requires_approval = false
+"#;
+    let setup = start(&tools).await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("mcp-defaults-no-approval").await;
+    tools_when_settled(server, &token, &["t"]).await;
+    let ran = archive(server, &token, "call_archive", json!({"label": "old"})).await;
+    assert_eq!(ran["success"], true, "{ran}");
+    assert_eq!(archived_with(&ran), json!({"label": "old"}));
 }

@@ -20,7 +20,7 @@ pub struct SupersededCalls;
 /// What stands in a retried call's arguments for those left out.
 const LEFT_OUT: (&str, &str) = (
     "…",
-    "the other arguments are left out: this call did not run, and a newer call for the same key followed",
+    "the other arguments are left out: this call did not succeed, and a newer call for the same key followed",
 );
 
 pub fn drop_superseded(request: &mut ModelRequest, tools: &ToolRegistry) {
