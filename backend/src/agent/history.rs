@@ -333,12 +333,21 @@ pub(crate) mod tests {
     }
 
     pub fn result(id: &str, name: &str, value: serde_json::Value) -> ChatMessage {
+        outcome(id, name, ToolOutcome::ok(value))
+    }
+
+    /// A call's result saying it did not succeed, for `why`.
+    pub fn failure(id: &str, name: &str, why: &str) -> ChatMessage {
+        outcome(id, name, ToolOutcome::failed(why))
+    }
+
+    fn outcome(id: &str, name: &str, outcome: ToolOutcome) -> ChatMessage {
         ChatMessage {
             role: Role::Tool,
             content: vec![ContentBlock::ToolResult {
                 tool_call_id: id.into(),
                 name: name.into(),
-                outcome: ToolOutcome::ok(value),
+                outcome,
             }],
             seq: None,
             pinned: false,
@@ -403,16 +412,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_call_that_did_not_run_neither_stands_for_the_artefact_nor_retires_one() {
-        let refused = |id: &str, why: &str| ChatMessage {
-            role: Role::Tool,
-            content: vec![ContentBlock::ToolResult {
-                tool_call_id: id.into(),
-                name: "write_file".into(),
-                outcome: ToolOutcome::failed(why),
-            }],
-            seq: None,
-            pinned: false,
-        };
+        let refused = |id: &str, why: &str| failure(id, "write_file", why);
         let messages = vec![
             user("write v1"),
             call("w1", "write_file", json!({"path": "/s.py", "text": "v1"})),

@@ -92,24 +92,14 @@ impl Middleware for SupersededCalls {
 
 #[cfg(test)]
 mod tests {
-    use protocol::api::ToolOutcome;
     use serde_json::json;
 
     use super::*;
-    use crate::agent::history::tests::{answer, call, result, user, write_file_key};
-    use crate::agent::model::{ChatMessage, Purpose};
+    use crate::agent::history::tests::{answer, call, failure, result, user, write_file_key};
+    use crate::agent::model::Purpose;
 
-    fn failed(id: &str, why: &str) -> ChatMessage {
-        ChatMessage {
-            role: Role::Tool,
-            content: vec![ContentBlock::ToolResult {
-                tool_call_id: id.into(),
-                name: "write_file".into(),
-                outcome: ToolOutcome::failed(why),
-            }],
-            seq: None,
-            pinned: false,
-        }
+    fn failed(id: &str, why: &str) -> crate::agent::model::ChatMessage {
+        failure(id, "write_file", why)
     }
 
     #[test]
