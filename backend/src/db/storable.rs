@@ -19,7 +19,7 @@ pub fn replace_nul_in_text(text: &mut String) -> bool {
     if !text.contains('\0') {
         return false;
     }
-    *text = text.replace('\0', &NUL_STAND_IN.to_string());
+    *text = text.replace('\0', NUL_STAND_IN.encode_utf8(&mut [0; 4]));
     true
 }
 

@@ -200,20 +200,22 @@ pub async fn execute(executor: &Executor, user_id: &str, call: ToolCall) -> Resu
 /// The first argument whose name or value (at any depth) holds a NUL character, which
 /// Postgres can store neither in text nor in JSON.
 fn argument_with_nul(arguments: &Map<String, Value>) -> Option<String> {
-    fn holds_nul(value: &Value) -> bool {
-        match value {
-            Value::String(text) => text.contains('\0'),
-            Value::Array(items) => items.iter().any(holds_nul),
-            Value::Object(map) => map
-                .iter()
-                .any(|(key, item)| key.contains('\0') || holds_nul(item)),
-            _ => false,
-        }
-    }
     arguments
         .iter()
         .find(|(name, value)| name.contains('\0') || holds_nul(value))
         .map(|(name, _)| name.replace('\0', "\\u0000"))
+}
+
+/// Whether a value holds a NUL at any depth, in a text or an object's key.
+fn holds_nul(value: &Value) -> bool {
+    match value {
+        Value::String(text) => text.contains('\0'),
+        Value::Array(items) => items.iter().any(holds_nul),
+        Value::Object(map) => map
+            .iter()
+            .any(|(key, item)| key.contains('\0') || holds_nul(item)),
+        _ => false,
+    }
 }
 
 /// Stores an approval request for exactly these values (secrets left out: they are
@@ -536,9 +538,7 @@ fn with_server_defaults(
         .server_defaults()
         .into_iter()
         .filter(|(name, _)| !values.contains_key(name) && !model_arguments.contains_key(name))
-        .filter(|(name, default)| {
-            argument_with_nul(&Map::from_iter([(name.clone(), default.clone())])).is_none()
-        })
+        .filter(|(name, default)| !name.contains('\0') && !holds_nul(default))
         .take(MOST_DEFAULTS)
         .collect();
     if defaults.is_empty() {

@@ -212,16 +212,6 @@ pub(super) async fn drive(
         };
 
         reply.screen();
-        let earlier_ids = inputs
-            .history
-            .iter()
-            .flat_map(|message| message.content.iter())
-            .filter_map(|block| match block {
-                ContentBlock::ToolCall { id, .. } => Some(id.as_str()),
-                _ => None,
-            })
-            .collect();
-        reply.renew_reused_ids(&earlier_ids);
         let mut content = Vec::new();
         if !reply.text.is_empty() {
             content.push(ContentBlock::Text {
@@ -238,12 +228,23 @@ pub(super) async fn drive(
         // The answer's transaction; it tells whether the run is done (no tool calls).
         let written = async {
             let mut tx = db::begin_as_user(&runner.executor.pool, user_id).await?;
-            // A request's id is the user's, once, across conversations: an id another
-            // conversation's card carries is renewed too, or the call would be refused.
+            // An id an earlier call of the conversation had is renewed; so is one a card
+            // in another conversation carries (a request's id is the user's, once), or
+            // the call would be refused.
             if !reply.tool_calls.is_empty() {
                 let ids: Vec<String> = reply.tool_calls.iter().map(|c| c.id.clone()).collect();
                 let in_use = input_requests::ids_in_use(&mut tx, user_id, &ids).await?;
-                reply.renew_reused_ids(&in_use.iter().map(String::as_str).collect());
+                let earlier = inputs
+                    .history
+                    .iter()
+                    .flat_map(|message| message.content.iter())
+                    .filter_map(|block| match block {
+                        ContentBlock::ToolCall { id, .. } => Some(id.as_str()),
+                        _ => None,
+                    })
+                    .chain(in_use.iter().map(String::as_str))
+                    .collect();
+                reply.renew_reused_ids(&earlier);
             }
             content.extend(reply.tool_calls.iter().map(|call| ContentBlock::ToolCall {
                 id: call.id.clone(),
