@@ -889,6 +889,13 @@ impl TestServer {
         .await
     }
 
+    /// Posts a message that must start a run (202 Accepted): the run's id.
+    pub async fn start_run(&self, token: &str, conversation: &str, content: Value) -> String {
+        let (status, body) = self.post_message(token, conversation, content).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+        body["run_id"].as_str().expect("run id").to_owned()
+    }
+
     pub async fn messages(&self, token: &str, conversation: &str) -> Vec<Value> {
         let (_, body) = self
             .send(

@@ -126,24 +126,18 @@ fn system_blocks(request: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-async fn start(server: &TestServer, token: &str, conversation: &str, text: Value) -> String {
-    let (status, body) = server.post_message(token, conversation, text).await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
-    body["run_id"].as_str().expect("run id").to_owned()
-}
-
 /// A user, their conversation, and a run asking for the P&L that now waits for the
 /// company id.
 async fn waiting_pl_run(server: &TestServer, prefix: &str) -> (String, String, String) {
     let (_, token) = server.new_user(prefix).await;
     let conversation = server.new_conversation(&token).await;
-    let run = start(
-        server,
-        &token,
-        &conversation,
-        json!("Get my P&L report for Q1 2025"),
-    )
-    .await;
+    let run = server
+        .start_run(
+            &token,
+            &conversation,
+            json!("Get my P&L report for Q1 2025"),
+        )
+        .await;
     server
         .run_reaches(&token, &conversation, &run, &["waiting_for_input"])
         .await;
@@ -187,13 +181,13 @@ async fn offline_model_carries_the_seed_demo_over_http_and_sse() {
     let server = offline_server(&[]).await;
     let (_, token) = server.new_user("demo").await;
     let conversation = server.new_conversation(&token).await;
-    let run = start(
-        &server,
-        &token,
-        &conversation,
-        json!("Get my P&L report for Q1 2025"),
-    )
-    .await;
+    let run = server
+        .start_run(
+            &token,
+            &conversation,
+            json!("Get my P&L report for Q1 2025"),
+        )
+        .await;
     let events = server
         .events_until(&token, &conversation, 0, Duration::from_secs(20), |e| {
             e["type"] == "input_requested"
@@ -236,13 +230,13 @@ async fn offline_model_carries_the_seed_demo_over_http_and_sse() {
     assert!(text.contains("net income $"), "{text}");
 
     // Asking again in the same conversation uses the remembered company id.
-    let again = start(
-        &server,
-        &token,
-        &conversation,
-        json!("Get my P&L report for Q2 2025"),
-    )
-    .await;
+    let again = server
+        .start_run(
+            &token,
+            &conversation,
+            json!("Get my P&L report for Q2 2025"),
+        )
+        .await;
     let done = server.run_finished(&token, &conversation, &again).await;
     assert_eq!(done["status"], "completed");
     assert!(pending(&server, &token, &conversation).await.is_empty());
@@ -298,13 +292,13 @@ async fn an_expired_request_resumes_the_run_with_that_news() {
     let server = offline_server(&[("TOOLGATE_INPUT_TTL", "1s")]).await;
     let (_, token) = server.new_user("expiry").await;
     let conversation = server.new_conversation(&token).await;
-    let run = start(
-        &server,
-        &token,
-        &conversation,
-        json!("Get my P&L report for Q1 2025"),
-    )
-    .await;
+    let run = server
+        .start_run(
+            &token,
+            &conversation,
+            json!("Get my P&L report for Q1 2025"),
+        )
+        .await;
     let done = server.run_finished(&token, &conversation, &run).await;
     assert_eq!(done["status"], "completed", "{done}\n{}", server.logs());
     let messages = server.messages(&token, &conversation).await;
@@ -321,13 +315,13 @@ async fn a_waiting_run_resumes_after_a_server_restart() {
     let mut first = offline_server_on(port, ServerOptions::default(), &[]).await;
     let (user, token) = first.new_user("restart").await;
     let conversation = first.new_conversation(&token).await;
-    let run = start(
-        &first,
-        &token,
-        &conversation,
-        json!("Get my P&L report for Q1 2025"),
-    )
-    .await;
+    let run = first
+        .start_run(
+            &token,
+            &conversation,
+            json!("Get my P&L report for Q1 2025"),
+        )
+        .await;
     first
         .run_reaches(&token, &conversation, &run, &["waiting_for_input"])
         .await;
@@ -357,7 +351,9 @@ async fn a_run_whose_server_died_mid_step_is_marked_failed() {
     let mut server = setup.server;
     let (user, token) = server.new_user("crash").await;
     let conversation = server.new_conversation(&token).await;
-    let run = start(&server, &token, &conversation, json!("hello")).await;
+    let run = server
+        .start_run(&token, &conversation, json!("hello"))
+        .await;
     // Wait until the model call is under way, then kill the server without warning.
     for _ in 0..100 {
         if !setup.llm.requests().is_empty() {
@@ -406,7 +402,9 @@ async fn the_mock_endpoint_flow_suspends_resumes_and_sees_the_original_request_o
     let (user, token) = server.new_user("mock").await;
     let conversation = server.new_conversation(&token).await;
     let question = "How did Q1 2025 go for us?";
-    let run = start(server, &token, &conversation, json!(question)).await;
+    let run = server
+        .start_run(&token, &conversation, json!(question))
+        .await;
     server
         .run_reaches(&token, &conversation, &run, &["waiting_for_input"])
         .await;
@@ -479,7 +477,7 @@ async fn system_sections_are_separate_blocks_and_the_users_message_is_untouched(
         "I will remember: I prefer metric units"
     );
     let text = "  What is the weather like?  ";
-    let run = start(server, &token, &conversation, json!(text)).await;
+    let run = server.start_run(&token, &conversation, json!(text)).await;
     server.run_finished(&token, &conversation, &run).await;
     let request = &setup.llm.requests()[0];
     let blocks = system_blocks(request);
@@ -529,7 +527,9 @@ async fn a_tool_call_id_given_twice_in_one_reply_runs_neither_call() {
     let server = &setup.server;
     let (_, token) = server.new_user("same-id").await;
     let conversation = server.new_conversation(&token).await;
-    let run = start(server, &token, &conversation, json!("Q1 and Q2")).await;
+    let run = server
+        .start_run(&token, &conversation, json!("Q1 and Q2"))
+        .await;
     let done = server.run_finished(&token, &conversation, &run).await;
     assert_eq!(done["status"], "completed", "{done}\n{}", server.logs());
     let (status, pending) = server
@@ -568,7 +568,9 @@ async fn an_older_call_with_the_same_key_and_its_result_are_dropped() {
     // The realm id comes from the user (remembered for the conversation), never from the
     // model's arguments.
     remember_realm(server, &token, &conversation).await;
-    let run = start(server, &token, &conversation, json!("Q1 report twice")).await;
+    let run = server
+        .start_run(&token, &conversation, json!("Q1 report twice"))
+        .await;
     assert_eq!(
         server.run_finished(&token, &conversation, &run).await["status"],
         "completed"
@@ -604,24 +606,26 @@ async fn images_route_to_the_vision_model_and_become_stubs_once_answered() {
     let (_, token) = server.new_user("images").await;
     let conversation = server.new_conversation(&token).await;
     let image = "data:image/png;base64,iVBORw0KGgo=";
-    let run = start(
-        server,
-        &token,
-        &conversation,
-        json!([
+    let run = server
+        .start_run(
+            &token,
+            &conversation,
+            json!([
         {"type": "text", "text": "What is in this picture?"}, {"type": "image", "url": image}]),
-    )
-    .await;
+        )
+        .await;
     server.run_finished(&token, &conversation, &run).await;
-    let run = start(server, &token, &conversation, json!("Thanks. And now?")).await;
+    let run = server
+        .start_run(&token, &conversation, json!("Thanks. And now?"))
+        .await;
     server.run_finished(&token, &conversation, &run).await;
-    let run = start(
-        server,
-        &token,
-        &conversation,
-        json!(format!("Long one: {}", "lorem ipsum ".repeat(300))),
-    )
-    .await;
+    let run = server
+        .start_run(
+            &token,
+            &conversation,
+            json!(format!("Long one: {}", "lorem ipsum ".repeat(300))),
+        )
+        .await;
     server.run_finished(&token, &conversation, &run).await;
 
     let requests = setup.llm.requests();
@@ -646,7 +650,7 @@ async fn completed_run(
 ) -> (String, String, Vec<Value>) {
     let (_, token) = server.new_user(prefix).await;
     let conversation = server.new_conversation(&token).await;
-    let run = start(server, &token, &conversation, json!(text)).await;
+    let run = server.start_run(&token, &conversation, json!(text)).await;
     let done = server.run_finished(&token, &conversation, &run).await;
     assert_eq!(done["status"], "completed", "{done}\n{}", server.logs());
     let messages = server.messages(&token, &conversation).await;
@@ -678,9 +682,11 @@ async fn summarisation_replaces_old_turns_and_keeps_tool_pairs_whole() {
     let (_, token) = server.new_user("summary").await;
     let conversation = server.new_conversation(&token).await;
     let first = format!("add one and one, {}", "with some context ".repeat(80));
-    let run = start(server, &token, &conversation, json!(first)).await;
+    let run = server.start_run(&token, &conversation, json!(first)).await;
     server.run_finished(&token, &conversation, &run).await;
-    let run = start(server, &token, &conversation, json!("now two and two")).await;
+    let run = server
+        .start_run(&token, &conversation, json!("now two and two"))
+        .await;
     assert_eq!(
         server.run_finished(&token, &conversation, &run).await["status"],
         "completed"
@@ -759,10 +765,10 @@ async fn context_pipeline_commands_change_what_the_next_call_receives() {
     };
     let summaries = || setup.llm.requests().len() - chats().len();
     // The first request is pinned (never summarised); the filler comes after it.
-    let run = start(server, &token, &conversation, json!("Hi.")).await;
+    let run = server.start_run(&token, &conversation, json!("Hi.")).await;
     server.run_finished(&token, &conversation, &run).await;
     let filler = "background story about sailing boats ".repeat(100);
-    let run = start(server, &token, &conversation, json!(filler)).await;
+    let run = server.start_run(&token, &conversation, json!(filler)).await;
     server.run_finished(&token, &conversation, &run).await;
 
     let (status, shown) = server
@@ -778,7 +784,9 @@ async fn context_pipeline_commands_change_what_the_next_call_receives() {
         "{shown}"
     );
 
-    let run = start(server, &token, &conversation, json!("What about invoices?")).await;
+    let run = server
+        .start_run(&token, &conversation, json!("What about invoices?"))
+        .await;
     server.run_finished(&token, &conversation, &run).await;
     assert!(chats()[2]["messages"].to_string().contains("sailing boats"));
     assert_eq!(summaries(), 0, "under the threshold nothing is summarised");
@@ -798,13 +806,9 @@ async fn context_pipeline_commands_change_what_the_next_call_receives() {
         .to_owned();
     assert!(changed.contains("token_budget=500"), "{changed}");
     assert!(changed.contains("Past 500 tokens"), "{changed}");
-    let run = start(
-        server,
-        &token,
-        &conversation,
-        json!("What about invoices now?"),
-    )
-    .await;
+    let run = server
+        .start_run(&token, &conversation, json!("What about invoices now?"))
+        .await;
     server.run_finished(&token, &conversation, &run).await;
     assert_eq!(summaries(), 1, "the budget asked for a summary");
     let summarised = setup
@@ -860,13 +864,9 @@ async fn context_pipeline_commands_change_what_the_next_call_receives() {
             .contains("Not in the pipeline: filter")
     );
     // Without the filter's budget the summary stays: what it holds does not come back.
-    let run = start(
-        server,
-        &token,
-        &conversation,
-        json!("And without the filter?"),
-    )
-    .await;
+    let run = server
+        .start_run(&token, &conversation, json!("And without the filter?"))
+        .await;
     server.run_finished(&token, &conversation, &run).await;
     let fourth = chats()[4]["messages"].to_string();
     assert!(!fourth.contains("sailing boats"));
@@ -884,7 +884,10 @@ async fn provider_errors_end_the_run_cleanly() {
         let setup = with_mock_model(vec![reply], &[]).await;
         let (_, token) = setup.server.new_user("errors").await;
         let conversation = setup.server.new_conversation(&token).await;
-        let run = start(&setup.server, &token, &conversation, json!("hello")).await;
+        let run = setup
+            .server
+            .start_run(&token, &conversation, json!("hello"))
+            .await;
         let failed = setup.server.run_finished(&token, &conversation, &run).await;
         assert_eq!(failed["status"], "failed");
         let error = failed["error"].as_str().unwrap_or_default();
@@ -897,7 +900,10 @@ async fn provider_errors_end_the_run_cleanly() {
     let setup = with_mock_model(always, &[]).await;
     let (_, token) = setup.server.new_user("errors").await;
     let conversation = setup.server.new_conversation(&token).await;
-    let run = start(&setup.server, &token, &conversation, json!("hello")).await;
+    let run = setup
+        .server
+        .start_run(&token, &conversation, json!("hello"))
+        .await;
     let failed = setup.server.run_finished(&token, &conversation, &run).await;
     assert_eq!(failed["status"], "failed");
     assert!(
@@ -913,7 +919,10 @@ async fn provider_errors_end_the_run_cleanly() {
     .await;
     let (_, token) = setup.server.new_user("errors").await;
     let conversation = setup.server.new_conversation(&token).await;
-    let run = start(&setup.server, &token, &conversation, json!("hello")).await;
+    let run = setup
+        .server
+        .start_run(&token, &conversation, json!("hello"))
+        .await;
     assert_eq!(
         setup.server.run_finished(&token, &conversation, &run).await["status"],
         "completed"
@@ -926,7 +935,9 @@ async fn provider_errors_end_the_run_cleanly() {
     .await;
     let (_, token) = server.new_user("errors").await;
     let conversation = server.new_conversation(&token).await;
-    let run = start(&server, &token, &conversation, json!("hello")).await;
+    let run = server
+        .start_run(&token, &conversation, json!("hello"))
+        .await;
     let failed = server.run_finished(&token, &conversation, &run).await;
     assert!(
         failed["error"]
@@ -943,7 +954,9 @@ async fn the_event_stream_replays_and_checks_its_token() {
     let server = offline_server(&[]).await;
     let (_, token) = server.new_user("stream").await;
     let conversation = server.new_conversation(&token).await;
-    let run = start(&server, &token, &conversation, json!("what is 6 * 7?")).await;
+    let run = server
+        .start_run(&token, &conversation, json!("what is 6 * 7?"))
+        .await;
     server.run_finished(&token, &conversation, &run).await;
     let all = server
         .events_until(&token, &conversation, 0, Duration::from_secs(10), |e| {
@@ -1075,7 +1088,9 @@ async fn tools_get_the_original_request_also_on_later_steps() {
     let (_, token) = server.new_user("context").await;
     let conversation = server.new_conversation(&token).await;
     let question = "Work out 2*21 and tell the team";
-    let run = start(server, &token, &conversation, json!(question)).await;
+    let run = server
+        .start_run(&token, &conversation, json!(question))
+        .await;
     assert_eq!(
         server.run_finished(&token, &conversation, &run).await["status"],
         "completed"
@@ -1111,13 +1126,9 @@ async fn skills_are_listed_and_read_on_demand() {
     let server = &setup.server;
     let (_, token) = server.new_user("skills").await;
     let conversation = server.new_conversation(&token).await;
-    let run = start(
-        server,
-        &token,
-        &conversation,
-        json!("How do I chase an invoice?"),
-    )
-    .await;
+    let run = server
+        .start_run(&token, &conversation, json!("How do I chase an invoice?"))
+        .await;
     assert_eq!(
         server.run_finished(&token, &conversation, &run).await["status"],
         "completed"
@@ -1218,7 +1229,9 @@ async fn the_last_streamed_text_is_written_in_the_answers_transaction() {
     let server = offline_server(&[]).await;
     let (_, token) = server.new_user("last-delta").await;
     let conversation = server.new_conversation(&token).await;
-    let run = start(&server, &token, &conversation, json!("hello there")).await;
+    let run = server
+        .start_run(&token, &conversation, json!("hello there"))
+        .await;
     let done = server.run_finished(&token, &conversation, &run).await;
     assert_eq!(done["status"], "completed", "{done}");
 
@@ -1286,7 +1299,9 @@ async fn a_nul_in_a_models_tool_call_is_a_failed_call_not_a_failed_run() {
     );
 
     // In the text, the NUL is kept as a stand-in and the answer stands.
-    let run = start(server, &token, &conversation, json!("and now?")).await;
+    let run = server
+        .start_run(&token, &conversation, json!("and now?"))
+        .await;
     let done = server.run_finished(&token, &conversation, &run).await;
     assert_eq!(done["status"], "completed", "{done}");
     let messages = server.messages(&token, &conversation).await;
@@ -1319,7 +1334,9 @@ async fn a_call_that_cannot_stand_is_refused_and_the_run_goes_on() {
     let server = &setup.server;
     let (_, token) = server.new_user("cannot-stand").await;
     let conversation = server.new_conversation(&token).await;
-    let run = start(server, &token, &conversation, json!("three tries")).await;
+    let run = server
+        .start_run(&token, &conversation, json!("three tries"))
+        .await;
     let done = server.run_finished(&token, &conversation, &run).await;
     assert_eq!(done["status"], "completed", "{done}\n{}", server.logs());
     assert!(pending(server, &token, &conversation).await.is_empty());
@@ -1359,9 +1376,11 @@ async fn a_nul_in_a_models_summary_is_stored_as_a_stand_in_and_the_run_goes_on()
     let (_, token) = server.new_user("nul-summary").await;
     let conversation = server.new_conversation(&token).await;
     let first = format!("tell me, {}", "with some context ".repeat(80));
-    let run = start(server, &token, &conversation, json!(first)).await;
+    let run = server.start_run(&token, &conversation, json!(first)).await;
     server.run_finished(&token, &conversation, &run).await;
-    let run = start(server, &token, &conversation, json!("and again")).await;
+    let run = server
+        .start_run(&token, &conversation, json!("and again"))
+        .await;
     let done = server.run_finished(&token, &conversation, &run).await;
     assert_eq!(done["status"], "completed", "{done}\n{}", server.logs());
     let last = setup.llm.requests().last().cloned().unwrap_or_default();
@@ -1432,7 +1451,9 @@ async fn a_call_reusing_an_earlier_calls_id_gets_one_of_its_own() {
     let server = &setup.server;
     let (_, token) = server.new_user("reused-id").await;
     let conversation = server.new_conversation(&token).await;
-    let run = start(server, &token, &conversation, json!("add twice")).await;
+    let run = server
+        .start_run(&token, &conversation, json!("add twice"))
+        .await;
     let done = server.run_finished(&token, &conversation, &run).await;
     assert_eq!(done["status"], "completed", "{done}");
     let messages = server.messages(&token, &conversation).await;
@@ -1529,7 +1550,9 @@ async fn a_call_reusing_the_id_of_a_card_in_another_conversation_gets_its_own_ca
     let mut cards = Vec::new();
     for _ in 0..2 {
         let conversation = server.new_conversation(&token).await;
-        let run = start(server, &token, &conversation, json!("my P&L")).await;
+        let run = server
+            .start_run(&token, &conversation, json!("my P&L"))
+            .await;
         let waiting = server
             .run_reaches(
                 &token,

@@ -434,11 +434,9 @@ async fn assert_card_abandoned(
 
 async fn run_until_card(server: &TestServer, token: &str) -> (String, String, Value) {
     let conversation = server.new_conversation(token).await;
-    let (status, started) = server
-        .post_message(token, &conversation, json!("Ask me everything"))
+    let run = server
+        .start_run(token, &conversation, json!("Ask me everything"))
         .await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{started}");
-    let run = started["run_id"].as_str().expect("run").to_owned();
     let events = server
         .events_until(token, &conversation, 0, Duration::from_secs(30), |e| {
             e["type"] == "input_requested"
@@ -561,11 +559,9 @@ async fn a_run_waits_for_every_answered_calls_result_not_only_the_last() {
     let (_, token) = server.new_user("mcp-two-answers").await;
     tools_when_settled(server, &token, &["t", "u"]).await;
     let conversation = server.new_conversation(&token).await;
-    let (status, started) = server
-        .post_message(&token, &conversation, json!("Ask me twice"))
+    let run = server
+        .start_run(&token, &conversation, json!("Ask me twice"))
         .await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{started}");
-    let run = started["run_id"].as_str().expect("run").to_owned();
     let mut cards = Vec::new();
     for call in ["call_slow_ask", "call_quick_ask"] {
         let events = server
@@ -650,11 +646,9 @@ impl MidCall {
         let (user, token) = server.new_user(prefix).await;
         tools_when_settled(&server, &token, &["t"]).await;
         let conversation = server.new_conversation(&token).await;
-        let (status, started) = server
-            .post_message(&token, &conversation, json!("take your time"))
+        let run = server
+            .start_run(&token, &conversation, json!("take your time"))
             .await;
-        assert_eq!(status, StatusCode::ACCEPTED, "{started}");
-        let run = started["run_id"].as_str().expect("run").to_owned();
         server
             .events_until(&token, &conversation, 0, Duration::from_secs(30), |e| {
                 e["type"] == "tool_call_started"
@@ -1693,11 +1687,9 @@ async fn an_overlays_key_argument_drops_the_older_call_of_an_mcp_tool_from_the_c
     let (_, token) = server.new_user("mcp-key").await;
     tools_when_settled(server, &token, &["t"]).await;
     let conversation = server.new_conversation(&token).await;
-    let (status, started) = server
-        .post_message(&token, &conversation, json!("Echo the draft twice"))
+    let run = server
+        .start_run(&token, &conversation, json!("Echo the draft twice"))
         .await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{started}");
-    let run = started["run_id"].as_str().expect("run").to_owned();
     let done = server.run_finished(&token, &conversation, &run).await;
     assert_eq!(done["status"], "completed", "{done}");
     let requests = llm.requests();

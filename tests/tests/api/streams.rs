@@ -372,11 +372,9 @@ async fn sigterm_mid_step_lets_the_step_finish_and_another_server_goes_on_with_t
     let mut first = TestServer::start_with(mock_model_options(&llm)).await;
     let (_, token) = first.new_user("handover").await;
     let conversation = first.new_conversation(&token).await;
-    let (status, started) = first
-        .post_message(&token, &conversation, json!("What is 20 + 22?"))
+    let run_id = first
+        .start_run(&token, &conversation, json!("What is 20 + 22?"))
         .await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{started}");
-    let run_id = started["run_id"].as_str().expect("run id").to_owned();
     wait_for_model_call(&llm, 1).await;
     let exit = first.terminate().await.expect("stops");
     assert!(exit.success(), "{exit}\n{}", first.logs());
@@ -423,15 +421,13 @@ async fn a_run_still_mid_step_when_the_grace_period_ends_is_failed_and_its_user_
         TestServer::start_with(mock_model_options(&llm).env("TOOLGATE_SHUTDOWN_GRACE", "1s")).await;
     let (_, token) = server.new_user("grace").await;
     let conversation = server.new_conversation(&token).await;
-    let (status, started) = server
-        .post_message(
+    let run_id = server
+        .start_run(
             &token,
             &conversation,
             json!("Think about it for a long time"),
         )
         .await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{started}");
-    let run_id = started["run_id"].as_str().expect("run id").to_owned();
     wait_for_model_call(&llm, 1).await;
     server
         .terminate()
