@@ -213,13 +213,7 @@ async fn a_message_gets_an_answer_and_the_run_completes() {
 #[tokio::test]
 async fn a_run_past_its_step_limit_fails_with_words_its_user_may_read() {
     let h = harness(|config| config.max_steps = 1).await;
-    let conversation = h.conversation("ann").await;
-    let run_id = h.say("ann", conversation, "Look up my account").await;
-    assert_eq!(
-        h.settled("ann", run_id).await.status(),
-        RunStatus::WaitingForInput
-    );
-    let card = h.first_card("ann", conversation).await;
+    let (conversation, run_id, card) = h.waiting_on_a_card().await;
 
     // Its one step was the tool call; the answer would need a second.
     h.decline("ann", &card.tool_call_id).await;
