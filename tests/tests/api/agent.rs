@@ -525,13 +525,7 @@ async fn a_tool_call_id_given_twice_in_one_reply_runs_neither_call() {
     ];
     let setup = with_mock_model(script, &[]).await;
     let server = &setup.server;
-    let (_, token) = server.new_user("same-id").await;
-    let conversation = server.new_conversation(&token).await;
-    let run = server
-        .start_run(&token, &conversation, json!("Q1 and Q2"))
-        .await;
-    let done = server.run_finished(&token, &conversation, &run).await;
-    assert_eq!(done["status"], "completed", "{done}\n{}", server.logs());
+    let (token, conversation, _) = completed_run(server, "same-id", "Q1 and Q2").await;
     let (status, pending) = server
         .action(
             &token,
@@ -1332,13 +1326,7 @@ async fn a_call_that_cannot_stand_is_refused_and_the_run_goes_on() {
     ];
     let setup = with_mock_model(script, &[]).await;
     let server = &setup.server;
-    let (_, token) = server.new_user("cannot-stand").await;
-    let conversation = server.new_conversation(&token).await;
-    let run = server
-        .start_run(&token, &conversation, json!("three tries"))
-        .await;
-    let done = server.run_finished(&token, &conversation, &run).await;
-    assert_eq!(done["status"], "completed", "{done}\n{}", server.logs());
+    let (token, conversation, _) = completed_run(server, "cannot-stand", "three tries").await;
     assert!(pending(server, &token, &conversation).await.is_empty());
     assert!(setup.api.received().is_empty(), "nothing ran");
 
@@ -1449,14 +1437,7 @@ async fn a_call_reusing_an_earlier_calls_id_gets_one_of_its_own() {
     ];
     let setup = with_mock_model(script, &[]).await;
     let server = &setup.server;
-    let (_, token) = server.new_user("reused-id").await;
-    let conversation = server.new_conversation(&token).await;
-    let run = server
-        .start_run(&token, &conversation, json!("add twice"))
-        .await;
-    let done = server.run_finished(&token, &conversation, &run).await;
-    assert_eq!(done["status"], "completed", "{done}");
-    let messages = server.messages(&token, &conversation).await;
+    let (_, _, messages) = completed_run(server, "reused-id", "add twice").await;
     let calls: Vec<Value> = messages
         .iter()
         .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
