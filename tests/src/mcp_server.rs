@@ -209,6 +209,8 @@ impl TestTools {
                     "include_shared": {"type": "boolean", "default": true},
                     // Breaks its own schema: toolgate leaves it to the server.
                     "batch": {"type": "integer", "default": "all"},
+                    // Holds a NUL, which cannot be stored: left to the server too.
+                    "note": {"type": "string", "default": "a\u{0}b"},
                     "label": {"type": "string"}
                 }),
             )
