@@ -838,6 +838,66 @@ url = "https://api.example.com/note/{to}"
         );
     }
 
+    /// An MCP tool whose input schema has `count` optional integer arguments, each with
+    /// a default; `odd_ones_break` gives every odd one a default its own schema refuses.
+    fn tool_with_defaults(count: usize, odd_ones_break: bool) -> Tool {
+        let properties: Map<String, Value> = (0..count)
+            .map(|i| {
+                let default = if odd_ones_break && i % 2 == 1 {
+                    json!("not a number")
+                } else {
+                    json!(i)
+                };
+                (
+                    format!("option_{i:03}"),
+                    json!({"type": "integer", "default": default}),
+                )
+            })
+            .collect();
+        Tool::assemble(crate::tools::registry::ToolParts {
+            name: "t__many".into(),
+            description: "Takes many options".into(),
+            parameters: json!({"type": "object", "properties": properties}),
+            input_spec: None,
+            enabled: true,
+            key_argument: None,
+            approval: None,
+            origin: crate::tools::registry::ToolOrigin::Mcp { server: "t".into() },
+            runner: Runner::Mcp(McpTarget {
+                server: "t".into(),
+                remote_name: "many".into(),
+            }),
+        })
+        .expect("tool")
+    }
+
+    /// A server that declares defaults without end cannot make one call check its
+    /// schema without end, nor grow the approval card past what a person reads.
+    #[test]
+    fn at_most_so_many_server_defaults_are_written_out() {
+        let tool = tool_with_defaults(MOST_DEFAULTS * 3, false);
+        let written = with_server_defaults(&tool, Map::new(), Map::new());
+        assert_eq!(written.len(), MOST_DEFAULTS);
+        // The model's own arguments are never replaced, and do not count.
+        let model = json!({"option_000": 7})
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        let written = with_server_defaults(&tool, model.clone(), model);
+        assert_eq!(written.get("option_000"), Some(&json!(7)));
+        assert_eq!(written.len(), MOST_DEFAULTS + 1);
+    }
+
+    /// Defaults that break the server's own schema stay with the server; the ones
+    /// that fit are still written out.
+    #[test]
+    fn a_default_that_breaks_the_schema_is_left_to_the_server() {
+        let tool = tool_with_defaults(6, true);
+        let written = with_server_defaults(&tool, Map::new(), Map::new());
+        let names: Vec<&str> = written.keys().map(String::as_str).collect();
+        assert_eq!(names, ["option_000", "option_002", "option_004"]);
+    }
+
     #[tokio::test]
     async fn a_tool_runs_and_its_call_is_logged_for_its_user() {
         let fx = fixture().await;
