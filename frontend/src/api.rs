@@ -184,9 +184,21 @@ pub async fn conversation_detail(token: &str, id: Uuid) -> ApiResult<Conversatio
     call("GET", &path, Some(token), None).await
 }
 
+/// Every message of the conversation, read a page at a time.
 pub async fn list_messages(token: &str, id: Uuid) -> ApiResult<MessageList> {
-    let path = format!("/api/conversations/{id}/messages");
-    call("GET", &path, Some(token), None).await
+    let mut path = format!("/api/conversations/{id}/messages");
+    let mut all: MessageList = call("GET", &path, Some(token), None).await?;
+    while let Some(after) = all.next_after_seq.take() {
+        path = format!("/api/conversations/{id}/messages?after_seq={after}");
+        let page: MessageList = call("GET", &path, Some(token), None).await?;
+        // A page that does not move on would ask for ever.
+        if page.messages.first().is_none_or(|first| first.seq <= after) {
+            break;
+        }
+        all.messages.extend(page.messages);
+        all.next_after_seq = page.next_after_seq;
+    }
+    Ok(all)
 }
 
 pub async fn post_message(token: &str, id: Uuid, text: &str) -> ApiResult<PostMessageResponse> {

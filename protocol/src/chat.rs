@@ -167,7 +167,12 @@ impl Message {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MessageList {
+    /// One page of the messages, in order.
     pub messages: Vec<Message>,
+    /// More messages may follow: ask again with `after_seq` set to this (the last
+    /// message's `seq`). Absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_after_seq: Option<i32>,
 }
 
 /// What the user posts: plain text, or content parts (text and images).

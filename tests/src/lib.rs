@@ -896,16 +896,18 @@ impl TestServer {
         body["run_id"].as_str().expect("run id").to_owned()
     }
 
+    /// Every message of the conversation, read a page at a time.
     pub async fn messages(&self, token: &str, conversation: &str) -> Vec<Value> {
-        let (_, body) = self
-            .send(
-                "GET",
-                &format!("/api/conversations/{conversation}/messages"),
-                Some(token),
-                None,
-            )
-            .await;
-        body["messages"].as_array().cloned().unwrap_or_default()
+        let mut all = Vec::new();
+        let mut path = format!("/api/conversations/{conversation}/messages");
+        loop {
+            let (_, body) = self.send("GET", &path, Some(token), None).await;
+            all.extend(body["messages"].as_array().cloned().unwrap_or_default());
+            let Some(after) = body["next_after_seq"].as_i64() else {
+                return all;
+            };
+            path = format!("/api/conversations/{conversation}/messages?after_seq={after}");
+        }
     }
 
     /// Reads the conversation's event stream from `after` until `done` accepts an

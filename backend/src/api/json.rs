@@ -9,6 +9,7 @@ use axum::http::{HeaderMap, StatusCode};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::agent::model::MAX_ARGUMENT_DEPTH;
 use crate::error::{Error, FieldErrors};
 use crate::state::AppState;
 
@@ -97,6 +98,11 @@ fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Error> {
     if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
         return Err(Error::bad_request("the request body must be a JSON object"));
     }
+    if nesting(bytes) > MAX_BODY_DEPTH {
+        return Err(Error::bad_request(format!(
+            "the request body nests deeper than {MAX_BODY_DEPTH} levels"
+        )));
+    }
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
     let parsed = serde_path_to_error::deserialize(&mut deserializer).map_err(|err| {
         let path = err.path().to_string();
@@ -112,6 +118,42 @@ fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Error> {
         .end()
         .map_err(|err| Error::bad_request(format!("the request body is not valid JSON: {err}")))?;
     Ok(parsed)
+}
+
+/// How deep a body may nest: a tool's arguments one level down may nest as deep as a
+/// model's may ([`MAX_ARGUMENT_DEPTH`]). What a caller sends is stored and sent on
+/// inside other JSON (a request, its events, the call's log); deeper, it could be
+/// stored and then never read back (serde_json stops at 128 levels), and every stream
+/// of the conversation would stall on it.
+const MAX_BODY_DEPTH: usize = MAX_ARGUMENT_DEPTH + 1;
+
+/// How deep the arrays and objects of a JSON text nest, read from its bytes so that a
+/// body too deep is refused before anything is built from it. Exact for valid JSON;
+/// for invalid JSON, whatever it says, the parser refuses the body next.
+fn nesting(bytes: &[u8]) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for &byte in bytes {
+        if in_string {
+            match byte {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
 }
 
 /// Reads parameters out of an already parsed JSON value, naming the bad path on error.
@@ -180,6 +222,37 @@ mod tests {
     struct Titled {
         #[allow(dead_code)]
         title: String,
+    }
+
+    #[test]
+    fn nesting_counts_arrays_and_objects_but_not_brackets_in_strings() {
+        assert_eq!(nesting(b"{}"), 1);
+        assert_eq!(nesting(br#"{"a": [1, {"b": [[]]}], "c": {}}"#), 5);
+        assert_eq!(nesting(br#"{"a": "[[[{{{", "b": "\"[[", "c": "\\"}"#), 1);
+        assert_eq!(nesting(br#"{"a": "\\\"{{", "b": [[]]}"#), 3);
+    }
+
+    /// A body nested as deep as serde_json still reads (127 levels) would be stored
+    /// and then wrapped deeper, past what can be read back: it is refused whole.
+    #[test]
+    fn a_body_nested_too_deep_is_refused_before_it_is_read() {
+        let body = |levels: usize| {
+            format!(
+                r#"{{"title": "a", "extra": {}1{}}}"#,
+                "[".repeat(levels - 1),
+                "]".repeat(levels - 1)
+            )
+        };
+        assert_eq!(nesting(body(MAX_BODY_DEPTH).as_bytes()), MAX_BODY_DEPTH);
+        assert!(parse::<Titled>(body(MAX_BODY_DEPTH).as_bytes()).is_ok());
+        for levels in [MAX_BODY_DEPTH + 1, 127] {
+            match parse::<Titled>(body(levels).as_bytes()) {
+                Err(Error::BadRequest { message, .. }) => {
+                    assert!(message.contains("nests deeper"), "{message}")
+                }
+                other => panic!("{levels} levels: {other:?}"),
+            }
+        }
     }
 
     #[test]

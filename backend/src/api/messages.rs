@@ -1,13 +1,18 @@
 //! A conversation's messages: read them, post one (which starts a run, or answers a
 //! chat command at once), and the conversation with its active run.
 
+use std::net::IpAddr;
+
 use axum::Json;
-use axum::extract::State;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use protocol::chat::{
     ContentBlock, ConversationDetail, EventKind, MAX_IMAGES, MAX_PARTS, MAX_TEXT_CHARS, Message,
     MessageList, PinMessage, PostContent, PostMessage, PostMessageResponse, PostPart, Role,
 };
+use serde::Deserialize;
+use utoipa::IntoParams;
 use uuid::Uuid;
 
 use super::json::ApiJson;
@@ -18,12 +23,46 @@ use crate::db::messages::{self, NewMessage};
 use crate::db::{self, conversations, events, runs};
 use crate::error::{Error, FieldErrors, Result};
 use crate::state::AppState;
+use crate::tools::kinds::http::egress::{self, AddressClass};
 
 fn invalid(message: &str) -> Error {
     Error::unprocessable(
         "invalid message",
         FieldErrors::from([("content".to_owned(), message.to_owned())]),
     )
+}
+
+/// An image's address is handed to the model's server, which may fetch it from where
+/// it runs: an address inside that network (loopback, private, link-local, metadata)
+/// would have it fetch for the caller what the caller cannot reach. Such an address
+/// written in the URL is refused here, by the rules http tools connect by; a name is
+/// not resolved here (the model's server resolves it itself, later), so a model server
+/// that fetches images needs egress rules of its own.
+fn check_image_url(url: &str) -> std::result::Result<(), String> {
+    if url.starts_with("data:image/") {
+        return Ok(());
+    }
+    if !(url.starts_with("https://") || url.starts_with("http://")) {
+        return Err("an image must be an http(s) URL or a data:image/… URL".to_owned());
+    }
+    // Read as a browser would, so `http://2130706433/` is the 127.0.0.1 it reaches.
+    let parsed =
+        reqwest::Url::parse(url).map_err(|err| format!("the image URL is not valid: {err}"))?;
+    let host = parsed.host_str().unwrap_or_default().to_ascii_lowercase();
+    let host = host.trim_end_matches('.');
+    if host.is_empty() || host == "localhost" || host.ends_with(".localhost") {
+        return Err("an image URL must name a public host".to_owned());
+    }
+    match host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<IpAddr>()
+    {
+        Ok(ip) if egress::classify(ip) != AddressClass::Public => Err(format!(
+            "an image URL must point at a public address, not {ip}"
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// The posted content as stored blocks, checked.
@@ -59,14 +98,7 @@ fn content_blocks(content: PostContent) -> Result<Vec<ContentBlock>> {
             }
             PostPart::Image { url } => {
                 images += 1;
-                let allowed = url.starts_with("https://")
-                    || url.starts_with("http://")
-                    || url.starts_with("data:image/");
-                if !allowed {
-                    return Err(invalid(
-                        "an image must be an http(s) URL or a data:image/… URL",
-                    ));
-                }
+                check_image_url(&url).map_err(|reason| invalid(&reason))?;
                 blocks.push(ContentBlock::Image { url });
             }
         }
@@ -206,22 +238,73 @@ pub async fn pin_message(
     Ok(Json(message))
 }
 
-/// The conversation's messages in order.
+/// Messages in one page when the caller names no `limit`.
+const DEFAULT_PAGE: u32 = 100;
+/// Most messages in one page.
+const MAX_PAGE: u32 = 500;
+/// About how much content one page carries (more only when its one message is larger):
+/// a long conversation is read in pages, never held whole in memory for one answer.
+const MAX_PAGE_BYTES: usize = 4 << 20;
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct MessagePage {
+    /// Only messages after this `seq` (a page's `next_after_seq`); from the first
+    /// message when absent.
+    #[param(minimum = -2147483648_i64, maximum = 2147483647_i64)]
+    after_seq: Option<i32>,
+    /// Most messages in the page (1 to 500; 100 when absent). A page also ends after
+    /// about 4 MiB of content.
+    #[param(minimum = 1, maximum = 500)]
+    limit: Option<u32>,
+}
+
+/// The conversation's messages in order, a page at a time: ask again with
+/// `after_seq=<next_after_seq>` while the answer has `next_after_seq`.
 #[utoipa::path(get, path = "/api/conversations/{id}/messages", tag = "chat",
-    params(("id" = Uuid, Path, description = "Conversation id")), security(("bearer" = [])), responses(
-    (status = 200, body = MessageList), (status = 404, body = protocol::api::ErrorBody)))]
+    params(("id" = Uuid, Path, description = "Conversation id"), MessagePage),
+    security(("bearer" = [])), responses(
+    (status = 200, body = MessageList), (status = 400, body = protocol::api::ErrorBody),
+    (status = 404, body = protocol::api::ErrorBody),
+    (status = 422, body = protocol::api::ErrorBody)))]
 pub async fn list_messages(
     State(state): State<AppState>,
     user: AuthUser,
     ApiPath(conversation_id): ApiPath<Uuid>,
+    query: std::result::Result<Query<MessagePage>, QueryRejection>,
 ) -> Result<Json<MessageList>> {
+    let Query(query) = query.map_err(|rejection| Error::BadRequest {
+        message: format!("invalid query: {}", rejection.body_text()),
+        fields: Some(FieldErrors::from([(
+            "query".to_owned(),
+            "`after_seq` is a whole number and `limit` a whole number from 1 to 500".to_owned(),
+        )])),
+    })?;
+    let limit = query.limit.unwrap_or(DEFAULT_PAGE);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(Error::unprocessable(
+            "invalid page",
+            FieldErrors::from([("limit".to_owned(), format!("must be from 1 to {MAX_PAGE}"))]),
+        ));
+    }
     let mut tx = db::begin_as_user(&state.db, &user.user_id).await?;
     if !conversations::exists(&mut tx, conversation_id).await? {
         return Err(Error::NotFound("conversation"));
     }
-    let messages = messages::list(&mut tx, conversation_id).await?;
+    let (messages, more) = messages::page(
+        &mut tx,
+        conversation_id,
+        query.after_seq.unwrap_or(i32::MIN),
+        limit as usize,
+        MAX_PAGE_BYTES,
+    )
+    .await?;
     tx.commit().await?;
-    Ok(Json(MessageList { messages }))
+    let next_after_seq = more.then(|| messages.last().map(|m| m.seq)).flatten();
+    Ok(Json(MessageList {
+        messages,
+        next_after_seq,
+    }))
 }
 
 /// The conversation and its active run, if any.
@@ -245,4 +328,41 @@ pub async fn get_conversation(
         conversation,
         active_run,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_image_url_inside_the_model_servers_network_is_refused() {
+        for url in [
+            "http://127.0.0.1/cat.png",
+            "http://2130706433/cat.png",
+            "http://0x7f.1/cat.png",
+            "http://[::1]/cat.png",
+            "http://[::ffff:127.0.0.1]/cat.png",
+            "http://169.254.169.254/latest/meta-data/iam/",
+            "http://10.0.0.5/cat.png",
+            "https://192.168.1.1:8443/cat.png",
+            "http://0.0.0.0/",
+            "http://localhost:8080/cat.png",
+            "http://LOCALHOST./cat.png",
+            "http://metadata.localhost/",
+            "http://[fd00:ec2::254]/",
+            "http://exa mple.com/cat.png",
+            "ftp://example.com/cat.png",
+            "file:///etc/passwd",
+        ] {
+            assert!(check_image_url(url).is_err(), "{url} was accepted");
+        }
+        for url in [
+            "https://upload.wikimedia.org/cat.png",
+            "http://93.184.215.14/cat.png",
+            "https://[2606:4700::1111]/cat.png",
+            "data:image/png;base64,iVBORw0KGgo=",
+        ] {
+            assert_eq!(check_image_url(url), Ok(()), "{url}");
+        }
+    }
 }

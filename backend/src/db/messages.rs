@@ -1,6 +1,7 @@
 //! `messages`: a conversation's history, in order.
 
 use chrono::{DateTime, Utc};
+use futures::TryStreamExt;
 use protocol::chat::{ContentBlock, Message, Role};
 use sqlx::PgConnection;
 use sqlx::types::Json;
@@ -123,6 +124,55 @@ pub async fn list(conn: &mut PgConnection, conversation_id: Uuid) -> sqlx::Resul
     Ok(rows.into_iter().map(Into::into).collect())
 }
 
+/// One page of a conversation's messages: those after `after_seq`, in order, at most
+/// `limit` of them and no more than about `max_bytes` of content (at least one message,
+/// however large); and whether more may follow. Rows are read one at a time and the
+/// reading stops at the page's end, so a page holds no more in memory than it answers.
+pub async fn page(
+    conn: &mut PgConnection,
+    conversation_id: Uuid,
+    after_seq: i32,
+    limit: usize,
+    max_bytes: usize,
+) -> sqlx::Result<(Vec<Message>, bool)> {
+    let ask = i64::try_from(limit).unwrap_or(i64::MAX).saturating_add(1);
+    let mut rows = message_rows!(
+        "select",
+        "from messages where conversation_id = $1 and seq > $2 order by seq limit $3",
+        conversation_id,
+        after_seq,
+        ask,
+    )
+    .fetch(conn);
+    let (mut page, mut bytes) = (Vec::new(), 0usize);
+    while let Some(row) = rows.try_next().await? {
+        if page.len() >= limit || (!page.is_empty() && bytes >= max_bytes) {
+            return Ok((page, true));
+        }
+        bytes = bytes.saturating_add(json_size(&row.content));
+        page.push(row.into());
+    }
+    Ok((page, false))
+}
+
+/// How many bytes `value` takes as JSON, without writing it anywhere.
+fn json_size(value: &impl serde::Serialize) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing to a counter cannot fail; a value that cannot be written counts as 0.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
 pub async fn find(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<Message>> {
     let row = message_rows!("select", "from messages where id = $1", id)
         .fetch_optional(conn)
@@ -179,4 +229,62 @@ pub async fn open_calls_of_run(
     )
     .fetch_all(conn)
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::{self, conversations};
+
+    #[tokio::test]
+    async fn a_page_ends_at_its_limit_or_its_size_and_says_whether_more_follow() {
+        let pool = db::tests::scratch_pool().await;
+        let mut tx = db::begin_as_user(&pool, "pat").await.expect("tx");
+        let conversation = conversations::insert(&mut tx, "pat", "t")
+            .await
+            .expect("conversation")
+            .id;
+        for n in 0..5 {
+            let content = [ContentBlock::Text {
+                text: format!("{n}{}", "x".repeat(999)),
+            }];
+            append(
+                &mut tx,
+                NewMessage {
+                    conversation_id: conversation,
+                    user_id: "pat",
+                    role: Role::User,
+                    content: &content,
+                    model: None,
+                    run_id: None,
+                },
+            )
+            .await
+            .expect("message");
+        }
+        let seqs = |page: &[Message]| page.iter().map(|m| m.seq).collect::<Vec<_>>();
+
+        let (first, more) = page(&mut tx, conversation, i32::MIN, 2, 1 << 20)
+            .await
+            .expect("page");
+        assert_eq!((seqs(&first), more), (vec![1, 2], true));
+        let (last, more) = page(&mut tx, conversation, 4, 2, 1 << 20)
+            .await
+            .expect("page");
+        assert_eq!((seqs(&last), more), (vec![5], false));
+        let (exactly, more) = page(&mut tx, conversation, 3, 2, 1 << 20)
+            .await
+            .expect("page");
+        assert_eq!((seqs(&exactly), more), (vec![4, 5], false));
+        // Each message is over 1,000 bytes as JSON: a 2,500-byte page holds three.
+        let (sized, more) = page(&mut tx, conversation, i32::MIN, 100, 2_500)
+            .await
+            .expect("page");
+        assert_eq!((seqs(&sized), more), (vec![1, 2, 3], true));
+        // One message larger than a page is still a page.
+        let (one, more) = page(&mut tx, conversation, 0, 100, 10).await.expect("page");
+        assert_eq!((seqs(&one), more), (vec![1], true));
+        let (none, more) = page(&mut tx, conversation, 5, 100, 10).await.expect("page");
+        assert_eq!((seqs(&none), more), (vec![], false));
+    }
 }

@@ -78,3 +78,78 @@ async fn an_overlong_title_is_a_422_naming_the_field() {
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(body["error"]["fields"]["title"].is_string(), "{body}");
 }
+
+/// A long conversation is read in pages that follow on exactly; a page asked for
+/// wrongly is a 4xx naming what was wrong, and another user's conversation pages as
+/// nothing at all.
+#[tokio::test]
+async fn messages_are_read_a_page_at_a_time_and_a_bad_page_is_refused() {
+    let server = TestServer::start().await;
+    let (_, token) = server.new_user("pages").await;
+    let conversation = server.new_conversation(&token).await;
+    // A command is answered at once: the user's message and the reply, two a time.
+    for _ in 0..4 {
+        let (status, body) = server
+            .post_message(&token, &conversation, json!("/help"))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    let path = format!("/api/conversations/{conversation}/messages");
+    let mut seqs = Vec::new();
+    let mut pages = 0;
+    let mut next = format!("{path}?limit=3");
+    loop {
+        let (status, body) = server.send("GET", &next, Some(&token), None).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let page: Vec<i64> = body["messages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|m| m["seq"].as_i64())
+            .collect();
+        assert!(page.len() <= 3, "{body}");
+        seqs.extend(page);
+        pages += 1;
+        match body["next_after_seq"].as_i64() {
+            Some(after) => {
+                assert_eq!(Some(&after), seqs.last(), "{body}");
+                next = format!("{path}?limit=3&after_seq={after}");
+            }
+            None => break,
+        }
+    }
+    assert_eq!(seqs, (1..=8).collect::<Vec<_>>());
+    assert_eq!(pages, 3, "3 + 3 + 2, the last one saying no more follow");
+    let (_, whole) = server.send("GET", &path, Some(&token), None).await;
+    assert_eq!(whole["messages"].as_array().map(Vec::len), Some(8));
+    assert!(whole.get("next_after_seq").is_none(), "{whole}");
+
+    for (query, status, field) in [
+        ("limit=0", StatusCode::UNPROCESSABLE_ENTITY, "limit"),
+        ("limit=501", StatusCode::UNPROCESSABLE_ENTITY, "limit"),
+        ("limit=-1", StatusCode::BAD_REQUEST, "query"),
+        ("limit=ten", StatusCode::BAD_REQUEST, "query"),
+        ("after_seq=99999999999", StatusCode::BAD_REQUEST, "query"),
+        ("after_seq=1%00", StatusCode::BAD_REQUEST, "query"),
+    ] {
+        let (got, body) = server
+            .send("GET", &format!("{path}?{query}"), Some(&token), None)
+            .await;
+        assert_eq!(got, status, "{query}: {body}");
+        assert!(
+            body["error"]["fields"][field].is_string(),
+            "{query}: {body}"
+        );
+    }
+    let (_, other) = server.new_user("pages-other").await;
+    let (status, body) = server
+        .send(
+            "GET",
+            &format!("{path}?limit=1&after_seq=0"),
+            Some(&other),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert!(body.get("messages").is_none(), "{body}");
+}

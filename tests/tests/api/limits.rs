@@ -657,3 +657,95 @@ async fn a_per_request_limit_of_zero_stops_the_start() {
         "{err}"
     );
 }
+
+/// A value nested as deep as the JSON parser still reads, sent as a tool's arguments,
+/// would be stored inside a request and its events one level too deep to read back,
+/// and the conversation's stream would stall on it: the body is refused whole, and
+/// nothing of it is stored.
+#[tokio::test]
+async fn a_body_nested_too_deep_is_refused_and_nothing_of_it_is_stored() {
+    let server = TestServer::start_with(with_demo_tools(ServerOptions::default())).await;
+    let (_, token) = server.new_user("deep").await;
+    let conversation = server.new_conversation(&token).await;
+    let deep = (0..125).fold(json!(1), |inner, _| json!([inner]));
+    let id = call_id();
+
+    let (status, body) = server
+        .send(
+            "POST",
+            "/api/tools/execute",
+            Some(&token),
+            Some(
+                json!({"conversation_id": conversation, "tool_name": "query_database",
+                "tool_call_id": id, "arguments": {"query": "select 1", "z": deep}}),
+            ),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("nests deeper"),
+        "{body}"
+    );
+    let mut request = request_with(&conversation, json!([{"name": "a", "type": "text"}]));
+    request["tool_args"] = json!({"z": deep});
+    let (status, body) = server.action(&token, request).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+
+    // Nothing was stored: no request waits, and the same call goes through as new.
+    let (status, pending) = server
+        .action(
+            &token,
+            json!({"action": "get_pending", "conversation_id": conversation}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{pending}");
+    assert_eq!(pending["requests"], json!([]), "{pending}");
+    let (status, body) = server
+        .send(
+            "POST",
+            "/api/tools/execute",
+            Some(&token),
+            Some(
+                json!({"conversation_id": conversation, "tool_name": "query_database",
+                "tool_call_id": id, "arguments": {"query": "select 1"}}),
+            ),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["requires_user_input"], true, "{body}");
+}
+
+/// The model's server may fetch an image's URL from where it runs; a URL into that
+/// network (loopback, private, metadata) is refused before anything is stored or sent.
+#[tokio::test]
+async fn an_image_url_into_the_model_servers_network_is_refused() {
+    let server = TestServer::start().await;
+    let (_, token) = server.new_user("image-url").await;
+    let conversation = server.new_conversation(&token).await;
+    for url in [
+        "http://169.254.169.254/latest/meta-data/iam/",
+        "http://2130706433:8080/admin",
+        "http://[::ffff:10.0.0.1]/",
+        "http://localhost:5432/",
+    ] {
+        let (status, body) = server
+            .post_message(
+                &token,
+                &conversation,
+                json!([{"type": "text", "text": "describe"}, {"type": "image", "url": url}]),
+            )
+            .await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{url}: {body}");
+        assert!(
+            body["error"]["fields"]["content"].is_string(),
+            "{url}: {body}"
+        );
+    }
+    assert_eq!(
+        server.messages(&token, &conversation).await,
+        Vec::<Value>::new()
+    );
+}
