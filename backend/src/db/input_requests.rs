@@ -199,16 +199,20 @@ pub async fn claim_round(conn: &mut PgConnection, round: Uuid) -> sqlx::Result<b
     Ok(claimed.rows_affected() > 0)
 }
 
-/// The ids of an MCP call's questions still waiting for the user.
+/// The ids of an MCP call's questions still waiting for the user: the call
+/// `call_tool_call_id` of `conversation_id` (the same id may name a call of another
+/// conversation).
 pub async fn pending_elicitations_of_call(
     conn: &mut PgConnection,
+    conversation_id: Uuid,
     call_tool_call_id: &str,
 ) -> sqlx::Result<Vec<Uuid>> {
     sqlx::query_scalar!(
         "select id from tool_user_input_requests
          where origin = 'mcp' and status = 'pending' and held_by is not null
-           and elicitation ->> 'tool_call_id' = $1
+           and conversation_id = $1 and elicitation ->> 'tool_call_id' = $2
          order by created_at",
+        conversation_id,
         call_tool_call_id
     )
     .fetch_all(conn)

@@ -1014,6 +1014,64 @@ async fn one_users_card_and_call_are_never_another_users() {
     assert_eq!(pending(server, &bob, &bob_conversation).await.len(), 1);
 }
 
+/// Some model servers number their calls `call_0` in every reply, so one id can be a
+/// live call in two of a user's conversations: each keeps its own call. Another
+/// conversation's call of the same id ending neither ends this one's card nor hands
+/// this one's answer its outcome.
+#[tokio::test]
+async fn one_call_id_in_two_conversations_is_two_calls() {
+    let setup = start(&stdio_server("t", "")).await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("mcp-same-id").await;
+    tools_when_settled(server, &token, &["t"]).await;
+    let asking = server.new_conversation(&token).await;
+    let other = server.new_conversation(&token).await;
+    let (status, asked) = execute(
+        server,
+        &token,
+        &asking,
+        "t__ask_everything",
+        "call_0",
+        json!({}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{asked}");
+    assert_eq!(asked["requires_user_input"], true, "{asked}");
+    let card = asked["user_input_request"]["tool_call_id"].clone();
+
+    let (status, echoed) = execute(
+        server,
+        &token,
+        &other,
+        "t__echo",
+        "call_0",
+        json!({"text": "the other conversation"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{echoed}");
+    assert_eq!(echoed["success"], true, "{echoed}");
+
+    let cards = pending(server, &token, &asking).await;
+    assert_eq!(
+        cards.len(),
+        1,
+        "the first call's card is still open: {cards:?}"
+    );
+    let (status, done) = server
+        .action(
+            &token,
+            json!({"action": "submit_response", "tool_call_id": card,
+                "user_inputs": every_answer()}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    assert_eq!(
+        echoed_elicitation(&done["tool_result"])["action"],
+        "accept",
+        "the answer gets its own call's outcome: {done}"
+    );
+}
+
 /// A call of the test server's `tool` (over stdio) whose `text` the user gives as a
 /// secret field: the user `login` submits `secret` on the card. The server, the user's
 /// token, the conversation and the answer to the submit.

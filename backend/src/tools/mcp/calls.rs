@@ -99,8 +99,17 @@ pub enum AfterAnswer {
     Orphaned,
 }
 
-fn key(context: &CallContext) -> (String, String) {
-    (context.user_id.clone(), context.call.tool_call_id.clone())
+/// A call under way: its user, its conversation and its id. A model names its calls
+/// (some number them `call_0` in every reply), so one id may be live in two of a user's
+/// conversations at once; each keeps its own call.
+pub(super) type CallKey = (String, Uuid, String);
+
+fn key(context: &CallContext) -> CallKey {
+    (
+        context.user_id.clone(),
+        context.call.conversation_id,
+        context.call.tool_call_id.clone(),
+    )
 }
 
 /// The outcome the executor hands back while the call waits for `request`.
@@ -425,8 +434,13 @@ async fn finish(hub: &Arc<McpHub>, slot: &CallSlot, outcome: ToolOutcome) {
 async fn end_open_questions(hub: &McpHub, context: &CallContext, message: &str) -> Result<()> {
     let mut tx = db::begin_as_user(&hub.deps.pool, &context.user_id).await?;
     conversations::lock_for_writing(&mut tx, context.call.conversation_id).await?;
-    for id in
-        input_requests::pending_elicitations_of_call(&mut tx, &context.call.tool_call_id).await?
+    let call = &context.call;
+    for id in input_requests::pending_elicitations_of_call(
+        &mut tx,
+        call.conversation_id,
+        &call.tool_call_id,
+    )
+    .await?
     {
         endings::abandon_question(&mut tx, id, message).await?;
     }
@@ -830,7 +844,11 @@ pub async fn after_answer(hub: &Arc<McpHub>, row: &InputRequestRow) -> Result<Af
         .calls
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .get(&(row.user_id.clone(), call.tool_call_id.clone()))
+        .get(&(
+            row.user_id.clone(),
+            call.conversation_id,
+            call.tool_call_id.clone(),
+        ))
         .map(|entry| entry.state.clone());
     let Some(mut state) = entry else {
         return if row.held_by == Some(hub.deps.instance) || holder_alive(hub, row).await? {

@@ -82,7 +82,7 @@ pub struct McpHub {
     /// Requests whose answer a live call waits for, woken when one is settled here.
     waiters: Mutex<HashMap<Uuid, Arc<Notify>>>,
     /// Calls under way or recently finished, by (user, tool call id).
-    calls: Mutex<HashMap<(String, String), calls::CallEntry>>,
+    calls: Mutex<HashMap<calls::CallKey, calls::CallEntry>>,
     stopping: watch::Sender<bool>,
 }
 
