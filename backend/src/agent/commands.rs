@@ -83,12 +83,11 @@ pub async fn run(
             if note.chars().count() > 500 {
                 return Ok("That note is too long: 500 characters at most.".to_owned());
             }
-            if memory::count(conn).await? >= i64::from(max_notes) {
+            if !memory::add_within(conn, user_id, note, max_notes).await? {
                 return Ok(format!(
                     "I already keep {max_notes} notes for you, the most I keep; nothing was added."
                 ));
             }
-            memory::add(conn, user_id, note).await?;
             Ok(format!("I will remember: {note}"))
         }
         ["/context", "pipeline", rest @ ..] => {
