@@ -169,9 +169,20 @@ pub async fn tool_servers(token: &str) -> ApiResult<ToolServers> {
     call("GET", "/api/tools", Some(token), None).await
 }
 
+/// Every conversation of the user, most recently active first, read a page at a time.
 pub async fn list_conversations(token: &str) -> ApiResult<Vec<Conversation>> {
-    let list: ConversationList = call("GET", "/api/conversations", Some(token), None).await?;
-    Ok(list.conversations)
+    let mut list: ConversationList = call("GET", "/api/conversations", Some(token), None).await?;
+    let mut all = std::mem::take(&mut list.conversations);
+    while let Some(before) = list.next_before.take() {
+        // The server's own text: digits, dots and hex, nothing to escape.
+        let path = format!("/api/conversations?before={before}");
+        list = call("GET", &path, Some(token), None).await?;
+        if list.conversations.is_empty() {
+            break;
+        }
+        all.append(&mut list.conversations);
+    }
+    Ok(all)
 }
 
 pub async fn create_conversation(token: &str, title: Option<String>) -> ApiResult<Conversation> {

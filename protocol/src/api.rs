@@ -81,7 +81,12 @@ pub struct Conversation {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ConversationList {
+    /// One page of the conversations, most recently active first.
     pub conversations: Vec<Conversation>,
+    /// More conversations may follow: ask again with `before` set to this. Absent on
+    /// the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_before: Option<String>,
 }
 
 /// Where a request stands. `pending` moves exactly once to one of the others:

@@ -1,10 +1,16 @@
 use axum::Json;
-use axum::extract::State;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use protocol::api::{Conversation, ConversationList, NewConversation};
+use serde::Deserialize;
+use utoipa::IntoParams;
+use uuid::Uuid;
 
 use super::json::ApiJson;
+use super::paging;
 use crate::auth::AuthUser;
+use crate::db::conversations::ListPlace;
 use crate::db::{self, conversations};
 use crate::error::{Error, FieldErrors, Result};
 use crate::state::AppState;
@@ -48,15 +54,118 @@ pub async fn create_conversation(
     Ok((StatusCode::CREATED, Json(conversation)))
 }
 
-/// The caller's conversations, newest first.
-#[utoipa::path(get, path = "/api/conversations", tag = "conversations", security(("bearer" = [])),
-    responses((status = 200, body = ConversationList), (status = 401, body = protocol::api::ErrorBody)))]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ConversationPage {
+    /// Only conversations after this place in the list (a page's `next_before`); from
+    /// the most recently active one when absent.
+    #[param(pattern = r"^-?[0-9]{1,15}\.-?[0-9]{1,15}\.[0-9a-f]{32}$")]
+    before: Option<String>,
+    /// Most conversations in the page (1 to 500; 100 when absent).
+    #[param(minimum = 1, maximum = 500)]
+    limit: Option<u32>,
+}
+
+/// A page's end as the text a client sends back: `<updated_at µs>.<created_at µs>.<id>`.
+fn place_text(place: ListPlace) -> String {
+    format!(
+        "{}.{}.{}",
+        place.updated_at.timestamp_micros(),
+        place.created_at.timestamp_micros(),
+        place.id.simple()
+    )
+}
+
+fn read_place(text: &str) -> Option<ListPlace> {
+    // A pattern's `$` also matches before one last line end, as Python reads it.
+    let text = text.strip_suffix('\n').unwrap_or(text);
+    let mut parts = text.split('.');
+    let mut micros = || {
+        parts
+            .next()
+            .and_then(|part| part.parse::<i64>().ok())
+            .and_then(chrono::DateTime::from_timestamp_micros)
+    };
+    let (updated_at, created_at) = (micros()?, micros()?);
+    let id = Uuid::try_parse(parts.next()?).ok()?;
+    parts.next().is_none().then_some(ListPlace {
+        updated_at,
+        created_at,
+        id,
+    })
+}
+
+/// The caller's conversations, most recently active first, a page at a time: ask
+/// again with `before=<next_before>` while the answer has `next_before`.
+#[utoipa::path(get, path = "/api/conversations", tag = "conversations",
+    params(ConversationPage), security(("bearer" = [])), responses(
+    (status = 200, body = ConversationList), (status = 400, body = protocol::api::ErrorBody),
+    (status = 401, body = protocol::api::ErrorBody),
+    (status = 422, body = protocol::api::ErrorBody)))]
 pub async fn list_conversations(
     State(state): State<AppState>,
     user: AuthUser,
+    query: std::result::Result<Query<ConversationPage>, QueryRejection>,
 ) -> Result<Json<ConversationList>> {
+    let Query(query) = query.map_err(|rejection| {
+        paging::bad_query(
+            &rejection,
+            "`before` is a page's `next_before` and `limit` a whole number from 1 to 500",
+        )
+    })?;
+    let limit = paging::limit(query.limit)?;
+    let after = match query.before.as_deref() {
+        None => None,
+        Some(text) => Some(read_place(text).ok_or_else(|| {
+            Error::unprocessable(
+                "invalid page",
+                FieldErrors::from([(
+                    "before".to_owned(),
+                    "must be a `next_before` this server gave".to_owned(),
+                )]),
+            )
+        })?),
+    };
     let mut tx = db::begin_as_user(&state.db, &user.user_id).await?;
-    let conversations = conversations::list(&mut tx).await?;
+    let (conversations, last) = conversations::page(&mut tx, after, limit).await?;
     tx.commit().await?;
-    Ok(Json(ConversationList { conversations }))
+    Ok(Json(ConversationList {
+        conversations,
+        next_before: last.map(place_text),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_page_end_reads_back_as_itself_and_nothing_else_reads() {
+        let place = ListPlace {
+            updated_at: chrono::DateTime::from_timestamp_micros(1_764_201_600_123_456)
+                .expect("time"),
+            created_at: chrono::DateTime::from_timestamp_micros(-5).expect("time"),
+            id: Uuid::new_v4(),
+        };
+        assert_eq!(read_place(&place_text(place)), Some(place));
+        // What the OpenAPI document's pattern allows all reads.
+        for text in [
+            "0.0.00000000000000000000000000000000",
+            "-999999999999999.999999999999999.ffffffffffffffffffffffffffffffff",
+        ] {
+            assert!(read_place(text).is_some(), "{text}");
+        }
+        for wrong in [
+            "",
+            "1.2",
+            "1.2.3",
+            "x.2.00000000000000000000000000000000",
+            "1.2.00000000000000000000000000000000.4",
+            "99999999999999999999.2.00000000000000000000000000000000",
+            "1.2.0000000000000000000000000000000\u{0}",
+            "1..00000000000000000000000000000000",
+        ] {
+            assert_eq!(read_place(wrong), None, "{wrong:?}");
+        }
+    }
 }

@@ -16,6 +16,7 @@ use utoipa::IntoParams;
 use uuid::Uuid;
 
 use super::json::ApiJson;
+use super::paging;
 use super::path::ApiPath;
 use crate::agent::{self, commands};
 use crate::auth::AuthUser;
@@ -238,10 +239,6 @@ pub async fn pin_message(
     Ok(Json(message))
 }
 
-/// Messages in one page when the caller names no `limit`.
-const DEFAULT_PAGE: u32 = 100;
-/// Most messages in one page.
-const MAX_PAGE: u32 = 500;
 /// About how much content one page carries (more only when its one message is larger):
 /// a long conversation is read in pages, never held whole in memory for one answer.
 const MAX_PAGE_BYTES: usize = 4 << 20;
@@ -273,20 +270,13 @@ pub async fn list_messages(
     ApiPath(conversation_id): ApiPath<Uuid>,
     query: std::result::Result<Query<MessagePage>, QueryRejection>,
 ) -> Result<Json<MessageList>> {
-    let Query(query) = query.map_err(|rejection| Error::BadRequest {
-        message: format!("invalid query: {}", rejection.body_text()),
-        fields: Some(FieldErrors::from([(
-            "query".to_owned(),
-            "`after_seq` is a whole number and `limit` a whole number from 1 to 500".to_owned(),
-        )])),
+    let Query(query) = query.map_err(|rejection| {
+        paging::bad_query(
+            &rejection,
+            "`after_seq` is a whole number and `limit` a whole number from 1 to 500",
+        )
     })?;
-    let limit = query.limit.unwrap_or(DEFAULT_PAGE);
-    if !(1..=MAX_PAGE).contains(&limit) {
-        return Err(Error::unprocessable(
-            "invalid page",
-            FieldErrors::from([("limit".to_owned(), format!("must be from 1 to {MAX_PAGE}"))]),
-        ));
-    }
+    let limit = paging::limit(query.limit)?;
     let mut tx = db::begin_as_user(&state.db, &user.user_id).await?;
     if !conversations::exists(&mut tx, conversation_id).await? {
         return Err(Error::NotFound("conversation"));
@@ -295,7 +285,7 @@ pub async fn list_messages(
         &mut tx,
         conversation_id,
         query.after_seq.unwrap_or(i32::MIN),
-        limit as usize,
+        limit,
         MAX_PAGE_BYTES,
     )
     .await?;

@@ -10,6 +10,7 @@ mod info;
 pub mod json;
 pub mod limits;
 mod messages;
+mod paging;
 mod path;
 mod security_headers;
 mod tool_user_input;

@@ -37,15 +37,53 @@ pub async fn insert(
     .map(Into::into)
 }
 
-/// The caller's conversations, most recently active first.
-pub async fn list(conn: &mut PgConnection) -> sqlx::Result<Vec<Conversation>> {
-    let rows = sqlx::query_as!(
-        ConversationRow,
-        "select id, title, created_at from conversations order by updated_at desc, created_at desc"
+/// Where a page of conversations ends: the last one's place in the order (most
+/// recently active first, then newest, then by id).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ListPlace {
+    pub updated_at: DateTime<Utc>,
+    pub created_at: DateTime<Utc>,
+    pub id: Uuid,
+}
+
+/// One page of the caller's conversations, most recently active first: those after
+/// `after` (from the first when `None`), at most `limit`; and where the page ended when
+/// more follow.
+pub async fn page(
+    conn: &mut PgConnection,
+    after: Option<ListPlace>,
+    limit: usize,
+) -> sqlx::Result<(Vec<Conversation>, Option<ListPlace>)> {
+    let ask = i64::try_from(limit).unwrap_or(i64::MAX).saturating_add(1);
+    let rows = sqlx::query!(
+        "select id, title, created_at, updated_at from conversations
+         where $1::timestamptz is null
+            or (updated_at, created_at, id) < ($1, $2::timestamptz, $3::uuid)
+         order by updated_at desc, created_at desc, id desc
+         limit $4",
+        after.map(|place| place.updated_at),
+        after.map(|place| place.created_at),
+        after.map(|place| place.id),
+        ask,
     )
     .fetch_all(conn)
     .await?;
-    Ok(rows.into_iter().map(Into::into).collect())
+    let more = rows.len() > limit;
+    let mut page = Vec::with_capacity(rows.len().min(limit));
+    let mut last = None;
+    for row in rows.into_iter().take(limit) {
+        last = Some(ListPlace {
+            updated_at: row.updated_at,
+            created_at: row.created_at,
+            id: row.id,
+        });
+        page.push(Conversation {
+            id: row.id,
+            title: row.title,
+            created_at: row.created_at,
+        });
+    }
+    Ok((page, last.filter(|_| more)))
 }
 
 pub async fn find(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<Conversation>> {

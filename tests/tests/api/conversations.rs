@@ -153,3 +153,87 @@ async fn messages_are_read_a_page_at_a_time_and_a_bad_page_is_refused() {
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
     assert!(body.get("messages").is_none(), "{body}");
 }
+
+/// The conversation list pages the same way: every conversation once, in order; a
+/// `before` the server did not give is a 422 naming it.
+#[tokio::test]
+async fn conversations_are_listed_a_page_at_a_time() {
+    let server = TestServer::start().await;
+    let (_, token) = server.new_user("conv-pages").await;
+    let mut made = Vec::new();
+    for _ in 0..5 {
+        made.push(server.new_conversation(&token).await);
+    }
+    made.reverse();
+    let mut listed = Vec::new();
+    let mut pages = 0;
+    let mut path = "/api/conversations?limit=2".to_owned();
+    loop {
+        let (status, body) = server.send("GET", &path, Some(&token), None).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let page = body["conversations"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert!(page.len() <= 2, "{body}");
+        listed.extend(
+            page.iter()
+                .filter_map(|c| c["id"].as_str().map(str::to_owned)),
+        );
+        pages += 1;
+        match body["next_before"].as_str() {
+            Some(before) => path = format!("/api/conversations?limit=2&before={before}"),
+            None => break,
+        }
+    }
+    assert_eq!(listed, made, "newest first, each once");
+    assert_eq!(pages, 3);
+
+    for (query, status, field) in [
+        ("limit=0", StatusCode::UNPROCESSABLE_ENTITY, "limit"),
+        ("limit=501", StatusCode::UNPROCESSABLE_ENTITY, "limit"),
+        ("limit=two", StatusCode::BAD_REQUEST, "query"),
+        ("before=1.2", StatusCode::UNPROCESSABLE_ENTITY, "before"),
+        ("before=%00", StatusCode::UNPROCESSABLE_ENTITY, "before"),
+        (
+            "before=99999999999999999999.1.00000000000000000000000000000000",
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "before",
+        ),
+    ] {
+        let (got, body) = server
+            .send(
+                "GET",
+                &format!("/api/conversations?{query}"),
+                Some(&token),
+                None,
+            )
+            .await;
+        assert_eq!(got, status, "{query}: {body}");
+        assert!(
+            body["error"]["fields"][field].is_string(),
+            "{query}: {body}"
+        );
+    }
+    // Another user's page of the same place is their own: nothing of this user's.
+    let (_, other) = server.new_user("conv-pages-other").await;
+    let (status, body) = server.send("GET", &path, Some(&other), None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (_, first) = server
+        .send("GET", "/api/conversations?limit=1", Some(&token), None)
+        .await;
+    let before = first["next_before"]
+        .as_str()
+        .expect("more than one")
+        .to_owned();
+    let (status, body) = server
+        .send(
+            "GET",
+            &format!("/api/conversations?before={before}"),
+            Some(&other),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["conversations"], serde_json::json!([]), "{body}");
+}

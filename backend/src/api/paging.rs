@@ -1,0 +1,54 @@
+//! Lists that are read a page at a time: how many items a page may hold, and the
+//! answer to a page asked for wrongly.
+
+use axum::extract::rejection::QueryRejection;
+
+use crate::error::{Error, FieldErrors};
+
+/// Items in one page when the caller names no `limit`.
+pub const DEFAULT_LIMIT: u32 = 100;
+/// Most items in one page.
+pub const MAX_LIMIT: u32 = 500;
+
+/// The page's size: `limit` when it is from 1 to [`MAX_LIMIT`], [`DEFAULT_LIMIT`] when
+/// absent, else a 422 naming `limit`.
+pub fn limit(asked: Option<u32>) -> Result<usize, Error> {
+    let limit = asked.unwrap_or(DEFAULT_LIMIT);
+    if !(1..=MAX_LIMIT).contains(&limit) {
+        return Err(Error::unprocessable(
+            "invalid page",
+            FieldErrors::from([("limit".to_owned(), format!("must be from 1 to {MAX_LIMIT}"))]),
+        ));
+    }
+    Ok(limit as usize)
+}
+
+/// A query string that does not read as the page's parameters: 400 naming `query`
+/// with what each parameter must be (`expected`).
+pub fn bad_query(rejection: &QueryRejection, expected: &str) -> Error {
+    Error::BadRequest {
+        message: format!("invalid query: {}", rejection.body_text()),
+        fields: Some(FieldErrors::from([(
+            "query".to_owned(),
+            expected.to_owned(),
+        )])),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_page_holds_one_to_the_most_items() {
+        assert_eq!(limit(None).ok(), Some(DEFAULT_LIMIT as usize));
+        assert_eq!(limit(Some(1)).ok(), Some(1));
+        assert_eq!(limit(Some(MAX_LIMIT)).ok(), Some(MAX_LIMIT as usize));
+        for wrong in [0, MAX_LIMIT + 1, u32::MAX] {
+            assert!(
+                matches!(limit(Some(wrong)), Err(Error::Unprocessable { .. })),
+                "{wrong}"
+            );
+        }
+    }
+}
