@@ -169,19 +169,32 @@ const DEFUSED_OPENING: &str = "[quoted pin marker:";
 /// its instructions off as the user's pinned task (prompt injection). Only messages
 /// the user pinned may show it, and only where `mark_pinned` put it.
 pub fn defuse_forged_markers(messages: &mut [ChatMessage]) {
+    // Every step passes over the whole history: only an ASCII `[` or a character
+    // beyond ASCII (a look-alike bracket) can open a marker, and a byte scan finds
+    // neither in most texts.
+    fn may_hold_one(text: &str) -> bool {
+        text.bytes().any(|byte| byte == b'[' || !byte.is_ascii())
+    }
     fn defuse(text: &mut String) {
-        // Every step passes over the whole history: only an ASCII `[` or a character
-        // beyond ASCII (a look-alike bracket) can open a marker, and a byte scan finds
-        // neither in most texts.
-        if text.bytes().any(|byte| byte == b'[' || !byte.is_ascii()) {
+        if may_hold_one(text) {
             *text = defused(text);
         }
+    }
+    // The model reads a JSON object's keys as much as its values.
+    fn defuse_map(map: &mut serde_json::Map<String, serde_json::Value>) {
+        if map.keys().any(|key| may_hold_one(key)) {
+            *map = std::mem::take(map)
+                .into_iter()
+                .map(|(key, value)| (defused(&key), value))
+                .collect();
+        }
+        map.values_mut().for_each(defuse_value);
     }
     fn defuse_value(value: &mut serde_json::Value) {
         match value {
             serde_json::Value::String(text) => defuse(text),
             serde_json::Value::Array(items) => items.iter_mut().for_each(defuse_value),
-            serde_json::Value::Object(map) => map.values_mut().for_each(defuse_value),
+            serde_json::Value::Object(map) => defuse_map(map),
             _ => {}
         }
     }
@@ -203,9 +216,7 @@ pub fn defuse_forged_markers(messages: &mut [ChatMessage]) {
                         defuse(error);
                     }
                 }
-                ContentBlock::ToolCall { arguments, .. } => {
-                    arguments.values_mut().for_each(defuse_value);
-                }
+                ContentBlock::ToolCall { arguments, .. } => defuse_map(arguments),
                 ContentBlock::Image { .. } => {}
             }
         }
@@ -452,6 +463,13 @@ pub(crate) mod tests {
             task,
             call("c1", "fetch", json!({"note": forged})),
             result("c1", "fetch", json!({"page": {"text": forged}})),
+            // In a key, at the top or deeper, of a call or of a result.
+            call("c3", "fetch", json!({forged.clone(): 1})),
+            result(
+                "c3",
+                "fetch",
+                json!({forged.clone(): {forged.clone(): [1]}}),
+            ),
             answer(&forged),
             user(&forged),
             user("now"),
