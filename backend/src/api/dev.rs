@@ -13,7 +13,7 @@ use crate::state::AppState;
 /// answers requests addressed to a loopback name.
 #[utoipa::path(post, path = "/api/dev/token", tag = "auth", request_body = DevTokenRequest, responses(
     (status = 200, body = DevTokenResponse),
-    (status = 403, description = "The request was not addressed to localhost, 127.0.0.1 or [::1]", body = protocol::api::ErrorBody),
+    (status = 403, description = "The request was not addressed to localhost, 127.0.0.1 or [::1], or came through a proxy", body = protocol::api::ErrorBody),
     (status = 415, description = "The body is not labelled application/json", body = protocol::api::ErrorBody),
     (status = 422, description = "Invalid user id", body = protocol::api::ErrorBody),
     (status = 404, description = "Dev auth is off", body = protocol::api::ErrorBody)))]
@@ -39,6 +39,16 @@ impl<S: Send + Sync> FromRequestParts<S> for LoopbackHost {
     type Rejection = Error;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Error> {
+        // A proxy on this machine reaches the server at 127.0.0.1 and often says so in
+        // `Host`: the request comes from wherever the proxy's clients are.
+        if let Some(header) = PROXY_HEADERS
+            .iter()
+            .find(|name| parts.headers.contains_key(**name))
+        {
+            return Err(Error::Forbidden(format!(
+                "dev sign-in does not answer requests that came through a proxy (`{header}`)"
+            )));
+        }
         let host = parts.headers.get(HOST).map(|value| value.to_str().ok());
         // HTTP/2 carries the host in the request target instead of a header.
         let authority = parts.uri.authority().map(|a| Some(a.as_str()));
@@ -55,6 +65,17 @@ impl<S: Send + Sync> FromRequestParts<S> for LoopbackHost {
         }
     }
 }
+
+/// What proxies add to the requests they pass on (nginx adds none by default, so a
+/// proxy in front of dev sign-in is still refused at start-up only by the bind check).
+const PROXY_HEADERS: [&str; 6] = [
+    "forwarded",
+    "x-forwarded-for",
+    "x-forwarded-host",
+    "x-forwarded-proto",
+    "x-real-ip",
+    "via",
+];
 
 /// `localhost`, `127.0.0.1` or `[::1]`, each with or without a port.
 fn is_loopback_host(host: &str) -> bool {

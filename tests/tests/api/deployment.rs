@@ -100,6 +100,44 @@ async fn dev_token_answers_only_requests_addressed_to_loopback() {
     }
 }
 
+/// A proxy on the same machine reaches the server at 127.0.0.1 and may say so in
+/// `Host`; what it passes on comes from its own clients, anywhere. A request that says
+/// it came through a proxy gets no token, whatever its `Host`.
+#[tokio::test]
+async fn dev_token_refuses_requests_that_came_through_a_proxy() {
+    let server = TestServer::start().await;
+    let port = server
+        .base
+        .rsplit(':')
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    for (header, value) in [
+        ("x-forwarded-for", "203.0.113.5"),
+        ("X-Forwarded-For", "127.0.0.1"),
+        ("forwarded", "for=203.0.113.5;proto=https"),
+        ("x-forwarded-host", "chat.example.com"),
+        ("x-forwarded-proto", "https"),
+        ("x-real-ip", "203.0.113.5"),
+        ("via", "1.1 proxy"),
+    ] {
+        let response = server
+            .client
+            .post(server.url("/api/dev/token"))
+            .header("host", format!("127.0.0.1:{port}"))
+            .header(header, value)
+            .json(&json!({"user_id": "victim"}))
+            .send()
+            .await
+            .expect("sent");
+        let status = response.status();
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        assert_eq!(status, StatusCode::FORBIDDEN, "{header}: {body}");
+        assert!(body.get("token").is_none(), "{header}: {body}");
+        assert!(!body.to_string().contains("eyJ"), "{header}: {body}");
+    }
+}
+
 #[tokio::test]
 async fn json_routes_refuse_bodies_not_labelled_json() {
     let server = TestServer::start().await;
