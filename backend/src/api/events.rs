@@ -33,6 +33,8 @@ const STREAM_TOKEN_MINUTES: i64 = 10;
 /// Streams also look for news this often, in case a notification was missed.
 const POLL_EVERY: Duration = Duration::from_secs(5);
 const BATCH: i64 = 500;
+/// A stream whose client has read nothing for this long, with events waiting, ends.
+const STALLED_AFTER: Duration = Duration::from_secs(30);
 
 /// A token for opening this conversation's event stream from a browser.
 #[utoipa::path(post, path = "/api/conversations/{id}/stream-token", tag = "chat",
@@ -234,20 +236,35 @@ async fn relay(
     }
 }
 
-/// Sends one event unless the client is gone or the token expires first (a client that
-/// stops reading holds the send until then); `false` when it was not sent.
+/// Sends one event unless the client is gone, the token expires first or the client
+/// has read nothing for [`STALLED_AFTER`]; `false` when it was not sent, and the stream
+/// ends. A stream waiting on a client that stopped reading would stop taking the
+/// server's batches, which every conversation's events share, and hold them in memory
+/// until its token expired; a client that was only slow opens the stream again after
+/// the last event it got and misses nothing.
 async fn send_before(
     sender: &mpsc::Sender<Outgoing>,
     event: StreamEvent,
     until: tokio::time::Instant,
 ) -> bool {
+    send_unless_stalled(sender, event, until, STALLED_AFTER).await
+}
+
+async fn send_unless_stalled(
+    sender: &mpsc::Sender<Outgoing>,
+    event: StreamEvent,
+    until: tokio::time::Instant,
+    stalled_after: Duration,
+) -> bool {
     // `timeout_at` tries the send before it looks at the clock: a send that could go at
     // once would still go after the expiry.
-    if tokio::time::Instant::now() >= until {
+    let now = tokio::time::Instant::now();
+    if now >= until {
         return false;
     }
+    let give_up = until.min(now + stalled_after);
     matches!(
-        tokio::time::timeout_at(until, sender.send(Outgoing::Event(Box::new(event)))).await,
+        tokio::time::timeout_at(give_up, sender.send(Outgoing::Event(Box::new(event)))).await,
         Ok(Ok(()))
     )
 }
@@ -313,5 +330,25 @@ mod tests {
             sent.push(event.id);
         }
         assert_eq!(sent, [1]);
+    }
+
+    /// A client that stops reading does not hold its stream (and the batches every
+    /// stream shares) until its token expires: the send gives up, the stream ends.
+    #[tokio::test]
+    async fn a_client_that_stopped_reading_is_given_up_on() {
+        let (sender, receiver) = mpsc::channel(1);
+        let day = tokio::time::Instant::now() + Duration::from_secs(86_400);
+        let stalled = Duration::from_millis(200);
+        assert!(send_unless_stalled(&sender, delta(1), day, stalled).await);
+        let started = tokio::time::Instant::now();
+        let sent = tokio::time::timeout(
+            Duration::from_secs(10),
+            send_unless_stalled(&sender, delta(2), day, stalled),
+        )
+        .await
+        .expect("given up after the stall, not at the token's expiry");
+        assert!(!sent, "the client reads nothing");
+        assert!(started.elapsed() >= stalled);
+        drop(receiver);
     }
 }
