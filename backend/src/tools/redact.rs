@@ -7,7 +7,8 @@
 //! A copy is found character by character, each character as itself, percent-encoded
 //! (either case, one byte at a time, so `quote()`, `encodeURIComponent` and a URL
 //! parser's partial encoding all match), JSON-escaped (`\"`, `\/`, `\u00XX`, surrogate
-//! pairs) or as form encoding swaps `+` and a space.
+//! pairs) or as form encoding swaps `+` and a space; and a secret of 8 bytes or more in
+//! base64 (standard or URL-safe, wherever it sits in what was encoded).
 
 use std::collections::HashMap;
 
@@ -49,7 +50,9 @@ impl Redactions {
         let mut secrets: Vec<String> = secrets
             .into_iter()
             .filter(|secret| secret.chars().count() >= MIN_SECRET_CHARS)
-            .map(str::to_owned)
+            .flat_map(|secret| {
+                std::iter::once(secret.to_owned()).chain(base64_forms(secret.as_bytes()))
+            })
             .collect();
         secrets.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
         secrets.dedup();
@@ -189,6 +192,38 @@ impl Redactions {
     }
 }
 
+/// Shorter secrets have no base64 forms to look for: the part of their encoding that
+/// does not depend on the bytes around them is too short to tell from any other text.
+const MIN_BASE64_SECRET_BYTES: usize = 8;
+
+/// What base64 (standard or URL-safe) makes of `secret` wherever it sits in what is
+/// encoded: a service that echoes `Authorization: Basic …` or a token it wrapped
+/// carries the secret so. The secret starts at one of three offsets in a 3-byte group;
+/// for each, the characters that its own bytes alone decide.
+fn base64_forms(secret: &[u8]) -> Vec<String> {
+    use base64::Engine;
+    use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
+    if secret.len() < MIN_BASE64_SECRET_BYTES {
+        return Vec::new();
+    }
+    let mut forms = Vec::new();
+    for offset in 0..3 {
+        let mut shifted = vec![0u8; offset];
+        shifted.extend_from_slice(secret);
+        // Characters of 6 bits: skip those holding any of the `offset` bytes before the
+        // secret, stop before the one that would hold bytes after it.
+        let first = (8 * offset).div_ceil(6);
+        let end = 8 * shifted.len() / 6;
+        for engine in [&STANDARD_NO_PAD, &URL_SAFE_NO_PAD] {
+            let encoded = engine.encode(&shifted);
+            if let Some(core) = encoded.get(first..end) {
+                forms.push(core.to_owned());
+            }
+        }
+    }
+    forms
+}
+
 /// The length in bytes of the copy of `secret` that starts at `text[at..]`, if one does.
 fn echo_len(text: &[u8], at: usize, secret: &str) -> Option<usize> {
     let mut end = at;
@@ -292,6 +327,52 @@ mod tests {
         let mut text = text.to_owned();
         Redactions::new([secret]).text(&mut text);
         text
+    }
+
+    /// Whether some run of base64 characters left in `shown`, decoded from any of its
+    /// characters, gives four bytes in a row of `secret`.
+    fn reveals(shown: &str, secret: &str) -> bool {
+        use base64::Engine;
+        use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
+        let runs = shown.split(|c: char| !(c.is_ascii_alphanumeric() || "+/-_".contains(c)));
+        runs.flat_map(|run| (0..run.len()).map(move |start| &run[start..]))
+            .flat_map(|run| {
+                let whole = &run[..run.len() - run.len() % 4];
+                [&STANDARD_NO_PAD, &URL_SAFE_NO_PAD]
+                    .map(|engine| engine.decode(whole).unwrap_or_default())
+            })
+            .any(|decoded| {
+                secret
+                    .as_bytes()
+                    .windows(4)
+                    .any(|four| decoded.windows(4).any(|seen| seen == four))
+            })
+    }
+
+    /// A service that echoes what it was sent as base64 (a Basic authorization, a
+    /// token it wrapped) still shows none of the secret, whatever comes before it.
+    #[test]
+    fn a_secret_in_base64_is_found_wherever_it_sits() {
+        use base64::Engine;
+        use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+        let secret = "s3cr3t-t0ken?>>~";
+        let redactions = Redactions::new([secret]);
+        for prefix in ["", "a", "ab", "abc", "user:", "alice:"] {
+            let plain = format!("{prefix}{secret}");
+            for encoded in [STANDARD.encode(&plain), URL_SAFE_NO_PAD.encode(&plain)] {
+                let mut shown = format!("Authorization: Basic {encoded} was refused");
+                assert!(reveals(&shown, secret), "the check sees it unmasked");
+                redactions.text(&mut shown);
+                assert!(shown.contains(MASKED), "{prefix:?}: {shown}");
+                assert!(!reveals(&shown, secret), "{prefix:?}: {shown}");
+            }
+        }
+        // Other base64 text, and a short secret's encoding, stay as they were.
+        let other = STANDARD.encode("nothing to hide here at all");
+        let mut shown = other.clone();
+        redactions.text(&mut shown);
+        assert_eq!(shown, other);
+        assert!(base64_forms(b"1234567").is_empty());
     }
 
     #[test]
