@@ -72,6 +72,9 @@ pub struct Limits {
     pub open_streams: u32,
     /// Stored `/remember` notes (`TOOLGATE_MAX_MEMORY_NOTES`).
     pub memory_notes: u32,
+    /// Requests waiting for the user at once in one conversation
+    /// (`TOOLGATE_MAX_WAITING_REQUESTS`).
+    pub waiting_requests: u32,
 }
 
 /// The model endpoint; none configured means the offline built-in model.
@@ -274,9 +277,14 @@ impl Config {
             active_runs: limit("TOOLGATE_MAX_ACTIVE_RUNS", 4)?,
             open_streams: limit("TOOLGATE_MAX_STREAMS", 8)?,
             memory_notes: limit("TOOLGATE_MAX_MEMORY_NOTES", 200)?,
+            waiting_requests: limit("TOOLGATE_MAX_WAITING_REQUESTS", 100)?,
         };
         if limits.requests_per_minute == 0 || limits.request_burst == 0 {
             bail!("TOOLGATE_RATE_PER_MINUTE and TOOLGATE_RATE_BURST must be above zero");
+        }
+        if limits.waiting_requests == 0 {
+            // No request could ever be made: no tool that asks the user would work.
+            bail!("TOOLGATE_MAX_WAITING_REQUESTS must be above zero");
         }
         let input_limits = input_limits(&number)?;
         Ok(Config {
@@ -487,6 +495,28 @@ mod tests {
         assert_eq!(config.input_ttl, Duration::from_secs(86_400));
         assert_eq!(config.header_read_timeout, Duration::from_secs(30));
         assert!(!config.dev_auth);
+        assert_eq!(config.limits.waiting_requests, 100);
+    }
+
+    #[test]
+    fn a_conversation_must_be_able_to_hold_a_waiting_request() {
+        let base = [
+            ("DATABASE_URL", "postgres://x/y"),
+            ("TOOLGATE_JWT_SECRET", "0123456789abcdef0123456789abcdef"),
+            ("TOOLGATE_SECRET_KEY", "another secret of enough length"),
+        ];
+        for bad in ["0", "-1", "many"] {
+            let mut settings = base.to_vec();
+            settings.push(("TOOLGATE_MAX_WAITING_REQUESTS", bad));
+            let err = config(&settings).expect_err(bad);
+            assert!(
+                err.to_string().contains("TOOLGATE_MAX_WAITING_REQUESTS"),
+                "{bad}: {err}"
+            );
+        }
+        let mut settings = base.to_vec();
+        settings.push(("TOOLGATE_MAX_WAITING_REQUESTS", "7"));
+        assert_eq!(config(&settings).expect("valid").limits.waiting_requests, 7);
     }
 
     #[test]

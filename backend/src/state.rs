@@ -63,6 +63,7 @@ impl AppState {
                 registry: tools.clone(),
                 events: events.clone(),
                 input_ttl: config.input_ttl,
+                max_waiting: config.limits.waiting_requests,
                 vault: vault.clone(),
                 instance,
             },
@@ -112,6 +113,7 @@ impl AppState {
             vault: self.vault.clone(),
             mcp: self.mcp.clone(),
             input_ttl: self.config.input_ttl,
+            max_waiting: self.config.limits.waiting_requests,
         }
     }
 }

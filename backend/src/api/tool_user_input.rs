@@ -140,7 +140,7 @@ fn action_error(problem: &str) -> Error {
     (status = 400, description = "Malformed body, unknown action or missing parameter", body = protocol::api::ErrorBody),
     (status = 401, body = protocol::api::ErrorBody),
     (status = 404, description = "Unknown, or not the caller's", body = protocol::api::ErrorBody),
-    (status = 409, description = "Already answered, cancelled or expired; the wrong kind of request for the action; arguments changed since shown; duplicate tool_call_id", body = protocol::api::ErrorBody),
+    (status = 409, description = "Already answered, cancelled or expired; the wrong kind of request for the action; arguments changed since shown; duplicate tool_call_id; too many requests already wait in the conversation (`too_many_pending`)", body = protocol::api::ErrorBody),
     (status = 422, description = "Values or definitions break the rules, per field", body = protocol::api::ErrorBody)))]
 pub async fn dispatch_action(
     State(state): State<AppState>,
@@ -177,6 +177,7 @@ pub async fn dispatch_action(
                 user_id,
                 run_id: None,
                 ttl: state.config.input_ttl,
+                max_waiting: state.config.limits.waiting_requests,
                 origin: "api",
                 original_user_request: None,
             };

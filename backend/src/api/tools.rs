@@ -29,7 +29,7 @@ pub async fn list_tools(State(state): State<AppState>, _user: AuthUser) -> Json<
     (status = 400, body = protocol::api::ErrorBody),
     (status = 401, body = protocol::api::ErrorBody),
     (status = 404, description = "Unknown tool or conversation", body = protocol::api::ErrorBody),
-    (status = 409, description = "The call would store a request (for input or approval) under a tool_call_id one of the user's requests already has", body = protocol::api::ErrorBody),
+    (status = 409, description = "The call would store a request (for input or approval) under a tool_call_id one of the user's requests already has, or too many requests already wait in the conversation (`too_many_pending`)", body = protocol::api::ErrorBody),
     (status = 422, description = "An argument holds a NUL (U+0000) character; `fields` names it", body = protocol::api::ErrorBody)))]
 pub async fn execute_tool(
     State(state): State<AppState>,

@@ -350,6 +350,36 @@ pub async fn find_for_update(
     .await
 }
 
+/// How many of the conversation's requests wait for the user now (not yet expired),
+/// counted up to `up_to`.
+///
+/// Takes a lock on the conversation until the transaction ends first, so requests made
+/// side by side are counted one after the other. Call it inside the transaction that
+/// inserts the request.
+pub async fn count_waiting(
+    conn: &mut PgConnection,
+    conversation_id: Uuid,
+    up_to: u32,
+) -> sqlx::Result<i64> {
+    sqlx::query!(
+        "select pg_advisory_xact_lock(hashtextextended($1::text, 7303))",
+        conversation_id.to_string(),
+    )
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query_scalar!(
+        r#"select count(*) as "waiting!" from (
+             select 1 from tool_user_input_requests
+             where conversation_id = $1 and status = 'pending' and expires_at > now()
+             limit $2
+           ) as waiting"#,
+        conversation_id,
+        i64::from(up_to),
+    )
+    .fetch_one(conn)
+    .await
+}
+
 /// The conversation's requests still waiting for the user, oldest first, read in one
 /// round trip as `user_id` (the function sets the identity for its own statement; see
 /// the migration `one_trip_reads`). `None` when the conversation is not the caller's.

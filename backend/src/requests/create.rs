@@ -28,6 +28,8 @@ pub struct RequestContext<'a> {
     pub user_id: &'a str,
     pub run_id: Option<Uuid>,
     pub ttl: std::time::Duration,
+    /// Most requests waiting for the user at once in one conversation.
+    pub max_waiting: u32,
     /// `executor` or `api`: only the executor's requests are retried on completion.
     pub origin: &'a str,
     pub original_user_request: Option<&'a str>,
@@ -232,6 +234,18 @@ pub async fn insert_request(
         .await?
     {
         return Err(duplicate_call_id(tool_call_id));
+    }
+    // Every card waits on the user's screen and in every read of what waits: a caller
+    // (or a model) that asks without end fills neither.
+    let most = ctx.max_waiting;
+    if input_requests::count_waiting(conn, conversation_id, most).await? >= i64::from(most) {
+        return Err(Error::conflict(
+            "too_many_pending",
+            format!(
+                "{most} requests already wait for the user in this conversation; \
+                 they must be answered, declined or cancelled before another is made"
+            ),
+        ));
     }
     let inserted = input_requests::insert(
         conn,

@@ -39,6 +39,8 @@ pub struct Executor {
     pub vault: Arc<Vault>,
     pub mcp: Arc<McpHub>,
     pub input_ttl: Duration,
+    /// Most requests waiting at once in one conversation.
+    pub max_waiting: u32,
 }
 
 impl Executor {
@@ -128,6 +130,7 @@ pub async fn execute(executor: &Executor, user_id: &str, call: ToolCall) -> Resu
         user_id,
         run_id: call.run_id,
         ttl: executor.input_ttl,
+        max_waiting: executor.max_waiting,
         origin: "executor",
         original_user_request: call.original_user_request.as_deref(),
     };
@@ -378,6 +381,7 @@ async fn retry_with_answer(
             user_id,
             run_id: row.run_id,
             ttl: executor.input_ttl,
+            max_waiting: executor.max_waiting,
             origin: "executor",
             original_user_request: row.original_user_request.as_deref(),
         };
@@ -763,6 +767,7 @@ url = "https://accounts.example.invalid/{account}"
                 registry: tools.clone(),
                 events: EventHub::start(pool.clone()),
                 input_ttl: Duration::from_secs(600),
+                max_waiting: 100,
                 vault: vault.clone(),
                 instance: Uuid::new_v4(),
             },
@@ -774,6 +779,7 @@ url = "https://accounts.example.invalid/{account}"
                 vault,
                 mcp,
                 input_ttl: Duration::from_secs(600),
+                max_waiting: 100,
             },
             tools_file: path,
         }

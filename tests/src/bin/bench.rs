@@ -546,7 +546,9 @@ async fn main() -> Result<()> {
         ServerOptions::default()
             .env("TOOLGATE_LOG", "warn")
             .env("TOOLGATE_TOOLS", &tools_path.to_string_lossy())
-            .env("TOOLGATE_DB_MAX_CONNECTIONS", "32"),
+            .env("TOOLGATE_DB_MAX_CONNECTIONS", "32")
+            // The load makes requests without end, and never answers most of them.
+            .env("TOOLGATE_MAX_WAITING_REQUESTS", "1000000"),
     )
     .await?;
     let pid = server.pid().context("server pid")?;

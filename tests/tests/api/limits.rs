@@ -749,3 +749,57 @@ async fn an_image_url_into_the_model_servers_network_is_refused() {
         Vec::<Value>::new()
     );
 }
+
+/// A caller (or a model) that asks without end does not fill the user's screen or
+/// every read of what waits: past the most waiting requests of a conversation a new
+/// one is a 409; once one ends there is room again, and other conversations are their
+/// own.
+#[tokio::test]
+async fn a_conversation_holds_at_most_so_many_waiting_requests() {
+    let server = TestServer::start().await;
+    let (_, token) = server.new_user("waiting").await;
+    let conversation = server.new_conversation(&token).await;
+    let field = json!([{"name": "a", "type": "text"}]);
+    let mut first = None;
+    for _ in 0..100 {
+        let request = request_with(&conversation, field.clone());
+        let id = request["tool_call_id"].clone();
+        let (status, body) = server.action(&token, request).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        first.get_or_insert(id);
+    }
+    let (status, body) = server
+        .action(&token, request_with(&conversation, field.clone()))
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"]["code"], "too_many_pending", "{body}");
+    let (status, pending) = server
+        .action(
+            &token,
+            json!({"action": "get_pending", "conversation_id": conversation}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{pending}");
+    assert_eq!(pending["requests"].as_array().map(Vec::len), Some(100));
+
+    let other = server.new_conversation(&token).await;
+    let (status, body) = server
+        .action(&token, request_with(&other, field.clone()))
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::CREATED,
+        "another conversation is its own: {body}"
+    );
+    let (status, body) = server
+        .action(
+            &token,
+            json!({"action": "cancel_request", "tool_call_id": first}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, body) = server
+        .action(&token, request_with(&conversation, field))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "room again: {body}");
+}

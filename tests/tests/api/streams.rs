@@ -86,7 +86,9 @@ async fn a_live_stream_gets_every_event_once_and_in_order_while_many_transaction
         ServerOptions::default()
             .env("TOOLGATE_LLM_BASE_URL", &llm.base)
             .env("TOOLGATE_LLM_API_KEY", "sk-test-key")
-            .env("TOOLGATE_RATE_BURST", "1000"),
+            .env("TOOLGATE_RATE_BURST", "1000")
+            // Every racer's request waits in the one conversation at once.
+            .env("TOOLGATE_MAX_WAITING_REQUESTS", "1000"),
     )
     .await;
     let (_, token) = server.new_user("streams").await;

@@ -643,6 +643,7 @@ async fn store_question(
         user_id: &slot.context.user_id,
         run_id: call.run_id,
         ttl: hub.deps.input_ttl.min(slot.elicitation_timeout),
+        max_waiting: hub.deps.max_waiting,
         origin: "mcp",
         original_user_request: None,
     };

@@ -67,6 +67,8 @@ pub struct HubDeps {
     pub registry: Arc<ToolRegistry>,
     pub events: Arc<EventHub>,
     pub input_ttl: Duration,
+    /// Most requests waiting at once in one conversation.
+    pub max_waiting: u32,
     /// Seals the call's secret values kept with stateless questions.
     pub vault: Arc<crate::vault::Vault>,
     /// This process, as `server_instances` knows it.

@@ -181,6 +181,7 @@ async fn store_round(
             user_id: &context.user_id,
             run_id: call.run_id,
             ttl: hub.deps.input_ttl.min(elicitation_timeout),
+            max_waiting: hub.deps.max_waiting,
             origin: "mcp",
             original_user_request: None,
         };
