@@ -141,12 +141,26 @@ impl ModelReply {
             if !earlier.contains(call.id.as_str()) {
                 continue;
             }
-            let fresh = renewed
-                .entry(call.id.clone())
-                .or_insert_with(|| format!("call_{}", Uuid::new_v4().simple()));
+            let fresh = renewed.entry(call.id.clone()).or_insert_with(fresh_call_id);
             call.id = fresh.clone();
         }
     }
+}
+
+/// A call id of toolgate's own making (a reused id renewed, a call that came without
+/// one): nine letters and digits, which every provider takes back in the conversation
+/// it is sent (some take nothing else: Mistral's `[a-zA-Z0-9]{9}`).
+pub fn fresh_call_id() -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    // 122 random bits; nine digits in base 62 take 54 of them.
+    let mut random = Uuid::new_v4().as_u128();
+    (0..9)
+        .map(|_| {
+            let digit = ALPHABET[(random % 62) as usize];
+            random /= 62;
+            char::from(digit)
+        })
+        .collect()
 }
 
 /// Deepest nesting of a call's arguments that is kept: no tool's arguments need more,
@@ -367,6 +381,20 @@ mod tests {
         assert_eq!(ids[0], ids[1], "still one id given twice");
         assert_ne!(ids[0], ids[2]);
         assert_eq!(ids[3], "call_9");
+        assert!(is_fresh(ids[0]) && is_fresh(ids[2]), "{ids:?}");
+    }
+
+    fn is_fresh(id: &str) -> bool {
+        id.len() == 9 && id.bytes().all(|b| b.is_ascii_alphanumeric())
+    }
+
+    /// Ids of toolgate's making are ones every provider takes back: nine letters and
+    /// digits, each new.
+    #[test]
+    fn a_fresh_call_id_is_nine_letters_and_digits_and_new() {
+        let ids: std::collections::HashSet<String> = (0..10_000).map(|_| fresh_call_id()).collect();
+        assert_eq!(ids.len(), 10_000);
+        assert!(ids.iter().all(|id| is_fresh(id)), "{ids:?}");
     }
 
     #[test]

@@ -90,7 +90,7 @@ pub fn respond(request: &ModelRequest, today: NaiveDate) -> ModelReply {
         }
         match fill_arguments(tool, &clause, today) {
             Ok(arguments) => calls.push(RequestedCall {
-                id: format!("call_{}", uuid::Uuid::new_v4().simple()),
+                id: crate::agent::model::fresh_call_id(),
                 name: tool.name.clone(),
                 arguments,
                 refused: None,

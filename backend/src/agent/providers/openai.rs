@@ -116,7 +116,7 @@ impl PartialCall {
         };
         RequestedCall {
             id: if self.id.is_empty() {
-                format!("call_{}", uuid::Uuid::new_v4().simple())
+                crate::agent::model::fresh_call_id()
             } else {
                 self.id
             },
@@ -379,7 +379,8 @@ mod tests {
         let nameless = PartialCall::default().finish();
         assert_eq!(nameless.name, "unnamed");
         assert_eq!(nameless.refused.as_deref(), Some("it names no tool"));
-        assert!(nameless.id.starts_with("call_"));
+        assert_eq!(nameless.id.len(), 9, "{}", nameless.id);
+        assert!(nameless.id.bytes().all(|b| b.is_ascii_alphanumeric()));
     }
 
     #[test]
