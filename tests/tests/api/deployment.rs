@@ -52,10 +52,18 @@ async fn a_public_address_without_dev_sign_in_starts() {
 }
 
 async fn dev_token_with_host(server: &TestServer, host: &str) -> (StatusCode, Value) {
-    let response = server
-        .client
-        .post(server.url("/api/dev/token"))
-        .header("host", host)
+    dev_token_with_headers(server, &[("host", host)]).await
+}
+
+async fn dev_token_with_headers(
+    server: &TestServer,
+    headers: &[(&str, &str)],
+) -> (StatusCode, Value) {
+    let mut request = server.client.post(server.url("/api/dev/token"));
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = request
         .json(&json!({"user_id": "victim"}))
         .send()
         .await
@@ -64,15 +72,19 @@ async fn dev_token_with_host(server: &TestServer, host: &str) -> (StatusCode, Va
     (status, response.json().await.unwrap_or(Value::Null))
 }
 
-#[tokio::test]
-async fn dev_token_answers_only_requests_addressed_to_loopback() {
-    let server = TestServer::start().await;
-    let port = server
+fn port_of(server: &TestServer) -> String {
+    server
         .base
         .rsplit(':')
         .next()
         .unwrap_or_default()
-        .to_owned();
+        .to_owned()
+}
+
+#[tokio::test]
+async fn dev_token_answers_only_requests_addressed_to_loopback() {
+    let server = TestServer::start().await;
+    let port = port_of(&server);
     // What a page whose DNS name was rebound to 127.0.0.1 sends from a browser.
     for host in [
         "evil.example".to_owned(),
@@ -106,12 +118,7 @@ async fn dev_token_answers_only_requests_addressed_to_loopback() {
 #[tokio::test]
 async fn dev_token_refuses_requests_that_came_through_a_proxy() {
     let server = TestServer::start().await;
-    let port = server
-        .base
-        .rsplit(':')
-        .next()
-        .unwrap_or_default()
-        .to_owned();
+    let port = port_of(&server);
     for (header, value) in [
         ("x-forwarded-for", "203.0.113.5"),
         ("X-Forwarded-For", "127.0.0.1"),
@@ -121,17 +128,9 @@ async fn dev_token_refuses_requests_that_came_through_a_proxy() {
         ("x-real-ip", "203.0.113.5"),
         ("via", "1.1 proxy"),
     ] {
-        let response = server
-            .client
-            .post(server.url("/api/dev/token"))
-            .header("host", format!("127.0.0.1:{port}"))
-            .header(header, value)
-            .json(&json!({"user_id": "victim"}))
-            .send()
-            .await
-            .expect("sent");
-        let status = response.status();
-        let body: Value = response.json().await.unwrap_or(Value::Null);
+        let host = format!("127.0.0.1:{port}");
+        let (status, body) =
+            dev_token_with_headers(&server, &[("host", &host), (header, value)]).await;
         assert_eq!(status, StatusCode::FORBIDDEN, "{header}: {body}");
         assert!(body.get("token").is_none(), "{header}: {body}");
         assert!(!body.to_string().contains("eyJ"), "{header}: {body}");
