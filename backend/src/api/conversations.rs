@@ -1,6 +1,5 @@
 use axum::Json;
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use protocol::api::{Conversation, ConversationList, NewConversation};
 use serde::Deserialize;
@@ -9,6 +8,7 @@ use uuid::Uuid;
 
 use super::json::ApiJson;
 use super::paging;
+use super::query::{ApiQuery, QueryRules};
 use crate::auth::AuthUser;
 use crate::db::conversations::ListPlace;
 use crate::db::{self, conversations};
@@ -66,6 +66,12 @@ pub struct ConversationPage {
     limit: Option<u32>,
 }
 
+impl QueryRules for ConversationPage {
+    const FIELD: &'static str = "query";
+    const EXPECTED: &'static str =
+        "`before` is a page's `next_before` and `limit` a whole number from 1 to 500";
+}
+
 /// A page's end as the text a client sends back: `<updated_at µs>.<created_at µs>.<id>`.
 fn place_text(place: ListPlace) -> String {
     format!(
@@ -105,14 +111,8 @@ fn read_place(text: &str) -> Option<ListPlace> {
 pub async fn list_conversations(
     State(state): State<AppState>,
     user: AuthUser,
-    query: std::result::Result<Query<ConversationPage>, QueryRejection>,
+    ApiQuery(query): ApiQuery<ConversationPage>,
 ) -> Result<Json<ConversationList>> {
-    let Query(query) = query.map_err(|rejection| {
-        paging::bad_query(
-            &rejection,
-            "`before` is a page's `next_before` and `limit` a whole number from 1 to 500",
-        )
-    })?;
     let limit = paging::limit(query.limit)?;
     let after = match query.before.as_deref() {
         None => None,

@@ -8,8 +8,7 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::Json;
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::http::header::AUTHORIZATION;
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -23,10 +22,11 @@ use utoipa::IntoParams;
 use uuid::Uuid;
 
 use super::path::ApiPath;
+use super::query::{ApiQuery, QueryRules};
 use crate::auth::{self, AuthUser};
 use crate::db::listener::Following;
 use crate::db::{self, conversations, events};
-use crate::error::{Error, FieldErrors, Result};
+use crate::error::{Error, Result};
 use crate::state::AppState;
 
 const STREAM_TOKEN_MINUTES: i64 = 10;
@@ -64,6 +64,12 @@ pub async fn create_stream_token(
     }))
 }
 
+// `token` takes any text, so only `after` can fail to parse.
+impl QueryRules for StreamQuery {
+    const FIELD: &'static str = "after";
+    const EXPECTED: &'static str = "must be a whole number (an event id)";
+}
+
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct StreamQuery {
@@ -91,17 +97,9 @@ pub struct StreamQuery {
 pub async fn stream_events(
     State(state): State<AppState>,
     ApiPath(conversation_id): ApiPath<Uuid>,
-    query: std::result::Result<Query<StreamQuery>, QueryRejection>,
+    ApiQuery(query): ApiQuery<StreamQuery>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
-    // `token` takes any text, so only `after` can fail to parse.
-    let Query(query) = query.map_err(|rejection| Error::BadRequest {
-        message: format!("invalid query: {}", rejection.body_text()),
-        fields: Some(FieldErrors::from([(
-            "after".to_owned(),
-            "must be a whole number (an event id)".to_owned(),
-        )])),
-    })?;
     let verified = match (&query.token, headers.contains_key(AUTHORIZATION)) {
         (Some(token), _) => {
             let verified = state.jwt.verify_stream(token, conversation_id)?;

@@ -4,8 +4,7 @@
 use std::net::IpAddr;
 
 use axum::Json;
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use protocol::chat::{
     ContentBlock, ConversationDetail, EventKind, MAX_IMAGES, MAX_PARTS, MAX_TEXT_CHARS, Message,
@@ -18,6 +17,7 @@ use uuid::Uuid;
 use super::json::ApiJson;
 use super::paging;
 use super::path::ApiPath;
+use super::query::{ApiQuery, QueryRules};
 use crate::agent::{self, commands};
 use crate::auth::AuthUser;
 use crate::db::messages::{self, NewMessage};
@@ -256,6 +256,12 @@ pub struct MessagePage {
     limit: Option<u32>,
 }
 
+impl QueryRules for MessagePage {
+    const FIELD: &'static str = "query";
+    const EXPECTED: &'static str =
+        "`after_seq` is a whole number and `limit` a whole number from 1 to 500";
+}
+
 /// The conversation's messages in order, a page at a time: ask again with
 /// `after_seq=<next_after_seq>` while the answer has `next_after_seq`.
 #[utoipa::path(get, path = "/api/conversations/{id}/messages", tag = "chat",
@@ -268,14 +274,8 @@ pub async fn list_messages(
     State(state): State<AppState>,
     user: AuthUser,
     ApiPath(conversation_id): ApiPath<Uuid>,
-    query: std::result::Result<Query<MessagePage>, QueryRejection>,
+    ApiQuery(query): ApiQuery<MessagePage>,
 ) -> Result<Json<MessageList>> {
-    let Query(query) = query.map_err(|rejection| {
-        paging::bad_query(
-            &rejection,
-            "`after_seq` is a whole number and `limit` a whole number from 1 to 500",
-        )
-    })?;
     let limit = paging::limit(query.limit)?;
     let mut tx = db::begin_as_user(&state.db, &user.user_id).await?;
     if !conversations::exists(&mut tx, conversation_id).await? {

@@ -12,6 +12,7 @@ pub mod limits;
 mod messages;
 mod paging;
 mod path;
+mod query;
 mod security_headers;
 mod tool_user_input;
 mod tools;

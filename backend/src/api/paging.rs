@@ -1,7 +1,4 @@
-//! Lists that are read a page at a time: how many items a page may hold, and the
-//! answer to a page asked for wrongly.
-
-use axum::extract::rejection::QueryRejection;
+//! Lists that are read a page at a time: how many items a page may hold.
 
 use crate::error::{Error, FieldErrors};
 
@@ -21,18 +18,6 @@ pub fn limit(asked: Option<u32>) -> Result<usize, Error> {
         ));
     }
     Ok(limit as usize)
-}
-
-/// A query string that does not read as the page's parameters: 400 naming `query`
-/// with what each parameter must be (`expected`).
-pub fn bad_query(rejection: &QueryRejection, expected: &str) -> Error {
-    Error::BadRequest {
-        message: format!("invalid query: {}", rejection.body_text()),
-        fields: Some(FieldErrors::from([(
-            "query".to_owned(),
-            expected.to_owned(),
-        )])),
-    }
 }
 
 #[cfg(test)]
