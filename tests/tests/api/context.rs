@@ -417,6 +417,28 @@ async fn retrieval_brings_the_callers_other_conversations_and_never_another_user
         !sent.contains("Oslo"),
         "another user's words were retrieved: {sent}"
     );
+    // Quoted in the history right before the question, never with the system
+    // prompt's authority: a note may be the assistant's words led by a fetched page.
+    let request = setup
+        .llm
+        .requests()
+        .last()
+        .expect("a model request")
+        .clone();
+    let messages = request["messages"].as_array().expect("messages");
+    for message in messages.iter().filter(|m| m["role"] == "system") {
+        assert!(!message.to_string().contains("Lisbon"), "{message}");
+    }
+    let [.., notes, question] = messages.as_slice() else {
+        panic!("too few messages: {sent}");
+    };
+    assert_eq!(notes["role"], "assistant", "{notes}");
+    assert!(notes.to_string().contains("Lisbon"), "{notes}");
+    assert!(
+        question
+            .to_string()
+            .contains("What was the zephyrine budget?")
+    );
 
     let (status, reply) = server
         .post_message(

@@ -470,7 +470,14 @@ mod tests {
             &model,
         )
         .await;
-        assert!(request.system.join("").contains("- acme pays in euros"));
+        // Quoted right before the current turn, never in the system prompt.
+        assert!(!request.system.join("").contains("acme pays"));
+        let [notes, current] = request.messages.as_slice() else {
+            panic!("{:?}", request.messages);
+        };
+        assert_eq!((notes.role, notes.seq), (Role::System, None));
+        assert!(notes.plain_text().contains("- acme pays in euros"));
+        assert_eq!(current.plain_text(), "invoices for acme");
     }
 
     #[tokio::test]
