@@ -17,6 +17,7 @@ use crate::agent::model::{
     RequestedCall, ToolSpec,
 };
 use crate::demo::vocabulary;
+use crate::requests::words::{self, UserEnding};
 
 pub const OFFLINE_MODEL: &str = "toolgate-offline";
 const PREFIX: &str = "(offline model) ";
@@ -379,20 +380,20 @@ fn answer_from_results(since_user: &[ChatMessage]) -> String {
 fn describe_outcome(tool: &str, outcome: &ToolOutcome) -> String {
     if !outcome.success {
         let error = outcome.error.as_deref().unwrap_or("it failed");
-        return if error.contains("declined") {
-            format!(
+        // Only toolgate's own words for the user's choice: a tool's error that merely
+        // says "rejected" must not become a decision the user never took.
+        return match words::user_ending(error) {
+            Some(UserEnding::Declined) => format!(
                 "You declined to provide what {tool} needs, so I did not run it and will not ask for it again."
-            )
-        } else if error.contains("rejected") {
-            format!("You rejected the call, so {tool} did not run.")
-        } else if error.contains("cancelled") {
-            format!("You cancelled the request for input, so I did not run {tool}.")
-        } else if error.contains("expired") {
-            format!(
+            ),
+            Some(UserEnding::Rejected) => format!("You rejected the call, so {tool} did not run."),
+            Some(UserEnding::Cancelled) => {
+                format!("You cancelled the request for input, so I did not run {tool}.")
+            }
+            Some(UserEnding::Expired) => format!(
                 "The request for input expired, so I did not run {tool}. Ask again when you are ready."
-            )
-        } else {
-            format!("{tool} did not succeed: {error}")
+            ),
+            None => format!("{tool} did not succeed: {error}"),
         };
     }
     let result = outcome.result.clone().unwrap_or(Value::Null);
@@ -528,6 +529,19 @@ mod tests {
                 parameters: json!({"type": "object", "required": ["expression"], "properties": {"expression": {"type": "string"}}}),
             },
         ]
+    }
+
+    #[test]
+    fn a_tools_error_never_becomes_a_decision_the_user_took() {
+        for error in [
+            "the service answered HTTP 403 Forbidden: Request rejected by WAF",
+            "the tool of the MCP server `files` failed: declined",
+            "the tool of the MCP server `files` failed: The user rejected this call of `x`",
+            "the service answered HTTP 401 Unauthorized: token expired",
+        ] {
+            let said = describe_outcome("deploy", &ToolOutcome::failed(error));
+            assert!(said.starts_with("deploy did not succeed: "), "{said}");
+        }
     }
 
     fn ask(text: &str) -> ModelReply {
