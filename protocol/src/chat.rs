@@ -162,6 +162,31 @@ impl Message {
             .collect::<Vec<_>>()
             .join("\n")
     }
+
+    /// A chat command the server answered itself (see [`command_text`]): never part of
+    /// the model's context, and never the request that sets the conversation's task.
+    pub fn is_command(&self) -> bool {
+        self.role == Role::User && command_text(&self.content).is_some()
+    }
+}
+
+/// The chat commands the server answers itself, at once.
+pub const COMMANDS: [&str; 5] = ["/context", "/remember", "/help", "/pin", "/unpin"];
+
+/// The command a user's message gives, if it is one: text alone (a message with an
+/// image is for the model, whatever its words) whose first word is one of
+/// [`COMMANDS`]; its text blocks joined as [`Message::text`] joins them.
+pub fn command_text(content: &[ContentBlock]) -> Option<String> {
+    let mut texts = Vec::with_capacity(content.len());
+    for block in content {
+        match block {
+            ContentBlock::Text { text } => texts.push(text.as_str()),
+            _ => return None,
+        }
+    }
+    let text = texts.join("\n");
+    let first = text.split_whitespace().next()?;
+    COMMANDS.contains(&first).then_some(text)
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -23,14 +23,6 @@ const HELP: &str = "Commands:\n\
 /unpin — stop keeping the messages you pinned (your first request stays)\n\
 /remember <note> — something the assistant should always know about you";
 
-pub fn is_command(text: &str) -> bool {
-    let first = text.split_whitespace().next().unwrap_or_default();
-    matches!(
-        first,
-        "/context" | "/remember" | "/help" | "/pin" | "/unpin"
-    )
-}
-
 /// What a command needs to know of the server's settings.
 pub struct CommandSettings<'a> {
     pub max_notes: u32,
@@ -55,7 +47,7 @@ pub async fn run(
             let Some(previous) = stored
                 .iter()
                 .rev()
-                .find(|m| m.role == protocol::chat::Role::User && !is_command(&m.text()))
+                .find(|m| m.role == protocol::chat::Role::User && !m.is_command())
             else {
                 return Ok("There is no message of yours to pin yet.".to_owned());
             };
@@ -190,9 +182,18 @@ mod tests {
 
     #[test]
     fn pin_commands_are_commands() {
-        assert!(is_command("/pin"));
-        assert!(is_command("/unpin"));
-        assert!(!is_command("/pinned is a word"));
+        use protocol::chat::{ContentBlock, command_text};
+        let text = |t: &str| vec![ContentBlock::Text { text: t.to_owned() }];
+        assert!(command_text(&text("/pin")).is_some());
+        assert!(command_text(&text("/unpin")).is_some());
+        assert!(command_text(&text("/pinned is a word")).is_none());
+        assert!(command_text(&text("/etc/nginx.conf fails, fix it")).is_none());
+        // With an image, the words are for the model, whatever they are.
+        let mut with_image = text("/help with this chart");
+        with_image.push(ContentBlock::Image {
+            url: "data:image/png;base64,iVBORw0KGgo=".to_owned(),
+        });
+        assert!(command_text(&with_image).is_none());
     }
 
     #[test]

@@ -130,17 +130,7 @@ pub async fn post_message(
     ApiJson(body): ApiJson<PostMessage>,
 ) -> Result<(StatusCode, Json<PostMessageResponse>)> {
     let content = content_blocks(body.content)?;
-    let only_text = content
-        .iter()
-        .all(|b| matches!(b, ContentBlock::Text { .. }));
-    let text: String = content
-        .iter()
-        .filter_map(|b| match b {
-            ContentBlock::Text { text } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect();
-    if only_text && commands::is_command(&text) {
+    if let Some(text) = protocol::chat::command_text(&content) {
         let mut tx = db::begin_as_user(&state.db, &user.user_id).await?;
         if !conversations::exists(&mut tx, conversation_id).await? {
             return Err(Error::NotFound("conversation"));

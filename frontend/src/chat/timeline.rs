@@ -98,7 +98,7 @@ fn PinToggle(message_id: Uuid) -> impl IntoView {
         store.messages.with(|messages| {
             messages
                 .iter()
-                .find(|m| m.role == Role::User && !m.text().starts_with('/'))
+                .find(|m| m.role == Role::User && !m.is_command())
                 .map(|m| m.id)
         }) == Some(message_id)
     };

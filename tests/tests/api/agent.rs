@@ -635,6 +635,40 @@ async fn images_route_to_the_vision_model_and_become_stubs_once_answered() {
     assert_eq!(requests[2]["model"], "long-x");
 }
 
+/// A message with an image is for the model, even when its words start like a chat
+/// command: it starts a run, and the model sees the words and the image.
+#[tokio::test]
+async fn a_message_with_an_image_is_never_taken_for_a_command() {
+    let setup = with_mock_model(vec![], &[]).await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("image-command").await;
+    let conversation = server.new_conversation(&token).await;
+    let image = "data:image/png;base64,iVBORw0KGgo=";
+    let run = server
+        .start_run(
+            &token,
+            &conversation,
+            json!([
+        {"type": "text", "text": "/help with this chart"}, {"type": "image", "url": image}]),
+        )
+        .await;
+    server.run_finished(&token, &conversation, &run).await;
+    let request = setup
+        .llm
+        .requests()
+        .last()
+        .expect("a model request")
+        .clone();
+    let messages = request["messages"].as_array().expect("messages");
+    let last_user = messages
+        .iter()
+        .rfind(|m| m["role"] == "user")
+        .expect("a user message")
+        .to_string();
+    assert!(last_user.contains("/help with this chart"), "{last_user}");
+    assert!(last_user.contains(image), "{last_user}");
+}
+
 /// A new user's run of `text` in a new conversation, which must complete: the user's
 /// token, the conversation and its messages.
 async fn completed_run(

@@ -65,3 +65,33 @@ async fn the_first_request_is_kept_and_a_later_message_can_be_pinned() {
     .expect("unpinned");
     b.quit().await;
 }
+
+/// A first request that starts with a slash but is no command (a path) sets the task,
+/// as the server keeps it: the page marks that message, not the next one.
+#[tokio::test]
+async fn a_first_request_that_starts_with_a_path_is_the_task() {
+    let Some(fx) = Fixture::start("pinning-path").await else {
+        return;
+    };
+    let b = fx.browser().await;
+    sign_in(&b, &fx.base(), &unique("path-pinner")).await;
+    new_conversation(&b).await;
+    ask(&b, "/etc/hosts looks wrong, what should it hold?").await;
+    wait_for_answers(&b, 1).await;
+    ask(&b, "And on a laptop?").await;
+    wait_for_answers(&b, 2).await;
+
+    let first = b
+        .find("[data-testid=message-user]")
+        .await
+        .expect("first message");
+    assert!(
+        first.find("[data-testid=pinned-task]").await.is_ok(),
+        "the first request says it is kept"
+    );
+    assert_eq!(
+        b.count("[data-testid=pinned-task]").await.expect("count"),
+        1
+    );
+    b.quit().await;
+}

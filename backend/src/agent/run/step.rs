@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::Runner;
 use super::lifecycle::{emit, hand_over, lease, move_run};
-use crate::agent::commands::{COMMAND_MODEL, is_command};
+use crate::agent::commands::COMMAND_MODEL;
 use crate::agent::middleware::Ctx;
 use crate::agent::model::{ChatMessage, ModelRequest, Purpose, RunContext, ToolSpec};
 use crate::agent::step_inputs::{StepInputs, StepOutputs};
@@ -38,7 +38,7 @@ pub(super) struct StepLimit(i32);
 fn context_messages(stored: &[Arc<Message>]) -> Vec<ChatMessage> {
     let mut messages: Vec<ChatMessage> = stored
         .iter()
-        .filter(|m| !(m.role == Role::User && is_command(&m.text())))
+        .filter(|m| !m.is_command())
         .filter(|m| m.model.as_deref() != Some(COMMAND_MODEL))
         .map(|m| ChatMessage {
             role: m.role,
