@@ -5,6 +5,7 @@
 //! nothing.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Json;
@@ -32,7 +33,7 @@ use crate::state::AppState;
 const STREAM_TOKEN_MINUTES: i64 = 10;
 /// Streams also look for news this often, in case a notification was missed.
 const POLL_EVERY: Duration = Duration::from_secs(5);
-const BATCH: i64 = 500;
+const BATCH: usize = 500;
 /// A stream whose client has read nothing for this long, with events waiting, ends.
 const STALLED_AFTER: Duration = Duration::from_secs(30);
 
@@ -132,7 +133,12 @@ pub async fn stream_events(
     let seconds_left = verified.expires_at - chrono::Utc::now().timestamp();
     let until =
         tokio::time::Instant::now() + Duration::from_secs(u64::try_from(seconds_left).unwrap_or(0));
-    let slot = state.limits.open_stream(&user_id)?;
+    // The user's stream place is held both by the relay and by the response body: it
+    // is free again once the connection has taken (or dropped) the last event and the
+    // relay has stopped reading, so a user who opens streams and hangs up at once
+    // cannot leave more reads running than they may have streams open.
+    let slot = Arc::new(state.limits.open_stream(&user_id)?);
+    let relay_slot = Arc::clone(&slot);
     let mut tx = db::begin_as_user(&state.db, &user_id).await?;
     if !conversations::exists(&mut tx, conversation_id).await? {
         return Err(Error::NotFound("conversation"));
@@ -143,6 +149,7 @@ pub async fn stream_events(
     // Followed before the first read, so nothing written in between is missed.
     let following = state.events.follow(conversation_id);
     tokio::spawn(async move {
+        let _place = relay_slot;
         relay(
             state,
             user_id,
@@ -160,9 +167,6 @@ pub async fn stream_events(
                 tokio::time::timeout(Duration::from_secs(2), sender.send(Outgoing::Expired)).await;
         }
     });
-    // The user's stream place is held by the response body: free again once the
-    // connection has taken (or dropped) the last event, not while a client that stopped
-    // reading still holds some.
     let stream = ReceiverStream::new(receiver).map(move |outgoing| {
         let _place = &slot;
         Ok(match outgoing {
@@ -278,20 +282,21 @@ async fn catch_up(
     until: tokio::time::Instant,
 ) -> std::result::Result<bool, sqlx::Error> {
     loop {
-        if tokio::time::Instant::now() >= until {
+        // A client that hung up is not read for: a stream opened and dropped at once
+        // must not leave a read behind it.
+        if tokio::time::Instant::now() >= until || sender.is_closed() {
             return Ok(false);
         }
         let mut tx = db::begin_as_user(&state.db, user_id).await?;
-        let batch = events::after(&mut tx, conversation_id, *after, BATCH).await?;
+        let (batch, more) = events::after(&mut tx, conversation_id, *after, BATCH).await?;
         tx.commit().await?;
-        let full = batch.len() as i64 == BATCH;
         for event in batch {
             *after = event.id;
             if !send_before(sender, event, until).await {
                 return Ok(false);
             }
         }
-        if !full {
+        if !more {
             return Ok(true);
         }
     }

@@ -1,10 +1,13 @@
 //! `run_events`: what the conversation stream carries, kept so a client that
 //! reconnects misses nothing.
 
+use futures::TryStreamExt;
 use protocol::chat::{EventKind, StreamEvent};
 use sqlx::PgConnection;
 use sqlx::types::Json;
 use uuid::Uuid;
+
+use super::storable;
 
 /// The channel every replica listens on; the payload is `<conversation id> <event id>`
 /// (see `listener`: never the event itself).
@@ -46,31 +49,44 @@ struct EventRow {
     data: Json<EventKind>,
 }
 
+/// About the most event data one read holds (at least one event, however large): a
+/// conversation's events may each be as large as a posted message, and a stream that
+/// catches up must not hold hundreds of them in memory at once.
+pub const MAX_BATCH_BYTES: usize = 4 << 20;
+
+/// The conversation's events after `after_id`, in order: at most `limit` of them and
+/// no more than about [`MAX_BATCH_BYTES`] of data; and whether more may follow. Rows
+/// are read one at a time and the reading stops at the batch's end.
 pub async fn after(
     conn: &mut PgConnection,
     conversation_id: Uuid,
     after_id: i64,
-    limit: i64,
-) -> sqlx::Result<Vec<StreamEvent>> {
-    let rows = sqlx::query_as!(
+    limit: usize,
+) -> sqlx::Result<(Vec<StreamEvent>, bool)> {
+    let ask = i64::try_from(limit).unwrap_or(i64::MAX).saturating_add(1);
+    let mut rows = sqlx::query_as!(
         EventRow,
         r#"select id, conversation_id, run_id, data as "data: Json<EventKind>" from run_events
          where conversation_id = $1 and id > $2 order by id limit $3"#,
         conversation_id,
         after_id,
-        limit
+        ask
     )
-    .fetch_all(conn)
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(|row| StreamEvent {
+    .fetch(conn);
+    let (mut batch, mut bytes) = (Vec::new(), 0usize);
+    while let Some(row) = rows.try_next().await? {
+        if batch.len() >= limit || (!batch.is_empty() && bytes >= MAX_BATCH_BYTES) {
+            return Ok((batch, true));
+        }
+        bytes = bytes.saturating_add(storable::json_size(&row.data));
+        batch.push(StreamEvent {
             id: row.id,
             conversation_id: row.conversation_id,
             run_id: row.run_id,
             kind: row.data.0,
-        })
-        .collect())
+        });
+    }
+    Ok((batch, false))
 }
 
 /// Deletes up to `limit` events older than `retention` whose run (if any) finished
@@ -98,4 +114,47 @@ pub async fn prune(
     .execute(conn)
     .await?;
     Ok(done.rows_affected())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::{self, conversations};
+
+    /// Large events (a posted message may be near a megabyte) are read a few at a time,
+    /// never hundreds into memory at once; nothing is skipped.
+    #[tokio::test]
+    async fn a_read_holds_about_max_batch_bytes_of_events() {
+        let pool = db::tests::scratch_pool().await;
+        let user = "events-batch-user";
+        let mut tx = db::begin_as_user(&pool, user).await.expect("begin");
+        let conversation = conversations::insert(&mut tx, user, "t")
+            .await
+            .expect("conversation");
+        let delta = "x".repeat(MAX_BATCH_BYTES / 4);
+        for _ in 0..6 {
+            append(
+                &mut tx,
+                conversation.id,
+                user,
+                None,
+                &EventKind::TextDelta {
+                    delta: delta.clone(),
+                },
+            )
+            .await
+            .expect("append");
+        }
+        let (first, more) = after(&mut tx, conversation.id, 0, 500).await.expect("read");
+        assert_eq!((first.len(), more), (4, true));
+        let last = first.last().expect("events").id;
+        let (rest, more) = after(&mut tx, conversation.id, last, 500)
+            .await
+            .expect("read");
+        assert_eq!((rest.len(), more), (2, false));
+        // The count still bounds a batch of small events.
+        let (two, more) = after(&mut tx, conversation.id, 0, 2).await.expect("read");
+        assert_eq!((two.len(), more), (2, true));
+        tx.rollback().await.expect("rollback");
+    }
 }

@@ -21,7 +21,7 @@ use uuid::Uuid;
 use super::events::{self, CHANNEL};
 
 /// Most events one read takes; a longer backlog is read in several.
-const BATCH: i64 = 500;
+const BATCH: usize = 500;
 
 /// New events of one conversation, read once for every stream following it here.
 #[derive(Debug)]
@@ -203,13 +203,12 @@ impl EventHub {
         };
         loop {
             let mut tx = super::begin_background(pool).await?;
-            let batch = events::after(&mut tx, conversation_id, after, BATCH).await?;
+            let (batch, more) = events::after(&mut tx, conversation_id, after, BATCH).await?;
             tx.commit().await?;
             self.reads.fetch_add(1, Ordering::Relaxed);
             let Some(last) = batch.last().map(|event| event.id) else {
                 return Ok(());
             };
-            let full = batch.len() as i64 == BATCH;
             if !self.set_position(conversation_id, Some(last)) {
                 return Ok(());
             }
@@ -220,7 +219,7 @@ impl EventHub {
                 events: batch,
             }));
             after = last;
-            if !full {
+            if !more {
                 return Ok(());
             }
         }
@@ -310,7 +309,7 @@ mod tests {
         );
         let stored: Vec<i64> = {
             let mut tx = db::begin_as_user(&pool, user).await.expect("begin");
-            let stored = events::after(&mut tx, conversation_id, 0, 100)
+            let (stored, _) = events::after(&mut tx, conversation_id, 0, 100)
                 .await
                 .expect("events");
             stored.iter().skip(1).map(|event| event.id).collect()

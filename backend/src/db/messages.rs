@@ -7,6 +7,8 @@ use sqlx::PgConnection;
 use sqlx::types::Json;
 use uuid::Uuid;
 
+use super::storable;
+
 struct MessageRow {
     id: Uuid,
     seq: i32,
@@ -149,28 +151,10 @@ pub async fn page(
         if page.len() >= limit || (!page.is_empty() && bytes >= max_bytes) {
             return Ok((page, true));
         }
-        bytes = bytes.saturating_add(json_size(&row.content));
+        bytes = bytes.saturating_add(storable::json_size(&row.content));
         page.push(row.into());
     }
     Ok((page, false))
-}
-
-/// How many bytes `value` takes as JSON, without writing it anywhere.
-fn json_size(value: &impl serde::Serialize) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0 += bytes.len();
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    // Writing to a counter cannot fail; a value that cannot be written counts as 0.
-    let _ = serde_json::to_writer(&mut count, value);
-    count.0
 }
 
 pub async fn find(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<Message>> {

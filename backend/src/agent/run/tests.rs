@@ -167,7 +167,7 @@ impl Harness {
         let mut tx = db::begin_as_user(&self.runner.executor.pool, user)
             .await
             .expect("tx");
-        let list = events::after(&mut tx, conversation, 0, 1_000)
+        let (list, _) = events::after(&mut tx, conversation, 0, 1_000)
             .await
             .expect("events");
         tx.commit().await.expect("commit");
