@@ -59,7 +59,7 @@ pub async fn create_conversation(
 pub struct ConversationPage {
     /// Only conversations after this place in the list (a page's `next_before`); from
     /// the most recently active one when absent.
-    #[param(pattern = r"^-?[0-9]{1,15}\.-?[0-9]{1,15}\.[0-9a-f]{32}$")]
+    #[param(pattern = r"^-?[0-9]{1,16}\.-?[0-9]{1,16}\.[0-9a-f]{32}$")]
     before: Option<String>,
     /// Most conversations in the page (1 to 500; 100 when absent).
     #[param(minimum = 1, maximum = 500)]
@@ -82,14 +82,25 @@ fn place_text(place: ListPlace) -> String {
     )
 }
 
+/// Digits a time of a page end may have: 16 reach ±316 years around 1970, which the
+/// database can hold (a time it cannot would fail the query, not the request).
+const MAX_MICROS_DIGITS: usize = 16;
+
 fn read_place(text: &str) -> Option<ListPlace> {
     // A pattern's `$` also matches before one last line end, as Python reads it.
     let text = text.strip_suffix('\n').unwrap_or(text);
     let mut parts = text.split('.');
     let mut micros = || {
-        parts
-            .next()
-            .and_then(|part| part.parse::<i64>().ok())
+        let part = parts.next()?;
+        let digits = part.strip_prefix('-').unwrap_or(part);
+        if digits.is_empty()
+            || digits.len() > MAX_MICROS_DIGITS
+            || !digits.bytes().all(|b| b.is_ascii_digit())
+        {
+            return None;
+        }
+        part.parse::<i64>()
+            .ok()
             .and_then(chrono::DateTime::from_timestamp_micros)
     };
     let (updated_at, created_at) = (micros()?, micros()?);
@@ -151,7 +162,7 @@ mod tests {
         // What the OpenAPI document's pattern allows all reads.
         for text in [
             "0.0.00000000000000000000000000000000",
-            "-999999999999999.999999999999999.ffffffffffffffffffffffffffffffff",
+            "-9999999999999999.9999999999999999.ffffffffffffffffffffffffffffffff",
         ] {
             assert!(read_place(text).is_some(), "{text}");
         }
@@ -162,6 +173,10 @@ mod tests {
             "x.2.00000000000000000000000000000000",
             "1.2.00000000000000000000000000000000.4",
             "99999999999999999999.2.00000000000000000000000000000000",
+            // Within i64 and chrono, but before the database's first day (4713 BC).
+            "-300000000000000000.0.00000000000000000000000000000000",
+            "+1.2.00000000000000000000000000000000",
+            "1.-.00000000000000000000000000000000",
             "1.2.0000000000000000000000000000000\u{0}",
             "1..00000000000000000000000000000000",
         ] {

@@ -200,6 +200,11 @@ async fn conversations_are_listed_a_page_at_a_time() {
             StatusCode::UNPROCESSABLE_ENTITY,
             "before",
         ),
+        (
+            "before=-300000000000000000.0.00000000000000000000000000000000",
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "before",
+        ),
     ] {
         let (got, body) = server
             .send(
