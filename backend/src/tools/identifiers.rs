@@ -6,7 +6,8 @@
 pub const MAX_CHARS: usize = 200;
 
 /// Why `value` cannot serve as an identifier, if it cannot: empty, too long, or holding
-/// a control character (newline, escape, …).
+/// a control character (newline, escape, …). What an API caller may send, as the
+/// OpenAPI document's pattern says.
 pub fn problem(value: &str) -> Option<&'static str> {
     if value.chars().any(char::is_control) {
         Some("must not contain control characters (line breaks, escapes)")
@@ -17,6 +18,19 @@ pub fn problem(value: &str) -> Option<&'static str> {
     } else {
         None
     }
+}
+
+/// [`problem`], and also a character a reader cannot see or that reorders the text
+/// (line separator, direction override, zero-width space, …): for what a model names
+/// a call by, which nothing else has checked, and with which two calls would look
+/// alike in the chat or a log line would read otherwise.
+pub fn model_problem(value: &str) -> Option<&'static str> {
+    problem(value).or_else(|| {
+        value
+            .chars()
+            .any(protocol::unseen::is_unseen)
+            .then_some("must not contain invisible or direction-changing characters")
+    })
 }
 
 #[cfg(test)]
@@ -32,6 +46,17 @@ mod tests {
         assert!(problem("   ").is_some());
         for bad in ["call\n1", "call\u{1b}[31m", "call\u{85}", "a\tb"] {
             assert!(problem(bad).is_some(), "{bad:?}");
+            assert!(model_problem(bad).is_some(), "{bad:?}");
         }
+        for hidden in [
+            "a\u{2028}b",
+            "call_1\u{202E}lave",
+            "a\u{2066}b",
+            "a\u{200B}b",
+            "a\u{FEFF}",
+        ] {
+            assert!(model_problem(hidden).is_some(), "{hidden:?}");
+        }
+        assert_eq!(model_problem("server__tool.v2"), None);
     }
 }

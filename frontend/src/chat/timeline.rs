@@ -271,7 +271,7 @@ fn ToolCallView(id: String, name: String, arguments: Map<String, Value>) -> impl
         >
             <div class="tool-call-head">
                 <span class="tool-icon" aria-hidden="true">"⚙"</span>
-                <code class="tool-name">{name}</code>
+                <code class="tool-name">{value_text::revealed(&name)}</code>
                 {server}
                 <span
                     class=move || format!("badge badge-{}", state.get().label().replace(' ', "-"))
