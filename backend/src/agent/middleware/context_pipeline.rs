@@ -340,11 +340,21 @@ fn protected_from(request: &ModelRequest) -> usize {
         .unwrap_or(request.messages.len())
 }
 
+/// Where the exchanges before the current turn end: before the notes collect put right
+/// before it, which belong to no earlier exchange.
+fn earlier_exchanges_end(request: &ModelRequest) -> usize {
+    let current = protected_from(request);
+    match current.checked_sub(1).map(|at| &request.messages[at]) {
+        Some(notes) if notes.role == Role::System && notes.seq.is_none() => current - 1,
+        _ => current,
+    }
+}
+
 /// Drops an older exchange of plain text that repeats the exchange right before it word
 /// for word; that copy stays, so nothing is lost. (A repeat further back is kept: "yes"
 /// then "Done." can answer different questions.)
 fn dedupe(request: &mut ModelRequest, key_of: &dyn Fn(&str) -> Option<String>) {
-    let current = protected_from(request);
+    let current = earlier_exchanges_end(request);
     let stay = history::must_stay(&request.messages, key_of);
     let mut previous: Option<Vec<(Role, String)>> = None;
     let mut keep = vec![true; request.messages.len()];
@@ -593,6 +603,24 @@ mod tests {
         run_stages(&PipelineConfig::default(), &mut req, &[], &no_keys).expect("fits");
         assert_eq!(req.messages.len(), 3);
         assert_whole(&req.messages);
+
+        // Notes collect puts before the current turn belong to no earlier exchange.
+        let mut req = request(&[
+            (Role::User, "hi"),
+            (Role::Assistant, "hello"),
+            (Role::User, "hi"),
+            (Role::Assistant, "hello"),
+            (Role::User, "What was the budget?"),
+        ]);
+        let notes = ["The budget is 4000 euros.".to_owned()];
+        run_stages(&PipelineConfig::default(), &mut req, &notes, &no_keys).expect("fits");
+        let roles: Vec<Role> = req.messages.iter().map(|m| m.role).collect();
+        assert_eq!(
+            roles,
+            [Role::User, Role::Assistant, Role::System, Role::User],
+            "{:?}",
+            req.messages
+        );
 
         // Further back, the same words may answer something else: kept.
         let turns = [

@@ -67,8 +67,9 @@ pub fn cut_point(
 /// The request with a stored summary in place: what it covers goes — all up to its
 /// `through_seq` but what must stay now and what it was not written from (`kept_out`),
 /// which come first — then the summary, then the newer messages. The summary is the
-/// history's one system message; providers send it as the assistant's own words, never
-/// with the system prompt's authority (the model wrote it from tool results too).
+/// history's one system message here (notes the context pipeline retrieves come after
+/// this middleware); providers send it as the assistant's own words, never with the
+/// system prompt's authority (the model wrote it from tool results too).
 pub fn apply_summary(
     messages: &mut Vec<ChatMessage>,
     summary: &StoredSummary,

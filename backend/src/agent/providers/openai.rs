@@ -317,10 +317,11 @@ fn wire_messages(message: &ChatMessage) -> Vec<Value> {
             }
             vec![wire]
         }
-        // In the history a system message is the summary of earlier turns: the model
-        // wrote it from what it read, tool results included, so it goes as the
-        // assistant's own words. As a system message, an instruction planted in what
-        // was summarised would speak with the authority of the system prompt.
+        // In the history a system message is the summary of earlier turns, or notes
+        // retrieved from the user's other conversations: the model wrote them from what
+        // it read, tool results included, so they go as the assistant's own words. As a
+        // system message, an instruction planted in what was summarised or retrieved
+        // would speak with the authority of the system prompt.
         Role::System => vec![json!({"role": "assistant", "content": message.plain_text()})],
         Role::User => {
             let parts: Vec<Value> = message
