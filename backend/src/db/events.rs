@@ -27,8 +27,8 @@ pub async fn append(
         r#"with locked as (
              select id from conversations where id = $1 for no key update),
          stored as (
-             insert into run_events (conversation_id, user_id, run_id, kind, data)
-             select locked.id, $2, $3, $4, $5 from locked returning id)
+             insert into run_events (conversation_id, user_id, run_id, kind, data, data_bytes)
+             select locked.id, $2, $3, $4, $5, $7 from locked returning id)
          select stored.id as "id!" from stored,
              lateral (select pg_notify($6, $1::text || ' ' || stored.id::text)) as notified"#,
         conversation_id,
@@ -36,7 +36,8 @@ pub async fn append(
         run_id,
         kind.name(),
         Json(kind) as _,
-        CHANNEL
+        CHANNEL,
+        i32::try_from(storable::json_size(kind)).unwrap_or(i32::MAX)
     )
     .fetch_one(conn)
     .await
@@ -47,6 +48,7 @@ struct EventRow {
     conversation_id: Uuid,
     run_id: Option<Uuid>,
     data: Json<EventKind>,
+    size: i32,
 }
 
 /// About the most event data one read holds (at least one event, however large): a
@@ -55,8 +57,10 @@ struct EventRow {
 pub const MAX_BATCH_BYTES: usize = 4 << 20;
 
 /// The conversation's events after `after_id`, in order: at most `limit` of them and
-/// no more than about [`MAX_BATCH_BYTES`] of data; and whether more may follow. Rows
-/// are read one at a time and the reading stops at the batch's end.
+/// no more than about [`MAX_BATCH_BYTES`] of data; and whether more may follow. The
+/// database stops sending at that size too (by each event's `data_bytes`; one written
+/// without it, 0, counts by its data): one event past it, which tells that more
+/// follow, and no other.
 pub async fn after(
     conn: &mut PgConnection,
     conversation_id: Uuid,
@@ -64,13 +68,31 @@ pub async fn after(
     limit: usize,
 ) -> sqlx::Result<(Vec<StreamEvent>, bool)> {
     let ask = i64::try_from(limit).unwrap_or(i64::MAX).saturating_add(1);
+    let max_bytes = i64::try_from(MAX_BATCH_BYTES).unwrap_or(i64::MAX);
+    // `size`: the stored size, or for an event stored without one, its data's. Both
+    // sides count by it, so the batch ends where the sending does. `before_previous`:
+    // the size of every event before the one before this one, so the event right after
+    // the batch's last is sent as well.
     let mut rows = sqlx::query_as!(
         EventRow,
-        r#"select id, conversation_id, run_id, data as "data: Json<EventKind>" from run_events
-         where conversation_id = $1 and id > $2 order by id limit $3"#,
+        r#"select id as "id!", conversation_id as "conversation_id!", run_id,
+                  data as "data!: Json<EventKind>", size as "size!"
+           from (select counted.*,
+                        coalesce(sum(counted.size) over (order by counted.id
+                            rows between unbounded preceding and 2 preceding), 0)
+                            as before_previous
+                 from (select e.id, e.conversation_id, e.run_id, e.data,
+                              coalesce(nullif(e.data_bytes, 0), octet_length(e.data::text))
+                                  as size
+                       from run_events e
+                       where e.conversation_id = $1 and e.id > $2
+                       order by e.id limit $3) as counted) as sized
+           where sized.before_previous < $4
+           order by sized.id"#,
         conversation_id,
         after_id,
-        ask
+        ask,
+        max_bytes
     )
     .fetch(conn);
     let (mut batch, mut bytes) = (Vec::new(), 0usize);
@@ -78,7 +100,7 @@ pub async fn after(
         if batch.len() >= limit || (!batch.is_empty() && bytes >= MAX_BATCH_BYTES) {
             return Ok((batch, true));
         }
-        bytes = bytes.saturating_add(storable::json_size(&row.data));
+        bytes = bytes.saturating_add(usize::try_from(row.size).unwrap_or(usize::MAX));
         batch.push(StreamEvent {
             id: row.id,
             conversation_id: row.conversation_id,
@@ -155,6 +177,48 @@ mod tests {
         // The count still bounds a batch of small events.
         let (two, more) = after(&mut tx, conversation.id, 0, 2).await.expect("read");
         assert_eq!((two.len(), more), (2, true));
+        let (all, more) = after(&mut tx, conversation.id, 0, 6).await.expect("read");
+        assert_eq!((all.len(), more), (4, true), "the size ends it first");
+
+        // Events written without their size (an older server) count by their data.
+        sqlx::query("update run_events set data_bytes = 0 where conversation_id = $1")
+            .bind(conversation.id)
+            .execute(&mut *tx)
+            .await
+            .expect("forget the sizes");
+        let (first, more) = after(&mut tx, conversation.id, 0, 500).await.expect("read");
+        assert_eq!((first.len(), more), (4, true));
+        tx.rollback().await.expect("rollback");
+    }
+
+    /// One event larger than a batch is a batch of its own; a batch that ends exactly
+    /// at its count says that nothing follows.
+    #[tokio::test]
+    async fn a_batch_holds_at_least_one_event_and_says_whether_more_follow() {
+        let pool = db::tests::scratch_pool().await;
+        let user = "events-edge-user";
+        let mut tx = db::begin_as_user(&pool, user).await.expect("begin");
+        let conversation = conversations::insert(&mut tx, user, "t")
+            .await
+            .expect("conversation");
+        let deltas = ["x".repeat(MAX_BATCH_BYTES + 1), "a".into(), "b".into()];
+        for delta in deltas {
+            append(
+                &mut tx,
+                conversation.id,
+                user,
+                None,
+                &EventKind::TextDelta { delta },
+            )
+            .await
+            .expect("append");
+        }
+        let (huge, more) = after(&mut tx, conversation.id, 0, 500).await.expect("read");
+        assert_eq!((huge.len(), more), (1, true));
+        let (rest, more) = after(&mut tx, conversation.id, huge[0].id, 2)
+            .await
+            .expect("read");
+        assert_eq!((rest.len(), more), (2, false));
         tx.rollback().await.expect("rollback");
     }
 }
