@@ -75,6 +75,17 @@ pub struct Limits {
     /// Requests waiting for the user at once in one conversation
     /// (`TOOLGATE_MAX_WAITING_REQUESTS`).
     pub waiting_requests: u32,
+    /// Message content past which a conversation takes no new messages of the user's,
+    /// in MiB (`TOOLGATE_MAX_CONVERSATION_MIB`); a run already going may still add its
+    /// answers and tool results.
+    pub conversation_mib: u32,
+}
+
+impl Limits {
+    /// [`Limits::conversation_mib`] in bytes.
+    pub fn conversation_bytes(&self) -> i64 {
+        i64::from(self.conversation_mib) << 20
+    }
 }
 
 /// The model endpoint; none configured means the offline built-in model.
@@ -278,6 +289,7 @@ impl Config {
             open_streams: limit("TOOLGATE_MAX_STREAMS", 8)?,
             memory_notes: limit("TOOLGATE_MAX_MEMORY_NOTES", 200)?,
             waiting_requests: limit("TOOLGATE_MAX_WAITING_REQUESTS", 100)?,
+            conversation_mib: limit("TOOLGATE_MAX_CONVERSATION_MIB", 64)?,
         };
         if limits.requests_per_minute == 0 || limits.request_burst == 0 {
             bail!("TOOLGATE_RATE_PER_MINUTE and TOOLGATE_RATE_BURST must be above zero");
@@ -285,6 +297,18 @@ impl Config {
         if limits.waiting_requests == 0 {
             // No request could ever be made: no tool that asks the user would work.
             bail!("TOOLGATE_MAX_WAITING_REQUESTS must be above zero");
+        }
+        if limits.conversation_mib == 0 {
+            // No conversation could hold a first message.
+            bail!("TOOLGATE_MAX_CONVERSATION_MIB must be above zero");
+        }
+        if usize::try_from(limits.conversation_bytes()).is_ok_and(|most| most < max_body_bytes) {
+            // A first message as large as a body may be would be refused with "start a
+            // new conversation", which could never help.
+            bail!(
+                "TOOLGATE_MAX_CONVERSATION_MIB ({} MiB) must hold at least one request body of TOOLGATE_MAX_BODY_BYTES ({max_body_bytes} bytes)",
+                limits.conversation_mib
+            );
         }
         let input_limits = input_limits(&number)?;
         Ok(Config {
@@ -496,6 +520,7 @@ mod tests {
         assert_eq!(config.header_read_timeout, Duration::from_secs(30));
         assert!(!config.dev_auth);
         assert_eq!(config.limits.waiting_requests, 100);
+        assert_eq!(config.limits.conversation_bytes(), 64 << 20);
     }
 
     #[test]
@@ -517,6 +542,31 @@ mod tests {
         let mut settings = base.to_vec();
         settings.push(("TOOLGATE_MAX_WAITING_REQUESTS", "7"));
         assert_eq!(config(&settings).expect("valid").limits.waiting_requests, 7);
+    }
+
+    #[test]
+    fn a_conversation_must_be_able_to_hold_a_message() {
+        let base = [
+            ("DATABASE_URL", "postgres://x/y"),
+            ("TOOLGATE_JWT_SECRET", "0123456789abcdef0123456789abcdef"),
+            ("TOOLGATE_SECRET_KEY", "another secret of enough length"),
+        ];
+        for bad in ["0", "-1", "lots"] {
+            let mut settings = base.to_vec();
+            settings.push(("TOOLGATE_MAX_CONVERSATION_MIB", bad));
+            let err = config(&settings).expect_err(bad);
+            assert!(
+                err.to_string().contains("TOOLGATE_MAX_CONVERSATION_MIB"),
+                "{bad}: {err}"
+            );
+        }
+        let mut settings = base.to_vec();
+        settings.push(("TOOLGATE_MAX_CONVERSATION_MIB", "3"));
+        let limits = config(&settings).expect("valid").limits;
+        assert_eq!(limits.conversation_bytes(), 3 << 20);
+        settings.push(("TOOLGATE_MAX_BODY_BYTES", "4194304"));
+        let err = config(&settings).expect_err("a body larger than a conversation");
+        assert!(err.to_string().contains("TOOLGATE_MAX_BODY_BYTES"), "{err}");
     }
 
     #[test]

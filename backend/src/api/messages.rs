@@ -115,13 +115,15 @@ fn content_blocks(content: PostContent) -> Result<Vec<ContentBlock>> {
 
 /// Posts a user message. It starts a run (202) that goes on without the client; a
 /// `/context`, `/remember` or `/help` command is answered at once (200). A second
-/// message while a run is active is refused with 409 `run_active`.
+/// message while a run is active is refused with 409 `run_active`, and one to a
+/// conversation that holds the most message content one may with 409
+/// `conversation_full`.
 #[utoipa::path(post, path = "/api/conversations/{id}/messages", tag = "chat", request_body = PostMessage,
     params(("id" = Uuid, Path, description = "Conversation id")), security(("bearer" = [])), responses(
     (status = 202, description = "A run started", body = PostMessageResponse),
     (status = 200, description = "A chat command, answered at once", body = PostMessageResponse),
     (status = 404, body = protocol::api::ErrorBody),
-    (status = 409, description = "A run is already active", body = protocol::api::ErrorBody),
+    (status = 409, description = "A run is already active (`run_active`), or the conversation holds the most messages one may (`conversation_full`)", body = protocol::api::ErrorBody),
     (status = 422, body = protocol::api::ErrorBody)))]
 pub async fn post_message(
     State(state): State<AppState>,
@@ -151,7 +153,8 @@ pub async fn post_message(
             },
         )
         .await?;
-        let message = messages::append(
+        let limits = &state.config.limits;
+        let message = messages::append_within(
             &mut tx,
             NewMessage {
                 conversation_id,
@@ -161,8 +164,10 @@ pub async fn post_message(
                 model: None,
                 run_id: None,
             },
+            limits.conversation_bytes(),
         )
-        .await?;
+        .await?
+        .ok_or_else(|| agent::conversation_full(limits))?;
         let reply = messages::append(
             &mut tx,
             NewMessage {

@@ -18,6 +18,9 @@ struct MessageRow {
     run_id: Option<Uuid>,
     pinned: bool,
     created_at: DateTime<Utc>,
+    /// The content's size as JSON (`content_bytes`; in a page, counted from the
+    /// content for a message stored without it).
+    content_bytes: Option<i32>,
 }
 
 impl From<MessageRow> for Message {
@@ -53,7 +56,7 @@ macro_rules! message_rows {
             MessageRow,
             $prefix
                 + r#" id, seq, role as "role: Role", content as "content: Json<Vec<ContentBlock>>",
-                      model, run_id, pinned, created_at "#
+                      model, run_id, pinned, created_at, content_bytes as "content_bytes?" "#
                 + $suffix
             $(, $argument)*
         )
@@ -69,15 +72,37 @@ const MAX_SEARCHED_BYTES: usize = 256 * 1024;
 /// Appends a message in two statements. The conversation row is locked so parallel
 /// writers (tool results of one step) take consecutive sequence numbers.
 pub async fn append(conn: &mut PgConnection, new: NewMessage<'_>) -> sqlx::Result<Message> {
-    // Marks the conversation active and, as an update, holds its row until commit: the
-    // insert below (a new statement, so a fresh snapshot) sees every earlier writer's
-    // message and takes the next number.
-    sqlx::query!(
-        "update conversations set updated_at = now() where id = $1",
-        new.conversation_id
+    append_within(conn, new, i64::MAX)
+        .await?
+        .ok_or(sqlx::Error::RowNotFound)
+}
+
+/// [`append`], unless the conversation would then hold more than `most_bytes` of
+/// message content (`conversations.content_bytes`): `None`, and nothing is written.
+/// Also `None` for a conversation the caller cannot see.
+pub async fn append_within(
+    conn: &mut PgConnection,
+    new: NewMessage<'_>,
+    most_bytes: i64,
+) -> sqlx::Result<Option<Message>> {
+    let bytes = i64::try_from(storable::json_size(&new.content)).unwrap_or(i64::MAX);
+    // Marks the conversation active, counts the content and, as an update, holds its
+    // row until commit: the insert below (a new statement, so a fresh snapshot) sees
+    // every earlier writer's message and takes the next number. The count is checked
+    // and raised in the same statement, so two writers at once cannot both pass it.
+    let counted = sqlx::query_scalar!(
+        "update conversations set updated_at = now(), content_bytes = content_bytes + $2::bigint
+         where id = $1 and content_bytes <= $3::bigint - $2::bigint
+         returning id",
+        new.conversation_id,
+        bytes,
+        most_bytes
     )
-    .execute(&mut *conn)
+    .fetch_optional(&mut *conn)
     .await?;
+    if counted.is_none() {
+        return Ok(None);
+    }
     let mut text: String = new
         .content
         .iter()
@@ -95,10 +120,10 @@ pub async fn append(conn: &mut PgConnection, new: NewMessage<'_>) -> sqlx::Resul
         text.truncate(end);
     }
     let row = message_rows!(
-        "insert into messages (id, conversation_id, user_id, seq, role, content, model, run_id, text_content)
+        "insert into messages (id, conversation_id, user_id, seq, role, content, model, run_id, text_content, content_bytes)
          values ($1, $2, $3,
                  (select coalesce(max(seq), 0) + 1 from messages where conversation_id = $2),
-                 $4, $5, $6, $7, $8)
+                 $4, $5, $6, $7, $8, $9)
          returning",
         "",
         Uuid::new_v4(),
@@ -109,10 +134,11 @@ pub async fn append(conn: &mut PgConnection, new: NewMessage<'_>) -> sqlx::Resul
         new.model,
         new.run_id,
         text,
+        i32::try_from(bytes).unwrap_or(i32::MAX),
     )
     .fetch_one(conn)
     .await?;
-    Ok(row.into())
+    Ok(Some(row.into()))
 }
 
 pub async fn list(conn: &mut PgConnection, conversation_id: Uuid) -> sqlx::Result<Vec<Message>> {
@@ -128,8 +154,10 @@ pub async fn list(conn: &mut PgConnection, conversation_id: Uuid) -> sqlx::Resul
 
 /// One page of a conversation's messages: those after `after_seq`, in order, at most
 /// `limit` of them and no more than about `max_bytes` of content (at least one message,
-/// however large); and whether more may follow. Rows are read one at a time and the
-/// reading stops at the page's end, so a page holds no more in memory than it answers.
+/// however large); and whether more may follow. The database stops sending at that
+/// size too, by each message's `content_bytes` (one stored without it, 0, counts by its
+/// content; both sides count the same): one message past it, which tells that more
+/// follow, and no other.
 pub async fn page(
     conn: &mut PgConnection,
     conversation_id: Uuid,
@@ -138,12 +166,27 @@ pub async fn page(
     max_bytes: usize,
 ) -> sqlx::Result<(Vec<Message>, bool)> {
     let ask = i64::try_from(limit).unwrap_or(i64::MAX).saturating_add(1);
+    let most = i64::try_from(max_bytes).unwrap_or(i64::MAX);
+    // `before_previous`: the size of every message before the one before this one.
     let mut rows = message_rows!(
         "select",
-        "from messages where conversation_id = $1 and seq > $2 order by seq limit $3",
+        "from (select counted.*,
+                      coalesce(sum(counted.content_bytes) over (order by counted.seq
+                          rows between unbounded preceding and 2 preceding), 0)
+                          as before_previous
+               from (select m.id, m.seq, m.role, m.content, m.model, m.run_id, m.pinned,
+                            m.created_at,
+                            coalesce(nullif(m.content_bytes, 0), octet_length(m.content::text))
+                                as content_bytes
+                     from messages m
+                     where m.conversation_id = $1 and m.seq > $2
+                     order by m.seq limit $3) as counted) as sized
+         where sized.before_previous < $4
+         order by sized.seq",
         conversation_id,
         after_seq,
         ask,
+        most,
     )
     .fetch(conn);
     let (mut page, mut bytes) = (Vec::new(), 0usize);
@@ -151,7 +194,10 @@ pub async fn page(
         if page.len() >= limit || (!page.is_empty() && bytes >= max_bytes) {
             return Ok((page, true));
         }
-        bytes = bytes.saturating_add(storable::json_size(&row.content));
+        let size = row.content_bytes.map_or(usize::MAX, |size| {
+            usize::try_from(size).unwrap_or(usize::MAX)
+        });
+        bytes = bytes.saturating_add(size);
         page.push(row.into());
     }
     Ok((page, false))

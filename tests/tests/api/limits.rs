@@ -803,3 +803,69 @@ async fn a_conversation_holds_at_most_so_many_waiting_requests() {
         .await;
     assert_eq!(status, StatusCode::CREATED, "room again: {body}");
 }
+
+/// A conversation holds at most `TOOLGATE_MAX_CONVERSATION_MIB` of messages: past it the
+/// user's messages, commands and run-starting ones alike, are a 409 that says what to
+/// do, and nothing of them is stored; another conversation goes on. Every step reads
+/// the conversation's messages, so one user's conversation grown without bound would
+/// take the server's memory from everyone.
+#[tokio::test]
+async fn a_conversation_holds_at_most_its_size_in_messages() {
+    let server =
+        TestServer::start_with(ServerOptions::default().env("TOOLGATE_MAX_CONVERSATION_MIB", "1"))
+            .await;
+    let (_, token) = server.new_user("full").await;
+    let conversation = server.new_conversation(&token).await;
+    // Posts `content` until it is refused: how many were taken, and the refusal.
+    let fill = |content: Value| {
+        let (server, token, conversation) = (&server, &token, &conversation);
+        async move {
+            let mut accepted = 0;
+            loop {
+                let (status, body) = server
+                    .post_message(token, conversation, content.clone())
+                    .await;
+                if status != StatusCode::OK {
+                    return (accepted, status, body);
+                }
+                accepted += 1;
+                assert!(accepted < 100, "never refused");
+            }
+        }
+    };
+    // About 140 KB a message: "/help" and seven parts of 20,000 characters.
+    let mut large = vec![json!({"type": "text", "text": "/help"})];
+    for _ in 0..7 {
+        large.push(json!({"type": "text", "text": "x".repeat(20_000)}));
+    }
+    let large = Value::Array(large);
+    let (accepted, status, body) = fill(large.clone()).await;
+    assert!((5..=7).contains(&accepted), "{accepted} accepted");
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"]["code"], "conversation_full", "{body}");
+    let said = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(said.contains("start a new conversation"), "{said}");
+    // What room is left takes smaller ones, until less than one of them is left.
+    let help = format!("/help {}", "x".repeat(19_994));
+    let (more, status, _) = fill(json!(help)).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+
+    let stored = server.messages(&token, &conversation).await.len();
+    assert_eq!(
+        stored,
+        (accepted + more) * 2,
+        "a command and its reply each time"
+    );
+    // A message that would start a run, as large as the last refused, is refused too.
+    let question = format!("What {}", "y".repeat(19_995));
+    let (status, body) = server
+        .post_message(&token, &conversation, json!(question))
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"]["code"], "conversation_full");
+    assert_eq!(server.messages(&token, &conversation).await.len(), stored);
+
+    let fresh = server.new_conversation(&token).await;
+    let (status, body) = server.post_message(&token, &fresh, large).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+}

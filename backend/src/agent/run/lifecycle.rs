@@ -67,7 +67,7 @@ pub async fn start_run(
         });
     }
     let run_id = Uuid::new_v4();
-    let message = messages::append(
+    let message = messages::append_within(
         &mut tx,
         NewMessage {
             conversation_id,
@@ -77,8 +77,10 @@ pub async fn start_run(
             model: None,
             run_id: Some(run_id),
         },
+        runner.config.limits.conversation_bytes(),
     )
-    .await?;
+    .await?
+    .ok_or_else(|| conversation_full(&runner.config.limits))?;
     let model = runner.agent.default_model();
     let run = runs::insert(
         &mut tx,
@@ -121,6 +123,18 @@ fn run_active() -> Error {
     Error::conflict(
         "run_active",
         "a run is already in progress in this conversation; wait for it, or answer its pending input",
+    )
+}
+
+/// A conversation that holds the most message content one may: the user's message is
+/// refused, and nothing of it is stored.
+pub fn conversation_full(limits: &crate::config::Limits) -> Error {
+    Error::conflict(
+        "conversation_full",
+        format!(
+            "this conversation holds the most messages one may ({} MiB); start a new conversation to go on",
+            limits.conversation_mib
+        ),
     )
 }
 
