@@ -166,7 +166,8 @@ pub async fn page(
     max_bytes: usize,
 ) -> sqlx::Result<(Vec<Message>, bool)> {
     let ask = i64::try_from(limit).unwrap_or(i64::MAX).saturating_add(1);
-    let most = i64::try_from(max_bytes).unwrap_or(i64::MAX);
+    // At least one message, however large: a budget of 0 would send none.
+    let most = i64::try_from(max_bytes.max(1)).unwrap_or(i64::MAX);
     // `before_previous`: the size of every message before the one before this one.
     let mut rows = message_rows!(
         "select",
@@ -314,6 +315,8 @@ mod tests {
         // One message larger than a page is still a page.
         let (one, more) = page(&mut tx, conversation, 0, 100, 10).await.expect("page");
         assert_eq!((seqs(&one), more), (vec![1], true));
+        let (one, more) = page(&mut tx, conversation, 0, 100, 0).await.expect("page");
+        assert_eq!((seqs(&one), more), (vec![1], true), "a budget of nothing");
         let (none, more) = page(&mut tx, conversation, 5, 100, 10).await.expect("page");
         assert_eq!((seqs(&none), more), (vec![], false));
     }

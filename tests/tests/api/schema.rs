@@ -100,9 +100,10 @@ fn event(conversation: &str, user: &str, run: Option<&str>, age: &str) -> String
         "tool_call_id": "call_x"});
     let run = run.map_or("null".to_owned(), |r| format!("'{r}'"));
     format!(
-        "insert into run_events (conversation_id, user_id, run_id, kind, data, created_at)
-         values ('{conversation}', '{user}', {run}, 'elicitation_completed', '{data}',
-                 now() - interval '{age}')"
+        "insert into run_events (conversation_id, user_id, run_id, kind, data, data_bytes, created_at)
+         values ('{conversation}', '{user}', {run}, 'elicitation_completed', '{data}', {},
+                 now() - interval '{age}')",
+        data.to_string().len()
     )
 }
 
