@@ -424,7 +424,10 @@ impl TestServer {
             )
             .await;
         assert_eq!(status, StatusCode::OK, "dev token: {body}");
-        body["token"].as_str().expect("token in body").to_owned()
+        body["token"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no token in the dev sign-in's answer: {body}"))
+            .to_owned()
     }
 
     /// Sends a JSON request and returns the status and the parsed body (`Null` when the
@@ -463,7 +466,14 @@ impl TestServer {
             (Err(err), _) => panic!("request sent: {err}\n{}", self.logs()),
         };
         let status = response.status();
-        let text = response.text().await.unwrap_or_default();
+        // An answer cut off on its way is the transport's failure, not an empty body:
+        // said as such, with the server's log, rather than left to a later assertion.
+        let text = response.text().await.unwrap_or_else(|err| {
+            panic!(
+                "reading the answer ({status}) to {path}: {err}\n{}",
+                self.logs()
+            )
+        });
         (status, serde_json::from_str(&text).unwrap_or(Value::Null))
     }
 
