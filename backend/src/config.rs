@@ -523,13 +523,16 @@ mod tests {
         assert_eq!(config.limits.conversation_bytes(), 64 << 20);
     }
 
+    /// What every configuration needs, for tests that vary one setting.
+    const REQUIRED: [(&str, &str); 3] = [
+        ("DATABASE_URL", "postgres://x/y"),
+        ("TOOLGATE_JWT_SECRET", "0123456789abcdef0123456789abcdef"),
+        ("TOOLGATE_SECRET_KEY", "another secret of enough length"),
+    ];
+
     #[test]
     fn a_conversation_must_be_able_to_hold_a_waiting_request() {
-        let base = [
-            ("DATABASE_URL", "postgres://x/y"),
-            ("TOOLGATE_JWT_SECRET", "0123456789abcdef0123456789abcdef"),
-            ("TOOLGATE_SECRET_KEY", "another secret of enough length"),
-        ];
+        let base = REQUIRED;
         for bad in ["0", "-1", "many"] {
             let mut settings = base.to_vec();
             settings.push(("TOOLGATE_MAX_WAITING_REQUESTS", bad));
@@ -546,11 +549,7 @@ mod tests {
 
     #[test]
     fn a_conversation_must_be_able_to_hold_a_message() {
-        let base = [
-            ("DATABASE_URL", "postgres://x/y"),
-            ("TOOLGATE_JWT_SECRET", "0123456789abcdef0123456789abcdef"),
-            ("TOOLGATE_SECRET_KEY", "another secret of enough length"),
-        ];
+        let base = REQUIRED;
         for bad in ["0", "-1", "lots"] {
             let mut settings = base.to_vec();
             settings.push(("TOOLGATE_MAX_CONVERSATION_MIB", bad));

@@ -7,6 +7,7 @@ use sqlx::PgConnection;
 use sqlx::types::Json;
 use uuid::Uuid;
 
+use super::batch::SizedBatch;
 use super::storable;
 
 /// The channel every replica listens on; the payload is `<conversation id> <event id>`
@@ -95,20 +96,20 @@ pub async fn after(
         max_bytes
     )
     .fetch(conn);
-    let (mut batch, mut bytes) = (Vec::new(), 0usize);
+    let mut batch = SizedBatch::new(limit, MAX_BATCH_BYTES);
     while let Some(row) = rows.try_next().await? {
-        if batch.len() >= limit || (!batch.is_empty() && bytes >= MAX_BATCH_BYTES) {
-            return Ok((batch, true));
+        if batch.is_full() {
+            return Ok(batch.finish(true));
         }
-        bytes = bytes.saturating_add(usize::try_from(row.size).unwrap_or(usize::MAX));
-        batch.push(StreamEvent {
+        let event = StreamEvent {
             id: row.id,
             conversation_id: row.conversation_id,
             run_id: row.run_id,
             kind: row.data.0,
-        });
+        };
+        batch.take(event, row.size);
     }
-    Ok((batch, false))
+    Ok(batch.finish(false))
 }
 
 /// Deletes up to `limit` events older than `retention` whose run (if any) finished

@@ -7,6 +7,7 @@ use sqlx::PgConnection;
 use sqlx::types::Json;
 use uuid::Uuid;
 
+use super::batch::SizedBatch;
 use super::storable;
 
 struct MessageRow {
@@ -190,18 +191,16 @@ pub async fn page(
         most,
     )
     .fetch(conn);
-    let (mut page, mut bytes) = (Vec::new(), 0usize);
+    let mut page = SizedBatch::new(limit, max_bytes);
     while let Some(row) = rows.try_next().await? {
-        if page.len() >= limit || (!page.is_empty() && bytes >= max_bytes) {
-            return Ok((page, true));
+        if page.is_full() {
+            return Ok(page.finish(true));
         }
-        let size = row.content_bytes.map_or(usize::MAX, |size| {
-            usize::try_from(size).unwrap_or(usize::MAX)
-        });
-        bytes = bytes.saturating_add(size);
-        page.push(row.into());
+        // Never absent here (the query counts a message stored without its size).
+        let size = row.content_bytes.unwrap_or(-1);
+        page.take(row.into(), size);
     }
-    Ok((page, false))
+    Ok(page.finish(false))
 }
 
 pub async fn find(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<Message>> {

@@ -1,6 +1,7 @@
 //! Postgres: the pool, the per-request transaction that carries the caller's identity,
 //! the queries, one file per table, and what JSON it can store and give back.
 
+pub mod batch;
 pub mod conversations;
 pub mod events;
 pub mod input_requests;
