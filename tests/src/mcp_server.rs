@@ -235,7 +235,8 @@ impl TestTools {
             tool(
                 "ask_code",
                 "Asks for a code the stateless way (2026-07-28)",
-                json!({"text": {"type": "string", "description": "Kept in the state it asks back"}}),
+                json!({"text": {"type": "string", "description": "Kept in the state it asks back"},
+                    "extra_questions": {"type": "integer", "description": "How many more questions to ask with it"}}),
             )
             .annotate(read_only()),
             // No annotations at all: toolgate must treat it as possibly destructive.
@@ -424,12 +425,22 @@ impl TestTools {
                 json!({"type": "object", "properties": {"code": {"type": "string", "title": "Code"}},
                     "required": ["code"]}),
             )?;
-            let questions = [(
+            let extra = request
+                .arguments
+                .as_ref()
+                .map_or(0, |arguments| number(arguments, "extra_questions"));
+            let mut questions: std::collections::BTreeMap<String, InputRequest> = [(
                 "code".to_owned(),
-                InputRequest::Elicitation(ElicitRequest::new(question)),
+                InputRequest::Elicitation(ElicitRequest::new(question.clone())),
             )]
             .into_iter()
             .collect();
+            for n in 0..extra {
+                questions.insert(
+                    format!("more_{n}"),
+                    InputRequest::Elicitation(ElicitRequest::new(question.clone())),
+                );
+            }
             // A hostile server may hide what it was given in the state it asks to get back.
             let state = match request
                 .arguments

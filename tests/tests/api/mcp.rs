@@ -1330,6 +1330,119 @@ async fn stateless_questions_of_2026_07_28_survive_a_restart_and_call_again() {
     drop(dir);
 }
 
+/// A server that asks a flood of questions at once puts no card before the user.
+#[tokio::test]
+async fn a_round_of_too_many_stateless_questions_is_refused_whole() {
+    let setup = start(&stdio_server("t", "protocol_version = \"2026-07-28\"")).await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("mcp-flood").await;
+    tools_when_settled(server, &token, &["t"]).await;
+    let conversation = server.new_conversation(&token).await;
+    let (status, outcome) = execute(
+        server,
+        &token,
+        &conversation,
+        "t__ask_code",
+        "call_flood",
+        json!({"extra_questions": 20}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{outcome}");
+    assert_eq!(outcome["success"], false, "{outcome}");
+    assert_eq!(
+        outcome["error"], "the MCP server `t` asked 21 questions at once; at most 20",
+        "{outcome}"
+    );
+    assert!(pending(server, &token, &conversation).await.is_empty());
+}
+
+/// Asks a stateless question of `t__ask_code` on a server started with `before`, stops
+/// it, starts another on the same database with `after`, and answers the question
+/// there: what the answer got, and the second server.
+async fn answer_after_a_restart_with(before: &str, after: &str) -> (Value, TestServer) {
+    let (dir, path) = write_temp_file("tools.toml", before);
+    let options = ServerOptions::default().env("TOOLGATE_TOOLS", &path.to_string_lossy());
+    let mut first = TestServer::start_with(options).await;
+    let (user, token) = first.new_user("mcp-switched-off").await;
+    tools_when_settled(&first, &token, &["t"]).await;
+    let conversation = first.new_conversation(&token).await;
+    let (_, asked) = execute(
+        &first,
+        &token,
+        &conversation,
+        "t__ask_code",
+        "call_code",
+        json!({}),
+    )
+    .await;
+    assert_eq!(asked["requires_user_input"], true, "{asked}");
+    let request = asked["user_input_request"].clone();
+    first.terminate().await.expect("stops");
+    drop(dir);
+
+    let (dir, path) = write_temp_file("tools.toml", after);
+    let second = TestServer::start_with(
+        ServerOptions {
+            database_url: Some(first.database_url.clone()),
+            ..ServerOptions::default()
+        }
+        .env("TOOLGATE_TOOLS", &path.to_string_lossy()),
+    )
+    .await;
+    let token = second.token(&user).await;
+    tools_when_settled(&second, &token, &["t"]).await;
+    let (status, done) = second
+        .action(
+            &token,
+            json!({"action": "submit_response", "tool_call_id": request["tool_call_id"],
+                "user_inputs": {"code": "4711"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{done}\n{}", second.logs());
+    drop(dir);
+    (done, second)
+}
+
+/// The operator's switch holds for questions asked before it was thrown: answering one
+/// of a server switched off since calls nothing, and says why.
+#[tokio::test]
+async fn a_question_answered_after_its_server_was_switched_off_calls_nothing() {
+    let stateless = "protocol_version = \"2026-07-28\"";
+    let (done, second) = answer_after_a_restart_with(
+        &stdio_server("t", stateless),
+        &stdio_server("t", &format!("{stateless}\nenabled = false")),
+    )
+    .await;
+    assert_eq!(done["tool_result"]["success"], false, "{done}");
+    assert_eq!(
+        done["tool_result"]["error"], "the MCP server `t` is disabled",
+        "{done}"
+    );
+    let toolgate = second.pid().expect("pid");
+    assert!(
+        test_servers_started_by(toolgate).is_empty(),
+        "a disabled server's process was started\n{}",
+        second.logs()
+    );
+}
+
+/// The same for one tool switched off by an overlay while its server stays on.
+#[tokio::test]
+async fn a_question_answered_after_its_tool_was_switched_off_calls_nothing() {
+    let stateless = "protocol_version = \"2026-07-28\"";
+    let (done, _second) = answer_after_a_restart_with(
+        &stdio_server("t", stateless),
+        &(stdio_server("t", stateless)
+            + "\n[[tool_overlays]]\nname = \"t__ask_code\"\nenabled = false\n"),
+    )
+    .await;
+    assert_eq!(done["tool_result"]["success"], false, "{done}");
+    assert_eq!(
+        done["tool_result"]["error"], "the tool `t__ask_code` is disabled",
+        "{done}"
+    );
+}
+
 #[tokio::test]
 async fn a_server_that_crashes_is_reconnected_and_meanwhile_its_tools_say_why() {
     let setup = start(&stdio_server("t", "")).await;

@@ -44,7 +44,7 @@ const MAX_ERROR_CHARS: usize = 2_000;
 /// Longest question shown on a card.
 const MAX_MESSAGE_CHARS: usize = 2_000;
 /// Most questions one call may ask; past it the server's questions are declined.
-const MAX_QUESTIONS_PER_CALL: usize = 20;
+pub(super) const MAX_QUESTIONS_PER_CALL: usize = 20;
 /// Largest structured result the model is given, serialised.
 const MAX_STRUCTURED_BYTES: usize = 100_000;
 /// How long the outcome of a finished call that had asked stays around for a late

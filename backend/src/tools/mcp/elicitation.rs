@@ -55,6 +55,20 @@ pub fn fields_of(
     server: &str,
 ) -> Result<Vec<FieldSpec>, String> {
     let message_asks_for_secret = sounds_sensitive(message);
+    // Counted before anything looks through the lists: matching names below takes time
+    // that grows with the square of their lengths.
+    let most = fields::limits().fields;
+    let longest = [
+        schema.properties.len(),
+        schema.required.as_ref().map_or(0, Vec::len),
+        schema.property_order.as_ref().map_or(0, Vec::len),
+    ]
+    .into_iter()
+    .max()
+    .unwrap_or(0);
+    if longest > most {
+        return Err(format!("the form lists {longest} fields; at most {most}"));
+    }
     let required: Vec<&str> = schema
         .required
         .iter()
@@ -539,6 +553,28 @@ mod tests {
         )
         .expect("convertible");
         assert!(fields[0].warning.is_some(), "{fields:?}");
+    }
+
+    #[test]
+    fn a_form_of_too_many_fields_is_refused_before_its_names_are_matched() {
+        let names: Vec<String> = (0..50_000).map(|n| format!("field_{n:05}")).collect();
+        let properties: Map<String, Value> = names
+            .iter()
+            .map(|name| (name.clone(), json!({"type": "string"})))
+            .collect();
+        let huge = schema(json!({"type": "object", "properties": properties,
+            "required": names}));
+        assert_eq!(
+            fields_of(&huge, "", "test").map(|_| ()),
+            Err("the form lists 50000 fields; at most 64".to_owned())
+        );
+        let long_required = schema(json!({"type": "object",
+            "properties": {"a": {"type": "string"}},
+            "required": vec!["a"; 65]}));
+        assert_eq!(
+            fields_of(&long_required, "", "test").map(|_| ()),
+            Err("the form lists 65 fields; at most 64".to_owned())
+        );
     }
 
     #[test]

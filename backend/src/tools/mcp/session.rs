@@ -333,13 +333,10 @@ async fn connect(
                     })?;
                 if let Some(stderr) = stderr {
                     let name = server.to_owned();
-                    tokio::spawn(async move {
-                        let mut lines = tokio::io::BufReader::new(stderr).lines();
-                        while let Ok(Some(line)) = lines.next_line().await {
-                            let line: String = line.chars().take(500).collect();
-                            tracing::debug!(server = %name, stderr = ?line, "MCP server said");
-                        }
-                    });
+                    tokio::spawn(read_lines_cut(stderr, MAX_STDERR_LINE, move |line| {
+                        let line = String::from_utf8_lossy(line);
+                        tracing::debug!(server = %name, stderr = ?line, "MCP server said");
+                    }));
                 }
                 handler
                     .serve_with_lifecycle(transport, mode)
@@ -410,4 +407,56 @@ async fn connect(
                 format!("no session within {:?}", config.connect_timeout),
             )
         })?
+}
+
+/// The most of one line of a server process's standard error that is logged.
+const MAX_STDERR_LINE: usize = 500;
+
+/// Hands `each` every line `reader` gives, cut to its first `most` bytes: a process that
+/// never ends a line costs no more memory than that.
+async fn read_lines_cut(
+    reader: impl tokio::io::AsyncRead + Unpin,
+    most: usize,
+    mut each: impl FnMut(&[u8]),
+) {
+    let mut reader = tokio::io::BufReader::new(reader);
+    let mut line = Vec::with_capacity(most);
+    while let Ok(read) = reader.fill_buf().await {
+        if read.is_empty() {
+            break;
+        }
+        let end = read.iter().position(|byte| *byte == b'\n');
+        let piece = &read[..end.unwrap_or(read.len())];
+        let room = most.saturating_sub(line.len());
+        line.extend_from_slice(&piece[..piece.len().min(room)]);
+        let used = piece.len() + usize::from(end.is_some());
+        reader.consume(used);
+        if end.is_some() {
+            each(&line);
+            line.clear();
+        }
+    }
+    if !line.is_empty() {
+        each(&line);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_line_without_end_is_cut_not_gathered() {
+        let endless = vec![b'x'; 8 * 1024 * 1024];
+        let mut input = b"first\n".to_vec();
+        input.extend_from_slice(&endless);
+        input.extend_from_slice(b"\nlast");
+        let mut lines = Vec::new();
+        read_lines_cut(input.as_slice(), 16, |line| lines.push(line.to_vec())).await;
+        assert_eq!(
+            lines,
+            [b"first".to_vec(), vec![b'x'; 16], b"last".to_vec()],
+            "cut to 16 bytes, and reading went on past the long line"
+        );
+    }
 }

@@ -18,7 +18,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use super::calls::{Question, answer_of, call_redactions, outcome_of, waiting_for};
+use super::calls::{
+    MAX_QUESTIONS_PER_CALL, Question, answer_of, call_redactions, outcome_of, waiting_for,
+};
 use super::{CallContext, McpHub};
 use crate::db::input_requests::{self, InputRequestRow};
 use crate::db::{self, conversations, events};
@@ -83,6 +85,12 @@ pub async fn park(
         ));
     }
     let questions = required.input_requests.unwrap_or_default();
+    if questions.len() > MAX_QUESTIONS_PER_CALL {
+        return ToolOutcome::failed(format!(
+            "the MCP server `{server}` asked {} questions at once; at most {MAX_QUESTIONS_PER_CALL}",
+            questions.len()
+        ));
+    }
     // The state and the questions' keys are stored as they are and go back to the server
     // so: a secret of the call in them is neither stored nor kept for the next round.
     let state_carries_secret = required
@@ -228,8 +236,14 @@ async fn store_round(
 
 /// After a stateless question ended: once its whole round has, calls the tool again
 /// with every answer (exactly once, whoever settled the last question). `None` while
-/// questions of the round are still open.
-pub async fn answer_round(hub: &Arc<McpHub>, row: &InputRequestRow) -> Result<Option<ToolOutcome>> {
+/// questions of the round are still open. A round whose tool is `unusable` (switched
+/// off, gone) or whose server is disabled ends with the reason, the server uncalled and
+/// the stored secrets left sealed.
+pub async fn answer_round(
+    hub: &Arc<McpHub>,
+    row: &InputRequestRow,
+    unusable: Option<String>,
+) -> Result<Option<ToolOutcome>> {
     let Some(state) = row.retry_state.as_ref().map(|s| s.0.clone()) else {
         return Ok(None);
     };
@@ -246,6 +260,24 @@ pub async fn answer_round(hub: &Arc<McpHub>, row: &InputRequestRow) -> Result<Op
     }
     tx.commit().await?;
 
+    if let Some(reason) = unusable {
+        return Ok(Some(ToolOutcome::failed(reason)));
+    }
+    let server = match hub.servers.get(&state.server) {
+        Some(server) if server.config.enabled => server,
+        Some(_) => {
+            return Ok(Some(ToolOutcome::failed(format!(
+                "the MCP server `{}` is disabled",
+                state.server
+            ))));
+        }
+        None => {
+            return Ok(Some(ToolOutcome::failed(format!(
+                "there is no MCP server named `{}` any more",
+                state.server
+            ))));
+        }
+    };
     let mut responses = BTreeMap::new();
     for question in &round {
         let Some(question_state) = &question.retry_state else {
@@ -273,12 +305,6 @@ pub async fn answer_round(hub: &Arc<McpHub>, row: &InputRequestRow) -> Result<Op
     let context = CallContext {
         user_id: row.user_id.clone(),
         call,
-    };
-    let Some(server) = hub.servers.get(&state.server) else {
-        return Ok(Some(ToolOutcome::failed(format!(
-            "there is no MCP server named `{}` any more",
-            state.server
-        ))));
     };
     let taken = match server.take_session(hub, &row.user_id).await {
         Ok(taken) => taken,
