@@ -8,6 +8,7 @@ use std::time::Duration;
 use chrono::Utc;
 
 use crate::agent;
+use crate::db::input_requests::InputRequestRow;
 use crate::db::{self, conversations, events, input_requests, instances};
 use crate::requests::{self, endings};
 use crate::state::AppState;
@@ -18,9 +19,17 @@ const SWEEP_EVERY: Duration = Duration::from_secs(5);
 /// An MCP session nobody used for this long is closed.
 const MCP_IDLE: Duration = Duration::from_secs(300);
 
+/// How often this process says it is alive: from a task of its own, so a pass held up
+/// never makes other processes take it for gone.
+const BEAT_EVERY: Duration = Duration::from_secs(5);
+
+/// How long a pass waits for the runs it told of ended requests before going on: a
+/// tool that takes its time after the news (an MCP server holding its call) carries on
+/// alone, not holding up every user's expiries.
+const FOLLOW_UPS_WAIT: Duration = Duration::from_secs(2);
+
 /// One pass; returns how many requests expired and runs were failed.
 pub async fn sweep_once(state: &AppState) -> anyhow::Result<(usize, usize)> {
-    beat(state).await?;
     let expired = expire_overdue(state).await?;
     end_orphaned_questions(state).await?;
     state.mcp.close_idle_sessions(MCP_IDLE).await;
@@ -54,23 +63,48 @@ async fn expire_overdue(state: &AppState) -> anyhow::Result<usize> {
     let mut tx = db::begin_background(&state.db).await?;
     let overdue = input_requests::overdue(&mut tx).await?;
     tx.commit().await?;
-    let runner = state.runner();
-    let mut expired = 0;
+    let mut ended = Vec::new();
     for (id, conversation_id) in overdue {
         let mut tx = db::begin_background(&state.db).await?;
         conversations::lock_for_writing(&mut tx, conversation_id).await?;
         let row = endings::expire(&mut tx, id).await?;
         tx.commit().await?;
-        let Some(row) = row else { continue };
-        expired += 1;
-        if let Err(err) = requests::follow_up(&runner.executor, &runner, &row.user_id, &row).await {
-            tracing::warn!(request = %row.id, error = %err, "could not resume the run of an expired request");
-        }
+        ended.extend(row);
     }
+    let expired = ended.len();
     if expired > 0 {
         tracing::info!(count = expired, "expired pending input requests");
     }
+    follow_up_all(
+        state,
+        ended,
+        "could not resume the run of an expired request",
+    )
+    .await;
     Ok(expired)
+}
+
+/// Follows up each ended request in a task of its own, waiting for them together at
+/// most [`FOLLOW_UPS_WAIT`]; those still going then finish on their own.
+async fn follow_up_all(state: &AppState, ended: Vec<InputRequestRow>, failed: &'static str) {
+    if ended.is_empty() {
+        return;
+    }
+    let runner = state.runner();
+    let following = ended.into_iter().map(|row| {
+        let runner = runner.clone();
+        tokio::spawn(async move {
+            if let Err(err) =
+                requests::follow_up(&runner.executor, &runner, &row.user_id, &row).await
+            {
+                tracing::warn!(request = %row.id, error = %err, "{failed}");
+            }
+        })
+    });
+    let all = futures::future::join_all(following.collect::<Vec<_>>());
+    if tokio::time::timeout(FOLLOW_UPS_WAIT, all).await.is_err() {
+        tracing::info!("follow-ups of ended requests are still going; the sweep goes on");
+    }
 }
 
 /// Tells other processes this one is alive (its MCP sessions still wait for answers).
@@ -101,24 +135,20 @@ async fn end_orphaned_questions(state: &AppState) -> anyhow::Result<()> {
     let orphaned =
         input_requests::orphaned(&mut tx, instances::interval(instances::GONE_AFTER)).await?;
     tx.commit().await?;
-    let runner = state.runner();
+    let mut ended = Vec::new();
     for (id, conversation_id) in orphaned {
         let mut tx = db::begin_background(&state.db).await?;
         conversations::lock_for_writing(&mut tx, conversation_id).await?;
-        let ended = endings::abandon_question(
+        let row = endings::abandon_question(
             &mut tx,
             id,
             "toolgate stopped while this was open, so the tool did not finish",
         )
         .await?;
         tx.commit().await?;
-        if let Some(row) = ended
-            && let Err(err) =
-                requests::follow_up(&runner.executor, &runner, &row.user_id, &row).await
-        {
-            tracing::warn!(request = %row.id, error = %err, "could not tell a run its MCP tool ended");
-        }
+        ended.extend(row);
     }
+    follow_up_all(state, ended, "could not tell a run its MCP tool ended").await;
     Ok(())
 }
 
@@ -144,7 +174,29 @@ async fn next_pass_in(state: &AppState) -> Duration {
     wait.max(Duration::from_millis(100)) + Duration::from_millis(20)
 }
 
+/// Beats every [`BEAT_EVERY`] until dropped.
+async fn keep_beating(state: AppState) {
+    loop {
+        if let Err(err) = beat(&state).await {
+            tracing::warn!(error = %err, "could not record this process's heartbeat");
+        }
+        tokio::time::sleep(BEAT_EVERY).await;
+    }
+}
+
+/// Ends a task when dropped.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The background work until the returned future is dropped (the heartbeat stops with
+/// it).
 pub async fn run(state: AppState) {
+    let _beating = AbortOnDrop(tokio::spawn(keep_beating(state.clone())).abort_handle());
     loop {
         if let Err(err) = sweep_once(&state).await {
             tracing::warn!(error = %err, "background sweep failed; retrying later");

@@ -7,8 +7,8 @@ use std::time::Duration;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-/// A process whose heartbeat is older than this is gone (it beats every sweep, at most
-/// every few seconds).
+/// A process whose heartbeat is older than this is gone (it beats every few seconds,
+/// from a task of its own).
 pub const GONE_AFTER: Duration = Duration::from_secs(30);
 
 /// [`GONE_AFTER`] for a query.

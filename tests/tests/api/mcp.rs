@@ -1573,6 +1573,61 @@ async fn an_elicitation_expires_no_later_than_its_servers_timeout() {
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
 }
 
+/// A server that takes its time once its question expired holds up nobody else's
+/// expiry: the sweep that told it goes on.
+#[tokio::test]
+async fn a_server_slow_after_its_question_expired_does_not_hold_up_other_expiries() {
+    let setup = start(&stdio_server(
+        "t",
+        "elicitation_timeout_seconds = 2\ncall_timeout_seconds = 90",
+    ))
+    .await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("mcp-slow-after").await;
+    tools_when_settled(server, &token, &["t"]).await;
+    let slow = server.new_conversation(&token).await;
+    let (status, asked) = execute(
+        server,
+        &token,
+        &slow,
+        "t__ask_then_take_time",
+        "call_slow",
+        json!({"ms": 60_000}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{asked}");
+    assert_eq!(asked["requires_user_input"], true, "{asked}");
+    // Its card expires; the server hears so and then works for a minute.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while !pending(server, &token, &slow).await.is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "never expired");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let other = server.new_conversation(&token).await;
+    let (status, asked) = execute(
+        server,
+        &token,
+        &other,
+        "t__ask_everything",
+        "call_other",
+        json!({}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{asked}");
+    assert_eq!(asked["requires_user_input"], true, "{asked}");
+    // Two seconds to live, a pass every few: well under the minute the first holds.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !pending(server, &token, &other).await.is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the second card outlived its time while the first server worked\n{}",
+            server.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 #[tokio::test]
 async fn overlays_switch_tools_off_redescribe_them_and_may_lift_an_annotations_approval() {
     let tools = stdio_server("t", "")
