@@ -791,6 +791,11 @@ fn validate_value(field: &FieldSpec, value: &Value) -> Result<Value, String> {
         }
         FieldType::Number => {
             let number = as_number(value).ok_or("Must be a number")?;
+            if !kept_exactly(value, number) {
+                return Err(
+                    "Has more digits than a number keeps exactly (15); send it as text".into(),
+                );
+            }
             if let Some(min) = field.min
                 && number < min
             {
@@ -1012,6 +1017,20 @@ fn as_number(value: &Value) -> Option<f64> {
     number.is_finite().then_some(number)
 }
 
+/// Whether `number`, read from `value`, is the whole number written there when it is
+/// one: past 2^53 a float rounds it, and the tool would get another number than the
+/// user gave.
+fn kept_exactly(value: &Value, number: f64) -> bool {
+    let Some(text) = as_text(value) else {
+        return true;
+    };
+    match text.trim().parse::<i128>() {
+        // The float of a whole number below 2^127 converts back exactly.
+        Ok(whole) => number as i128 == whole,
+        Err(_) => true,
+    }
+}
+
 fn number_value(number: f64) -> Value {
     if number.fract() == 0.0 && number.abs() < 9.0e15 {
         Value::from(number as i64)
@@ -1102,8 +1121,11 @@ fn normal_datetime(text: &str) -> Option<String> {
     let zone = match zone {
         "Z" | "z" => "Z".to_owned(),
         offset => {
-            let sign = &offset[..1];
-            let (hours, minutes) = offset[1..].split_once(':')?;
+            let (sign, rest) = offset.split_at_checked(1)?;
+            if sign != "+" && sign != "-" {
+                return None;
+            }
+            let (hours, minutes) = rest.split_once(':')?;
             two_digits(hours, 23)?;
             two_digits(minutes, 59)?;
             format!("{sign}{hours}:{minutes}")
@@ -1240,6 +1262,8 @@ mod tests {
             "2025-03-31T17:30+2:00",
             "2025-03-31T17:30:1.Z",
             "2025-03-31T17:30:00.Z",
+            "2025-03-31T17:30Z02:00",
+            "2025-03-31T17:30z02:00",
             "yesterday",
         ] {
             assert!(accepted(bad).is_err(), "{bad} must be refused");
@@ -1262,6 +1286,28 @@ mod tests {
         assert_eq!(
             validate_field(&n, Some(&json!(11))),
             Err("Must be at most 10".into())
+        );
+    }
+
+    #[test]
+    fn a_whole_number_a_float_would_round_is_refused_not_changed() {
+        let n = field(json!({"name": "n", "type": "number"}));
+        let too_long = "Has more digits than a number keeps exactly (15); send it as text";
+        for given in [json!(12345678901234567_u64), json!("12345678901234567")] {
+            assert_eq!(
+                validate_field(&n, Some(&given)),
+                Err(too_long.into()),
+                "{given}"
+            );
+        }
+        // Exactly representable, and numbers written as floats, pass as they are.
+        assert_eq!(
+            validate_field(&n, Some(&json!(9007199254740992_u64))),
+            Ok(Some(json!(9007199254740992.0)))
+        );
+        assert_eq!(
+            validate_field(&n, Some(&json!("1e20"))),
+            Ok(Some(json!(1e20)))
         );
     }
 
