@@ -136,7 +136,15 @@ impl Template {
                         .get(name)
                         .filter(|v| !v.is_null())
                         .ok_or_else(|| format!("no value for `{name}`"))?;
-                    out.push_str(&encode(&scalar_text(value), encoding)?);
+                    let text = scalar_text(value);
+                    if encoding == Encoding::Url && text.is_empty() && self.is_segment(index) {
+                        // `/accounts//transfers` is read as `/accounts/transfers` by many
+                        // servers: another endpoint, with the tool's credentials.
+                        return Err(format!(
+                            "`{name}` is a whole part of the URL's path and cannot be empty"
+                        ));
+                    }
+                    out.push_str(&encode(&text, encoding)?);
                 }
                 Part::Context(key) => {
                     let text = match key {
@@ -152,6 +160,23 @@ impl Template {
             }
         }
         Ok(out)
+    }
+}
+
+impl Template {
+    /// Whether part `index` stands alone between two slashes of a path (or a slash and
+    /// the query, fragment or end).
+    fn is_segment(&self, index: usize) -> bool {
+        let after_slash = index
+            .checked_sub(1)
+            .and_then(|before| self.parts.get(before))
+            .is_some_and(|part| matches!(part, Part::Literal(text) if text.ends_with('/')));
+        let before_end = match self.parts.get(index + 1) {
+            None => true,
+            Some(Part::Literal(text)) => text.starts_with(['/', '?', '#']),
+            Some(_) => false,
+        };
+        after_slash && before_end
     }
 }
 
@@ -306,6 +331,42 @@ mod tests {
             )
             .expect("renders");
         assert_eq!(url, "https://h.example/a b/hook/x%2Fy");
+    }
+
+    #[test]
+    fn an_empty_value_cannot_drop_a_part_of_the_path() {
+        let template =
+            Template::parse("https://api.example.com/v1/accounts/{id}/transfers?note={note}")
+                .expect("valid");
+        let render = |id: &str, note: &str| {
+            let values = json!({"id": id, "note": note});
+            template.render(
+                values.as_object().expect("map"),
+                &ToolContext::sample(),
+                Encoding::Url,
+            )
+        };
+        assert_eq!(
+            render("", "x"),
+            Err("`id` is a whole part of the URL's path and cannot be empty".to_owned())
+        );
+        // Empty in the query, or within a part of the path, changes no path.
+        assert_eq!(
+            render("7", "").as_deref(),
+            Ok("https://api.example.com/v1/accounts/7/transfers?note=")
+        );
+        let within = Template::parse("https://x/v1/acc-{id}/t").expect("valid");
+        let values = json!({"id": ""});
+        assert_eq!(
+            within
+                .render(
+                    values.as_object().expect("map"),
+                    &ToolContext::sample(),
+                    Encoding::Url
+                )
+                .as_deref(),
+            Ok("https://x/v1/acc-/t")
+        );
     }
 
     #[test]
