@@ -38,10 +38,13 @@ fn invalid(message: &str) -> Error {
 /// would have it fetch for the caller what the caller cannot reach. Such an address
 /// written in the URL is refused here, by the rules http tools connect by; a name is
 /// not resolved here (the model's server resolves it itself, later), so a model server
-/// that fetches images needs egress rules of its own.
-fn check_image_url(url: &str) -> std::result::Result<(), String> {
+/// that fetches images needs egress rules of its own. What is stored and sent on is the
+/// URL as read here, written out again: a parser that reads the caller's spelling
+/// otherwise (`http://a.example\@127.0.0.1/` is host `a.example` here, `127.0.0.1` to
+/// some) then reads the host checked here.
+fn check_image_url(url: &str) -> std::result::Result<String, String> {
     if url.starts_with("data:image/") {
-        return Ok(());
+        return Ok(url.to_owned());
     }
     if !(url.starts_with("https://") || url.starts_with("http://")) {
         return Err("an image must be an http(s) URL or a data:image/… URL".to_owned());
@@ -49,6 +52,9 @@ fn check_image_url(url: &str) -> std::result::Result<(), String> {
     // Read as a browser would, so `http://2130706433/` is the 127.0.0.1 it reaches.
     let parsed =
         reqwest::Url::parse(url).map_err(|err| format!("the image URL is not valid: {err}"))?;
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        return Err("an image URL must not hold a user name or password".to_owned());
+    }
     let host = parsed.host_str().unwrap_or_default().to_ascii_lowercase();
     let host = host.trim_end_matches('.');
     if host.is_empty() || host == "localhost" || host.ends_with(".localhost") {
@@ -62,7 +68,7 @@ fn check_image_url(url: &str) -> std::result::Result<(), String> {
         Ok(ip) if egress::classify(ip) != AddressClass::Public => Err(format!(
             "an image URL must point at a public address, not {ip}"
         )),
-        _ => Ok(()),
+        _ => Ok(parsed.into()),
     }
 }
 
@@ -99,7 +105,7 @@ fn content_blocks(content: PostContent) -> Result<Vec<ContentBlock>> {
             }
             PostPart::Image { url } => {
                 images += 1;
-                check_image_url(&url).map_err(|reason| invalid(&reason))?;
+                let url = check_image_url(&url).map_err(|reason| invalid(&reason))?;
                 blocks.push(ContentBlock::Image { url });
             }
         }
@@ -338,6 +344,9 @@ mod tests {
             "http://exa mple.com/cat.png",
             "ftp://example.com/cat.png",
             "file:///etc/passwd",
+            // Credentials would go to the model's server, and `user@` hides the host.
+            "http://example.com@127.0.0.1/cat.png",
+            "https://me:secret@example.com/cat.png",
         ] {
             assert!(check_image_url(url).is_err(), "{url} was accepted");
         }
@@ -347,7 +356,20 @@ mod tests {
             "https://[2606:4700::1111]/cat.png",
             "data:image/png;base64,iVBORw0KGgo=",
         ] {
-            assert_eq!(check_image_url(url), Ok(()), "{url}");
+            assert_eq!(check_image_url(url).as_deref(), Ok(url), "{url}");
         }
+    }
+
+    #[test]
+    fn an_image_url_goes_on_as_it_was_checked_not_as_it_was_spelled() {
+        // Python's urllib reads host 127.0.0.1 in the first; a browser, example.com.
+        assert_eq!(
+            check_image_url("http://example.com\\@127.0.0.1/cat.png").as_deref(),
+            Ok("http://example.com/@127.0.0.1/cat.png")
+        );
+        assert_eq!(
+            check_image_url("https://Example.COM/a b.png").as_deref(),
+            Ok("https://example.com/a%20b.png")
+        );
     }
 }
