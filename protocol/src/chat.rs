@@ -189,6 +189,21 @@ pub fn command_text(content: &[ContentBlock]) -> Option<String> {
     COMMANDS.contains(&first).then_some(text)
 }
 
+/// Whether a text-only message whose words (text blocks joined as [`command_text`]
+/// joins them) begin with `head` is a command, as [`command_text`] decides; `whole` when
+/// `head` is all of them. `None` when a cut `head` is too short to tell.
+pub fn is_command_start(head: &str, whole: bool) -> Option<bool> {
+    let rest = head.trim_start();
+    match rest.find(char::is_whitespace) {
+        Some(end) => Some(COMMANDS.contains(&&rest[..end])),
+        None if whole => Some(COMMANDS.contains(&rest)),
+        None => {
+            let longest = COMMANDS.iter().map(|c| c.len()).max().unwrap_or(0);
+            (rest.len() > longest).then_some(false)
+        }
+    }
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MessageList {
@@ -585,6 +600,38 @@ pub struct ServerInfo {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_start_of_a_messages_words_tells_a_command_as_the_whole_does() {
+        let texts = [
+            "/pin",
+            "  /help me",
+            "/remember\tI use vim",
+            "/helpful advice",
+            "/he",
+            "\u{3000}/unpin",
+            "please /pin",
+            "",
+            "   ",
+            "/context pipeline show",
+            "/pinned: a forged mark",
+        ];
+        for text in texts {
+            let whole = command_text(&[ContentBlock::Text { text: text.into() }]).is_some();
+            let chars: Vec<char> = text.chars().collect();
+            for cut in 0..=chars.len() {
+                let head: String = chars[..cut].iter().collect();
+                let told = is_command_start(&head, cut == chars.len());
+                assert!(
+                    told.is_none_or(|told| told == whole),
+                    "{text:?} cut at {cut}: {told:?}, the whole says {whole}"
+                );
+            }
+            assert_eq!(is_command_start(text, true), Some(whole), "{text:?}");
+        }
+        // A long first word tells at once that it is none.
+        assert_eq!(is_command_start("/rememberedthings", false), Some(false));
+    }
 
     #[test]
     fn event_names_are_the_wire_tags_and_all_listed() {

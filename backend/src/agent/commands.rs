@@ -43,32 +43,20 @@ pub async fn run(
     match words.as_slice() {
         ["/help", ..] => Ok(HELP.to_owned()),
         ["/pin", ..] => {
-            let stored = messages::list(conn, conversation_id).await?;
-            let Some(previous) = stored
-                .iter()
-                .rev()
-                .find(|m| m.role == protocol::chat::Role::User && !m.is_command())
+            let Some((previous, head)) = messages::latest_request(conn, conversation_id).await?
             else {
                 return Ok("There is no message of yours to pin yet.".to_owned());
             };
-            messages::set_pinned(conn, conversation_id, previous.id, true).await?;
-            let shown: String = previous.text().chars().take(80).collect();
+            messages::set_pinned(conn, conversation_id, previous, true).await?;
+            let shown: String = head.chars().take(80).collect();
             Ok(format!(
                 "Pinned: \"{shown}\". It stays in my context word for word, however long the conversation gets."
             ))
         }
-        ["/unpin", ..] => {
-            let stored = messages::list(conn, conversation_id).await?;
-            let mut unpinned = 0;
-            for message in stored.iter().filter(|m| m.pinned) {
-                messages::set_pinned(conn, conversation_id, message.id, false).await?;
-                unpinned += 1;
-            }
-            Ok(match unpinned {
-                0 => "Nothing was pinned. (Your first request is always kept.)".to_owned(),
-                n => format!("Unpinned {n} message(s). Your first request is still kept."),
-            })
-        }
+        ["/unpin", ..] => Ok(match messages::unpin_all(conn, conversation_id).await? {
+            0 => "Nothing was pinned. (Your first request is always kept.)".to_owned(),
+            n => format!("Unpinned {n} message(s). Your first request is still kept."),
+        }),
         ["/remember"] => Ok("Tell me what to remember: /remember <note>".to_owned()),
         ["/remember", ..] => {
             let note = text.trim().trim_start_matches("/remember").trim();

@@ -143,6 +143,22 @@ pub async fn post_message(
         if !conversations::exists(&mut tx, conversation_id).await? {
             return Err(Error::NotFound("conversation"));
         }
+        // Counted first: a conversation already full does no command's work.
+        let limits = &state.config.limits;
+        let message = messages::append_within(
+            &mut tx,
+            NewMessage {
+                conversation_id,
+                user_id: &user.user_id,
+                role: Role::User,
+                content: &content,
+                model: None,
+                run_id: None,
+            },
+            limits.conversation_bytes(),
+        )
+        .await?
+        .ok_or_else(|| agent::conversation_full(limits))?;
         let reply_text = commands::run(
             &mut tx,
             &user.user_id,
@@ -159,21 +175,6 @@ pub async fn post_message(
             },
         )
         .await?;
-        let limits = &state.config.limits;
-        let message = messages::append_within(
-            &mut tx,
-            NewMessage {
-                conversation_id,
-                user_id: &user.user_id,
-                role: Role::User,
-                content: &content,
-                model: None,
-                run_id: None,
-            },
-            limits.conversation_bytes(),
-        )
-        .await?
-        .ok_or_else(|| agent::conversation_full(limits))?;
         let reply = messages::append(
             &mut tx,
             NewMessage {

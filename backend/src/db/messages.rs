@@ -232,6 +232,70 @@ pub async fn set_pinned(
     Ok(row.map(Into::into))
 }
 
+/// The words read of each message [`latest_request`] looks at: past the longest
+/// command, so a cut start still tells one.
+const HEAD_CHARS: i32 = 256;
+
+/// User messages read at a time by [`latest_request`].
+const HEADS_AT_A_TIME: i64 = 32;
+
+/// The user's latest message that is no chat command: its id and the start of its
+/// words. Read newest first by the start of their words, a few at a time, not whole:
+/// a conversation may hold many commands and much content.
+pub async fn latest_request(
+    conn: &mut PgConnection,
+    conversation_id: Uuid,
+) -> sqlx::Result<Option<(Uuid, String)>> {
+    let mut before = i32::MAX;
+    loop {
+        let heads = sqlx::query!(
+            r#"select id, seq, left(text_content, $3 + 1) as "head!",
+                      not jsonb_path_exists(content, '$[*] ? (@.type != "text")') as "text_only!"
+               from messages
+               where conversation_id = $1 and role = 'user' and seq < $2
+               order by seq desc
+               limit $4"#,
+            conversation_id,
+            before,
+            HEAD_CHARS,
+            HEADS_AT_A_TIME
+        )
+        .fetch_all(&mut *conn)
+        .await?;
+        let Some(last) = heads.last() else {
+            return Ok(None);
+        };
+        before = last.seq;
+        for row in heads {
+            if !row.text_only {
+                return Ok(Some((row.id, row.head)));
+            }
+            let whole = row.head.chars().count() <= HEAD_CHARS as usize;
+            let command = match protocol::chat::is_command_start(&row.head, whole) {
+                Some(command) => command,
+                // Blanks longer than the start read: the message itself tells.
+                None => find(conn, row.id)
+                    .await?
+                    .is_some_and(|message| message.is_command()),
+            };
+            if !command {
+                return Ok(Some((row.id, row.head)));
+            }
+        }
+    }
+}
+
+/// Unpins every pinned message of the conversation; how many were.
+pub async fn unpin_all(conn: &mut PgConnection, conversation_id: Uuid) -> sqlx::Result<u64> {
+    let unpinned = sqlx::query!(
+        "update messages set pinned = false where conversation_id = $1 and pinned",
+        conversation_id
+    )
+    .execute(conn)
+    .await?;
+    Ok(unpinned.rows_affected())
+}
+
 /// A tool call of a run that has no result yet.
 pub struct OpenCall {
     pub tool_call_id: String,
@@ -265,6 +329,93 @@ pub async fn open_calls_of_run(
 mod tests {
     use super::*;
     use crate::db::{self, conversations};
+
+    #[tokio::test]
+    async fn the_latest_request_is_the_users_last_message_that_is_no_command() {
+        let pool = db::tests::scratch_pool().await;
+        let mut tx = db::begin_as_user(&pool, "pia").await.expect("tx");
+        let conversation = conversations::insert(&mut tx, "pia", "t")
+            .await
+            .expect("conversation")
+            .id;
+        async fn say(
+            conn: &mut PgConnection,
+            conversation_id: Uuid,
+            role: Role,
+            content: Vec<ContentBlock>,
+        ) -> Uuid {
+            let new = NewMessage {
+                conversation_id,
+                user_id: "pia",
+                role,
+                content: &content,
+                model: None,
+                run_id: None,
+            };
+            append(conn, new).await.expect("message").id
+        }
+        let text = |text: &str| ContentBlock::Text { text: text.into() };
+        say(
+            &mut tx,
+            conversation,
+            Role::User,
+            vec![text("the first request")],
+        )
+        .await;
+        // An image makes it a message for the model, whatever its words.
+        let with_image = say(
+            &mut tx,
+            conversation,
+            Role::User,
+            vec![
+                text("/help with this picture"),
+                ContentBlock::Image {
+                    url: "https://example.com/a.png".into(),
+                },
+            ],
+        )
+        .await;
+        say(
+            &mut tx,
+            conversation,
+            Role::Assistant,
+            vec![text("a long answer")],
+        )
+        .await;
+        // More commands than one read takes, one of them led by more blanks than the
+        // start read holds.
+        for n in 0..40 {
+            say(
+                &mut tx,
+                conversation,
+                Role::User,
+                vec![text(&format!("/help {n}"))],
+            )
+            .await;
+        }
+        say(
+            &mut tx,
+            conversation,
+            Role::User,
+            vec![text(&format!("{}/pin", " ".repeat(400)))],
+        )
+        .await;
+        let latest = latest_request(&mut tx, conversation).await.expect("read");
+        assert_eq!(
+            latest,
+            Some((with_image, "/help with this picture".to_owned()))
+        );
+        // A request of blanks first, longer than the start read: not a command.
+        let blank_led = say(
+            &mut tx,
+            conversation,
+            Role::User,
+            vec![text(&format!("{}fix it", " ".repeat(400)))],
+        )
+        .await;
+        let latest = latest_request(&mut tx, conversation).await.expect("read");
+        assert_eq!(latest.map(|(id, _)| id), Some(blank_led));
+    }
 
     #[tokio::test]
     async fn a_page_ends_at_its_limit_or_its_size_and_says_whether_more_follow() {
