@@ -137,7 +137,7 @@ pub async fn execute(executor: &Executor, user_id: &str, call: ToolCall) -> Resu
     if let Some(spec) = &tool.input_spec
         && !fields::missing_fields(&spec.fields, &filled.values).is_empty()
     {
-        let fields = prefilled(&spec.fields, &filled.values);
+        let fields = card_fields(&spec.fields, &filled.values);
         let row = requests::create::insert_request(
             &mut tx,
             &ctx,
@@ -440,13 +440,24 @@ fn fill_fields(
 }
 
 /// The card's fields, with what the model was allowed to fill (`model_may_fill`)
-/// offered as the default: the user sees it, keeps or changes it.
-fn prefilled(
+/// offered as the default: the user sees it, keeps or changes it. A field only the user
+/// fills that already has a value (remembered from the user's own answer) is not asked
+/// again, nor shown, since the model reads the card: the retry takes it from memory. It
+/// stays, blank as before, when another field's `visible_if` looks at it.
+fn card_fields(
     fields: &[protocol::FieldSpec],
     values: &Map<String, Value>,
 ) -> Vec<protocol::FieldSpec> {
+    let watched = |name: &str| {
+        fields
+            .iter()
+            .any(|f| f.visible_if.as_ref().is_some_and(|rule| rule.field == name))
+    };
     fields
         .iter()
+        .filter(|field| {
+            field.model_may_fill || !values.contains_key(&field.name) || watched(&field.name)
+        })
         .map(|field| {
             let mut field = field.clone();
             if field.model_may_fill

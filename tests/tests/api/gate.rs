@@ -74,6 +74,19 @@ allow_private_networks = true
 url = "{env.GOOD_BASE}/payout/{billing_account}"
 
 [[tools]]
+name = "invoice_account"
+description = "Invoices the user's own billing account, for a purpose given each time"
+kind = "http"
+requires_approval = false
+[tools.requires_user_input]
+reason = "Your billing account, and what for"
+save_for_session = true
+fields = [ { name = "billing_account", type = "text", memory_key = "billing_account" }, { name = "purpose", type = "text", save_for = "call" } ]
+[tools.http]
+allow_private_networks = true
+url = "{env.GOOD_BASE}/invoice/{billing_account}/{purpose}"
+
+[[tools]]
 name = "move_funds"
 description = "Moves funds from an account the user names to the user's own"
 kind = "http"
@@ -621,6 +634,53 @@ async fn a_remembered_value_the_user_clears_is_forgotten() {
         !asked.to_string().contains("boss@example.com"),
         "the cleared value came back from memory: {asked}"
     );
+}
+
+/// A remembered answer is not asked for again when another field of the same card
+/// is: the card asks only what is missing, and the call runs with the memory.
+#[tokio::test]
+async fn a_card_for_what_is_missing_does_not_ask_again_for_what_is_remembered() {
+    let g = gate().await;
+    let (token, conversation) = g.newcomer("partly-remembered").await;
+    let id = call_id();
+    let asked = g
+        .asks(&token, &conversation, "invoice_account", &id, json!({}))
+        .await;
+    let names = |asked: &Value| -> Vec<String> {
+        asked["user_input_request"]["fields"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|f| f["name"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    assert_eq!(names(&asked), ["billing_account", "purpose"], "{asked}");
+    let (status, done) = g
+        .submit(
+            &token,
+            &id,
+            json!({"billing_account": "ACC-7", "purpose": "rent"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    assert_eq!(done["tool_result"]["success"], true, "{done}");
+
+    let id = call_id();
+    let asked = g
+        .asks(&token, &conversation, "invoice_account", &id, json!({}))
+        .await;
+    assert_eq!(names(&asked), ["purpose"], "{asked}");
+    assert!(!asked.to_string().contains("ACC-7"), "{asked}");
+    let (status, done) = g.submit(&token, &id, json!({"purpose": "fees"})).await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    assert_eq!(done["tool_result"]["success"], true, "{done}");
+    let paths: Vec<String> = g
+        .good
+        .received()
+        .into_iter()
+        .map(|r| r.path_and_query)
+        .collect();
+    assert_eq!(paths, ["/invoice/ACC-7/rent", "/invoice/ACC-7/fees"]);
 }
 
 #[tokio::test]
