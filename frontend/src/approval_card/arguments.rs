@@ -55,11 +55,12 @@ pub(super) fn label_of(fields: &[FieldSpec], name: &str) -> String {
     }
     let shown = value_text::revealed(name);
     let reads_like = |text: &str| {
-        // ASCII case only: Unicode's case tables would weigh on the bundle.
+        // Letters that look Latin as the Latin ones (`Dаtabase` with a Cyrillic `а`);
+        // otherwise ASCII case only: Unicode's case tables would weigh on the bundle.
         let plain = |t: &str| -> String {
             t.chars()
                 .filter(|c| c.is_alphanumeric())
-                .map(|c| c.to_ascii_lowercase())
+                .map(protocol::unseen::as_latin)
                 .collect()
         };
         !plain(text).is_empty() && plain(text) == plain(name)
@@ -212,6 +213,16 @@ pub(super) fn ArgInput(
     };
     let testid = format!("approval-arg-{}", arg.name);
     let locked = move || sending.get().is_some();
+    // An input shows hidden or reordering characters as they act, not as they are: what
+    // will run is written out beneath it whenever it holds one.
+    let reads_as = Memo::new(move |_| {
+        let name = name.get_value();
+        drafts.with(|d| {
+            let text = d.get(&name)?;
+            let shown = value_text::revealed(text);
+            (shown != *text).then_some(shown)
+        })
+    });
     let control = match arg.editor.clone() {
         Editor::Choice(options) => {
             let chosen = initial.clone();
@@ -228,7 +239,8 @@ pub(super) fn ArgInput(
                 >
                     {(!known)
                         .then(|| {
-                            view! { <option value=chosen.clone() selected=true>{chosen.clone()}</option> }
+                            let shown = value_text::revealed(&chosen);
+                            view! { <option value=chosen.clone() selected=true>{shown}</option> }
                         })}
                     {options
                         .into_iter()
@@ -282,6 +294,18 @@ pub(super) fn ArgInput(
                 {arg.label.clone()}
             </label>
             {control}
+            {move || {
+                reads_as
+                    .get()
+                    .map(|text| {
+                        view! {
+                            <p class="help revealed" data-testid="approval-arg-revealed">
+                                "Holds characters that cannot be seen; it reads: "
+                                <code>{text}</code>
+                            </p>
+                        }
+                    })
+            }}
             {help.map(|text| view! { <p class="help" id=help_id>{text}</p> })}
             <p
                 class="field-error"
@@ -351,6 +375,15 @@ mod tests {
             "production-reason (not the field)"
         );
         assert_eq!(label_of(&r.fields, "query"), "query");
+        // Letters that only look Latin make no other name.
+        assert_eq!(
+            label_of(&r.fields, "D\u{0430}tabase"),
+            "D\u{0430}tabase (not the field)"
+        );
+        assert_eq!(
+            label_of(&r.fields, "\u{FF24}atabase"),
+            "\u{FF24}atabase (not the field)"
+        );
         // The edit form starts from the value itself: sent unchanged, it is the same.
         assert_eq!(draft_of(&json!("a\u{202E}b")), "a\u{202E}b");
     }

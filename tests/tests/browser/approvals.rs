@@ -380,6 +380,52 @@ async fn editing_the_arguments_shows_the_servers_errors_then_runs_the_edited_cal
     b.quit().await;
 }
 
+/// While editing, what an argument will run with is written out as it reads whenever
+/// its input holds a character that hides or reorders text.
+#[tokio::test]
+async fn an_edited_argument_with_hidden_characters_is_written_out_beneath_it() {
+    let Some(fx) = Fixture::start("approval_edit_hidden").await else {
+        return;
+    };
+    let b = fx.browser().await;
+    reach_approval(&fx, &b, "edit-hidden").await;
+    click(
+        &b,
+        &format!("{PENDING_APPROVAL} [data-testid=approval-edit]"),
+    )
+    .await;
+    let input = format!("{APPROVAL} [data-testid=approval-arg-query]");
+    appear(&b, &input).await;
+    assert!(
+        b.find_all(&format!("{APPROVAL} [data-testid=approval-arg-revealed]"))
+            .await
+            .expect("query")
+            .is_empty(),
+        "a plain value needs no second reading"
+    );
+    // As if pasted: past the override the rest reads right to left.
+    b.execute(
+        &format!(
+            "const input = document.querySelector({});\
+             input.value = 'select 1 -- \\u202Edetaile';\
+             input.dispatchEvent(new Event('input', {{bubbles: true}}));",
+            json!(input)
+        ),
+        vec![],
+    )
+    .await
+    .expect("type into the query");
+    let revealed = appear(
+        &b,
+        &format!("{APPROVAL} [data-testid=approval-arg-revealed] code"),
+    )
+    .await;
+    assert_eq!(
+        revealed.text().await.expect("text"),
+        "select 1 -- ⟨U+202E⟩detaile"
+    );
+}
+
 #[tokio::test]
 async fn rejecting_with_a_message_tells_the_assistant() {
     let Some(fx) = Fixture::start("approval_reject").await else {
