@@ -220,38 +220,52 @@ pub fn InputCard(request_id: Uuid) -> impl IntoView {
         .into_any(),
         RequestStatus::Pending => {
             let submit = submit.clone();
+            // Esc also closes an autocomplete list, a date picker or an input method's
+            // choices, and a cancel is final: it takes Esc twice in a row.
+            let escape_armed = RwSignal::new(false);
             let on_key = {
                 let submit = submit.clone();
                 let cancel = cancel.clone();
-                move |ev: leptos::ev::KeyboardEvent| match ev.key().as_str() {
-                    "Escape" => {
-                        ev.prevent_default();
-                        cancel();
+                move |ev: leptos::ev::KeyboardEvent| {
+                    let key = ev.key();
+                    if key != "Escape" && escape_armed.get_untracked() {
+                        escape_armed.set(false);
                     }
-                    "Enter" if !ev.is_composing() => {
-                        let in_textarea = ev
-                            .target()
-                            .and_then(|t| {
-                                use wasm_bindgen::JsCast;
-                                t.dyn_into::<web_sys::Element>().ok()
-                            })
-                            .is_some_and(|el| el.tag_name().eq_ignore_ascii_case("textarea"));
-                        let is_button = ev
-                            .target()
-                            .and_then(|t| {
-                                use wasm_bindgen::JsCast;
-                                t.dyn_into::<web_sys::Element>().ok()
-                            })
-                            .is_some_and(|el| el.tag_name().eq_ignore_ascii_case("button"));
-                        if is_button {
-                            return;
-                        }
-                        if !in_textarea || ev.ctrl_key() || ev.meta_key() {
+                    match key.as_str() {
+                        "Escape" if ev.is_composing() => {}
+                        "Escape" => {
                             ev.prevent_default();
-                            submit();
+                            if escape_armed.get_untracked() {
+                                cancel();
+                            } else {
+                                escape_armed.set(true);
+                            }
                         }
+                        "Enter" if !ev.is_composing() => {
+                            let in_textarea = ev
+                                .target()
+                                .and_then(|t| {
+                                    use wasm_bindgen::JsCast;
+                                    t.dyn_into::<web_sys::Element>().ok()
+                                })
+                                .is_some_and(|el| el.tag_name().eq_ignore_ascii_case("textarea"));
+                            let is_button = ev
+                                .target()
+                                .and_then(|t| {
+                                    use wasm_bindgen::JsCast;
+                                    t.dyn_into::<web_sys::Element>().ok()
+                                })
+                                .is_some_and(|el| el.tag_name().eq_ignore_ascii_case("button"));
+                            if is_button {
+                                return;
+                            }
+                            if !in_textarea || ev.ctrl_key() || ev.meta_key() {
+                                ev.prevent_default();
+                                submit();
+                            }
+                        }
+                        _ => {}
                     }
-                    _ => {}
                 }
             };
             let cancel = cancel.clone();
@@ -308,7 +322,15 @@ pub fn InputCard(request_id: Uuid) -> impl IntoView {
                         >
                             "Cancel"
                         </button>
-                        <span class="hint keys">"Enter submits · Esc cancels"</span>
+                        <span class="hint keys" role="status" data-testid="card-keys">
+                            {move || {
+                                if escape_armed.get() {
+                                    "Press Esc again to cancel this request"
+                                } else {
+                                    "Enter submits · Esc twice cancels"
+                                }
+                            }}
+                        </span>
                     </div>
                     <p class="hint card-choices" id=choices_id data-testid="card-choices">
                         "Decline tells the assistant you won't provide this, so it stops asking. \

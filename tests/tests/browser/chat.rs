@@ -240,8 +240,10 @@ async fn a_pending_card_comes_back_after_a_reload_and_answering_it_resumes_the_r
     b.quit().await;
 }
 
+/// One Esc (meant for an autocomplete list, a picker) keeps the card and what was
+/// typed; a second one in a row cancels it.
 #[tokio::test]
-async fn escape_cancels_a_card_and_the_run_says_so() {
+async fn escape_twice_cancels_a_card_and_the_run_says_so() {
     let Some(fx) = Fixture::start("cancel").await else {
         return;
     };
@@ -250,7 +252,28 @@ async fn escape_cancels_a_card_and_the_run_says_so() {
     new_conversation(&b).await;
     ask(&b, PNL).await;
     let input = b.wait_for(REALM_INPUT).await.expect("a card");
+    input.send_keys("acme").await.expect("type");
     input.send_keys(ESCAPE).await.expect("escape");
+    b.wait_until(
+        "the card to ask for a second Esc",
+        "document.querySelector('[data-testid=card-keys]').textContent \
+         === 'Press Esc again to cancel this request'",
+    )
+    .await
+    .expect("asks again");
+    assert_eq!(
+        b.find("[data-testid=input-card]")
+            .await
+            .expect("card")
+            .attr("data-status")
+            .await
+            .expect("status")
+            .as_deref(),
+        Some("pending"),
+        "one Esc does not cancel"
+    );
+    assert_eq!(input.prop("value").await.expect("value"), "acme");
+    input.send_keys(ESCAPE).await.expect("escape again");
     b.wait_for("[data-testid=input-card][data-status=cancelled] [data-testid=card-cancelled]")
         .await
         .expect("cancelled card");
