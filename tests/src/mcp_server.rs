@@ -254,6 +254,18 @@ impl TestTools {
             )
             .annotate(read_only()),
         ];
+        for n in 0..bloat() {
+            let schema = json!({"type": "object", "properties": {
+                "blob": {"type": "string", "description": "b".repeat(60 * 1024)}}});
+            tools.push(
+                Tool::new(
+                    format!("bloat_{n:02}"),
+                    "A tool with a large schema",
+                    Arc::new(schema.as_object().cloned().unwrap_or_default()),
+                )
+                .annotate(read_only()),
+            );
+        }
         if self.late_added() {
             tools.push(
                 tool("late_addition", "Added while running", json!({})).annotate(read_only()),
@@ -282,6 +294,17 @@ async fn say_complete(
 
 fn shared_state_file() -> Option<PathBuf> {
     std::env::var_os("MCP_TEST_STATE").map(|dir| PathBuf::from(dir).join("late_addition"))
+}
+
+/// `--bloat N` on the command line: N more tools of about 60 KiB of schema each, a
+/// catalogue past what toolgate takes from one server.
+fn bloat() -> usize {
+    let arguments: Vec<String> = std::env::args().collect();
+    arguments
+        .windows(2)
+        .find(|pair| pair[0] == "--bloat")
+        .and_then(|pair| pair[1].parse().ok())
+        .unwrap_or(0)
 }
 
 fn tool(name: &'static str, description: &'static str, properties: Value) -> Tool {

@@ -169,6 +169,28 @@ async fn tools_appear_namespaced_with_their_schemas_over_stdio_and_http() {
     }
 }
 
+/// Every tool goes with every model request: one server's catalogue is kept to about a
+/// mebibyte, the tools past it left out.
+#[tokio::test]
+async fn a_servers_catalogue_past_its_budget_is_cut() {
+    let setup = start(&stdio_server("t", "args = [\"--bloat\", \"30\"]")).await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("mcp-bloat").await;
+    let listed = tools_when_settled(server, &token, &["t"]).await;
+    let names: Vec<&str> = listed["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    let bloated = names.iter().filter(|n| n.starts_with("t__bloat_")).count();
+    assert!(names.contains(&"t__echo"), "{names:?}");
+    assert!(
+        (1..30).contains(&bloated),
+        "{bloated} of 30 large tools kept: {names:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_server_that_is_down_at_start_up_leaves_start_up_alone_and_says_why() {
     let closed = tests::free_port().expect("port");

@@ -22,6 +22,10 @@ const MAX_TOOLS: usize = 500;
 const MAX_SCHEMA_BYTES: usize = 64 * 1024;
 /// Longest description the model is shown.
 const MAX_DESCRIPTION_CHARS: usize = 2000;
+/// Most bytes of names, descriptions and schemas one server's tools may take in all:
+/// every tool goes with every model request, so 500 tools of the largest schema would
+/// put 32 MiB into each step of every conversation.
+const MAX_CATALOG_BYTES: usize = 1024 * 1024;
 const LONGEST_BACKOFF: Duration = Duration::from_secs(60);
 
 /// Most sessions one user has with one server at once: a call waiting for the user's
@@ -257,13 +261,23 @@ async fn refresh(hub: &Arc<McpHub>, server: &Server, session: &Session) -> Resul
     }
     let mut tools = Vec::new();
     let mut seen = BTreeSet::new();
+    let mut catalog_bytes = 0;
     for remote in listed.iter().take(MAX_TOOLS) {
         if !seen.insert(remote.name.to_string()) {
             tracing::warn!(server = %name, tool = %remote.name, "tool listed twice; keeping the first");
             continue;
         }
         match tool_of(hub, &server.config, remote) {
-            Ok(tool) => tools.push(Arc::new(tool)),
+            Ok(tool) => {
+                catalog_bytes += tool.name.len()
+                    + tool.description.len()
+                    + serde_json::to_vec(&tool.parameters).map_or(usize::MAX, |b| b.len());
+                if catalog_bytes > MAX_CATALOG_BYTES {
+                    tracing::warn!(server = %name, tool = %remote.name, "the server's tools take more than {MAX_CATALOG_BYTES} bytes; this one and the rest are left out");
+                    break;
+                }
+                tools.push(Arc::new(tool));
+            }
             Err(err) => {
                 tracing::warn!(server = %name, tool = %remote.name, error = %format!("{err:#}"), "MCP tool left out")
             }
