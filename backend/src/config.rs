@@ -38,6 +38,9 @@ pub struct Config {
     /// How long a client may take to send a request's headers before its connection is
     /// closed, so connections that trickle (slowloris) cannot pile up.
     pub header_read_timeout: Duration,
+    /// How long an answer may wait for the client to take any of it before its
+    /// connection is closed, so a client that stops reading frees what was kept for it.
+    pub write_timeout: Duration,
     /// How long the stream events of a finished run are kept (for reconnecting
     /// streams); the conversation's messages keep what the run said for good.
     pub event_retention: Duration,
@@ -138,6 +141,7 @@ impl fmt::Debug for Config {
             .field("db_acquire_timeout", &self.db_acquire_timeout)
             .field("shutdown_grace", &self.shutdown_grace)
             .field("header_read_timeout", &self.header_read_timeout)
+            .field("write_timeout", &self.write_timeout)
             .field("event_retention", &self.event_retention)
             .field("demo", &self.demo)
             .field("llm", &self.llm)
@@ -238,6 +242,12 @@ impl Config {
         if header_read_timeout.is_zero() {
             anyhow::bail!("TOOLGATE_HEADER_READ_TIMEOUT must be above zero");
         }
+        let write_timeout =
+            parse_duration(&get("TOOLGATE_WRITE_TIMEOUT").unwrap_or_else(|| "60s".into()))
+                .context("TOOLGATE_WRITE_TIMEOUT must be a duration like 60s")?;
+        if write_timeout.is_zero() {
+            anyhow::bail!("TOOLGATE_WRITE_TIMEOUT must be above zero");
+        }
         let event_retention =
             parse_duration(&get("TOOLGATE_EVENT_RETENTION").unwrap_or_else(|| "7d".into()))
                 .context("TOOLGATE_EVENT_RETENTION must be a duration like 7d or 12h")?;
@@ -337,6 +347,7 @@ impl Config {
             db_acquire_timeout,
             shutdown_grace,
             header_read_timeout,
+            write_timeout,
             event_retention,
             demo,
         })
@@ -518,6 +529,7 @@ mod tests {
         assert_eq!(config.bind.to_string(), "127.0.0.1:3000");
         assert_eq!(config.input_ttl, Duration::from_secs(86_400));
         assert_eq!(config.header_read_timeout, Duration::from_secs(30));
+        assert_eq!(config.write_timeout, Duration::from_secs(60));
         assert!(!config.dev_auth);
         assert_eq!(config.limits.waiting_requests, 100);
         assert_eq!(config.limits.conversation_bytes(), 64 << 20);
@@ -569,18 +581,20 @@ mod tests {
     }
 
     #[test]
-    fn a_header_read_timeout_must_be_a_duration_above_zero() {
-        for bad in ["0s", "0", "soon"] {
-            let err = config(&[
-                ("DATABASE_URL", "postgres://x/y"),
-                ("TOOLGATE_JWT_SECRET", "0123456789abcdef0123456789abcdef"),
-                ("TOOLGATE_SECRET_KEY", "another secret of enough length"),
-                ("TOOLGATE_HEADER_READ_TIMEOUT", bad),
-            ])
-            .err()
-            .map(|err| format!("{err:#}"))
-            .unwrap_or_default();
-            assert!(err.contains("TOOLGATE_HEADER_READ_TIMEOUT"), "{bad}: {err}");
+    fn connection_timeouts_must_be_durations_above_zero() {
+        for name in ["TOOLGATE_HEADER_READ_TIMEOUT", "TOOLGATE_WRITE_TIMEOUT"] {
+            for bad in ["0s", "0", "soon"] {
+                let err = config(&[
+                    ("DATABASE_URL", "postgres://x/y"),
+                    ("TOOLGATE_JWT_SECRET", "0123456789abcdef0123456789abcdef"),
+                    ("TOOLGATE_SECRET_KEY", "another secret of enough length"),
+                    (name, bad),
+                ])
+                .err()
+                .map(|err| format!("{err:#}"))
+                .unwrap_or_default();
+                assert!(err.contains(name), "{name}={bad}: {err}");
+            }
         }
     }
 

@@ -100,18 +100,15 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     );
     let sweeper = tokio::spawn(background::run(state.clone()));
     let stopping = state.clone();
-    let header_read_timeout = state.config.header_read_timeout;
+    let timeouts = listen::Timeouts {
+        header_read: state.config.header_read_timeout,
+        write: state.config.write_timeout,
+    };
     let grace = state.config.shutdown_grace;
-    listen::serve(
-        listener,
-        app(state.clone()),
-        header_read_timeout,
-        grace,
-        async move {
-            shutdown_signal().await;
-            stopping.begin_shutdown();
-        },
-    )
+    listen::serve(listener, app(state.clone()), timeouts, grace, async move {
+        shutdown_signal().await;
+        stopping.begin_shutdown();
+    })
     .await;
     sweeper.abort();
     agent::wind_down(&state.runner()).await;

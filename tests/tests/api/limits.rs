@@ -423,6 +423,85 @@ async fn open_streams_and_active_runs_are_capped_per_user() {
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
 }
 
+/// A client that opens an event stream and then reads nothing keeps neither its stream
+/// place nor what was queued for it: once nothing can be written to it for the write
+/// timeout, its connection is closed.
+#[tokio::test]
+async fn a_stream_whose_client_stops_reading_gives_its_place_back() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let server = TestServer::start_with(
+        ServerOptions::default()
+            .env("TOOLGATE_MAX_STREAMS", "1")
+            .env("TOOLGATE_WRITE_TIMEOUT", "1s"),
+    )
+    .await;
+    let (_, token) = server.new_user("deaf").await;
+    let conversation = server.new_conversation(&token).await;
+    let url = server.url(&format!("/api/conversations/{conversation}/events"));
+    let stream_status = async || {
+        server
+            .client
+            .get(&url)
+            .bearer_auth(&token)
+            .send()
+            .await
+            .expect("sent")
+            .status()
+    };
+    // A socket with a small receive window that never reads.
+    let address: std::net::SocketAddr = server
+        .base
+        .trim_start_matches("http://")
+        .parse()
+        .expect("address");
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.set_recv_buffer_size(4096).expect("small window");
+    let mut deaf = socket.connect(address).await.expect("connect");
+    deaf.write_all(
+        format!(
+            "GET /api/conversations/{conversation}/events HTTP/1.1\r\nHost: toolgate\r\n\
+             Authorization: Bearer {token}\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .await
+    .expect("ask for the stream");
+    // Its answer's head is read, then nothing more.
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_secs(10), deaf.read_exact(&mut byte))
+            .await
+            .expect("the stream answers")
+            .expect("read");
+        assert_eq!(read, 1);
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert_eq!(stream_status().await, StatusCode::TOO_MANY_REQUESTS);
+    // About 9 MB of events, more than both sides' socket buffers hold.
+    let part = json!({"type": "text", "text": "x".repeat(20_000)});
+    for _ in 0..32 {
+        let mut parts = vec![json!({"type": "text", "text": "/help"})];
+        parts.extend(std::iter::repeat_n(part.clone(), 7));
+        let (status, body) = server
+            .post_message(&token, &conversation, json!(parts))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while stream_status().await != StatusCode::OK {
+        assert!(
+            Instant::now() < deadline,
+            "the stream place is still held 15 s after its client stopped reading"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(deaf);
+}
+
 #[tokio::test]
 async fn identifiers_with_control_characters_are_refused() {
     let server = TestServer::start().await;
