@@ -62,15 +62,7 @@ async fn follow_up_mcp(
     row: &InputRequestRow,
 ) -> Result<Option<ToolOutcome>> {
     if row.retry_state.is_some() {
-        // The round is called again later, perhaps after a restart: the operator may
-        // have switched the tool off since it asked (its server, `answer_round` checks).
-        // A tool not listed yet is not refused: after a restart its server may still be
-        // connecting.
-        let unusable = executor
-            .tools
-            .get(&row.tool_name)
-            .and_then(|tool| tool.unavailable_reason());
-        let Some(outcome) = executor.mcp.answer_round(row, unusable).await? else {
+        let Some(outcome) = executor.mcp.answer_round(row).await? else {
             return Ok(None);
         };
         runs.deliver(user_id, &row.call_ref(), outcome.clone())

@@ -147,15 +147,12 @@ impl McpHub {
     }
 
     /// After one of a round of stateless questions ended: the call made again once the
-    /// whole round has (see `stateless`); `None` while some are still open. When
-    /// `unusable` says why the tool may not run any more, the round ends with that
-    /// instead, and the server is not called.
+    /// whole round has (see `stateless`); `None` while some are still open.
     pub async fn answer_round(
         self: &Arc<Self>,
         row: &crate::db::input_requests::InputRequestRow,
-        unusable: Option<String>,
     ) -> crate::error::Result<Option<ToolOutcome>> {
-        stateless::answer_round(self, row, unusable).await
+        stateless::answer_round(self, row).await
     }
 
     /// After a request of an MCP server was settled (answered, declined, cancelled,

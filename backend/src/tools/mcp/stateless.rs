@@ -236,14 +236,11 @@ async fn store_round(
 
 /// After a stateless question ended: once its whole round has, calls the tool again
 /// with every answer (exactly once, whoever settled the last question). `None` while
-/// questions of the round are still open. A round whose tool is `unusable` (switched
-/// off, gone) or whose server is disabled ends with the reason, the server uncalled and
-/// the stored secrets left sealed.
-pub async fn answer_round(
-    hub: &Arc<McpHub>,
-    row: &InputRequestRow,
-    unusable: Option<String>,
-) -> Result<Option<ToolOutcome>> {
+/// questions of the round are still open. A round whose server or tool the operator
+/// has switched off since it asked (read from the configuration, which holds from the
+/// first moment after a restart, before the server's tools are listed again) ends
+/// saying so, the server uncalled and the stored secrets left sealed.
+pub async fn answer_round(hub: &Arc<McpHub>, row: &InputRequestRow) -> Result<Option<ToolOutcome>> {
     let Some(state) = row.retry_state.as_ref().map(|s| s.0.clone()) else {
         return Ok(None);
     };
@@ -260,17 +257,26 @@ pub async fn answer_round(
     }
     tx.commit().await?;
 
-    if let Some(reason) = unusable {
-        return Ok(Some(ToolOutcome::failed(reason)));
-    }
     let server = match hub.servers.get(&state.server) {
-        Some(server) if server.config.enabled => server,
-        Some(_) => {
+        Some(server) if !server.config.enabled => {
             return Ok(Some(ToolOutcome::failed(format!(
                 "the MCP server `{}` is disabled",
                 state.server
             ))));
         }
+        Some(server)
+            if hub
+                .config
+                .overlay_for(&server.config, &state.remote_name)
+                .enabled
+                == Some(false) =>
+        {
+            return Ok(Some(ToolOutcome::failed(format!(
+                "the tool `{}` is disabled",
+                row.tool_name
+            ))));
+        }
+        Some(server) => server,
         None => {
             return Ok(Some(ToolOutcome::failed(format!(
                 "there is no MCP server named `{}` any more",
