@@ -138,6 +138,22 @@ fn checked(sql: &str) -> Result<String, String> {
              between them; {ONE_QUERY}"
         ));
     }
+    // Postgres reads `$1a$` as the parameter `$1` and an alias, not as a quote's tag: a
+    // tag must start as a name does. Otherwise what the parser here took for one string
+    // would run as SQL.
+    let tag_postgres_reads_otherwise = |tag: &str| {
+        tag.chars()
+            .next()
+            .is_some_and(|first| !(first.is_alphabetic() || first == '_'))
+    };
+    if tokens.iter().any(|token| {
+        matches!(token, Token::DollarQuotedString(quoted)
+            if quoted.tag.as_deref().is_some_and(tag_postgres_reads_otherwise))
+    }) {
+        return Err(format!(
+            "a dollar-quoted string's tag must start with a letter or `_`; {ONE_QUERY}"
+        ));
+    }
     let statement = single_statement(sql)?;
     let Statement::Query(query) = &statement else {
         let first_word = tokens.iter().find_map(|token| match token {
@@ -367,6 +383,18 @@ mod tests {
         assert!(refusal("select 1 ~/* x */ 2").contains("comment"));
         // With a space the same operators are plain ones.
         assert!(checked("select 'a' ~ 'b', 2 * 3").is_ok());
+    }
+
+    /// Postgres 14 and older read `$1a$` as the parameter `$1` with the alias `a$`:
+    /// what the parser here takes for a string would run, refused functions and all.
+    #[test]
+    fn a_dollar_quote_tag_postgres_reads_as_a_parameter_is_refused() {
+        let hidden = "select $1a$, (select array_agg(pg_terminate_backend(pid)) \
+                      from pg_stat_activity) as k, $1a$";
+        assert!(refusal(hidden).contains("tag"), "{}", refusal(hidden));
+        assert!(refusal("select $1$x$1$").contains("tag"));
+        // Tags that start as names do are strings to Postgres too.
+        assert!(checked("select $a1$x$a1$, $_$y$_$, $$z$$").is_ok());
     }
 
     #[test]
