@@ -84,8 +84,14 @@ async fn expire_overdue(state: &AppState) -> anyhow::Result<usize> {
     Ok(expired)
 }
 
-/// Follows up each ended request in a task of its own, waiting for them together at
-/// most [`FOLLOW_UPS_WAIT`]; those still going then finish on their own.
+/// Follow-ups of the sweep's running at once, across passes: each holds a database
+/// connection (and may queue on its conversation's lock), and a pass may end hundreds
+/// of requests; users' own requests must still find connections.
+static FOLLOW_UPS_AT_ONCE: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(4);
+
+/// Follows up each ended request in a task of its own, a few at a time, waiting for
+/// them together at most [`FOLLOW_UPS_WAIT`]; those still going (or waiting their turn)
+/// then finish on their own.
 async fn follow_up_all(state: &AppState, ended: Vec<InputRequestRow>, failed: &'static str) {
     if ended.is_empty() {
         return;
@@ -94,6 +100,9 @@ async fn follow_up_all(state: &AppState, ended: Vec<InputRequestRow>, failed: &'
     let following = ended.into_iter().map(|row| {
         let runner = runner.clone();
         tokio::spawn(async move {
+            let Ok(_turn) = FOLLOW_UPS_AT_ONCE.acquire().await else {
+                return;
+            };
             if let Err(err) =
                 requests::follow_up(&runner.executor, &runner, &row.user_id, &row).await
             {
@@ -102,8 +111,15 @@ async fn follow_up_all(state: &AppState, ended: Vec<InputRequestRow>, failed: &'
         })
     });
     let all = futures::future::join_all(following.collect::<Vec<_>>());
-    if tokio::time::timeout(FOLLOW_UPS_WAIT, all).await.is_err() {
-        tracing::info!("follow-ups of ended requests are still going; the sweep goes on");
+    match tokio::time::timeout(FOLLOW_UPS_WAIT, all).await {
+        Err(_) => {
+            tracing::info!("follow-ups of ended requests are still going; the sweep goes on");
+        }
+        Ok(joined) => {
+            for panicked in joined.into_iter().filter_map(Result::err) {
+                tracing::error!(error = %panicked, "a follow-up of an ended request panicked");
+            }
+        }
     }
 }
 
@@ -174,8 +190,9 @@ async fn next_pass_in(state: &AppState) -> Duration {
     wait.max(Duration::from_millis(100)) + Duration::from_millis(20)
 }
 
-/// Beats every [`BEAT_EVERY`] until dropped.
-async fn keep_beating(state: AppState) {
+/// Beats every [`BEAT_EVERY`] until stopped; stopped only just before [`leave`], so
+/// that other processes do not take this one for gone while its runs wind down.
+pub async fn keep_beating(state: AppState) {
     loop {
         if let Err(err) = beat(&state).await {
             tracing::warn!(error = %err, "could not record this process's heartbeat");
@@ -184,19 +201,9 @@ async fn keep_beating(state: AppState) {
     }
 }
 
-/// Ends a task when dropped.
-struct AbortOnDrop(tokio::task::AbortHandle);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// The background work until the returned future is dropped (the heartbeat stops with
-/// it).
+/// The background work but the heartbeat ([`keep_beating`]), until the future is
+/// dropped.
 pub async fn run(state: AppState) {
-    let _beating = AbortOnDrop(tokio::spawn(keep_beating(state.clone())).abort_handle());
     loop {
         if let Err(err) = sweep_once(&state).await {
             tracing::warn!(error = %err, "background sweep failed; retrying later");

@@ -98,6 +98,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         middleware = ?state.agent.chain.names(),
         "agent ready"
     );
+    let beating = tokio::spawn(background::keep_beating(state.clone()));
     let sweeper = tokio::spawn(background::run(state.clone()));
     let stopping = state.clone();
     let timeouts = listen::Timeouts {
@@ -113,6 +114,9 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     sweeper.abort();
     agent::wind_down(&state.runner()).await;
     state.mcp.stop().await;
+    // Stopped, and waited for, before signing off: a beat after it would sign back on.
+    beating.abort();
+    let _ = beating.await;
     background::leave(&state).await;
     pool.close().await;
     tracing::info!("toolgate stopped");
