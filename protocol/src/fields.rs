@@ -792,9 +792,7 @@ fn validate_value(field: &FieldSpec, value: &Value) -> Result<Value, String> {
         FieldType::Number => {
             let number = as_number(value).ok_or("Must be a number")?;
             if !kept_exactly(value, number) {
-                return Err(
-                    "Has more digits than a number keeps exactly (15); send it as text".into(),
-                );
+                return Err("Has too many digits to be kept exactly".into());
             }
             if let Some(min) = field.min
                 && number < min
@@ -1018,16 +1016,21 @@ fn as_number(value: &Value) -> Option<f64> {
 }
 
 /// Whether `number`, read from `value`, is the whole number written there when it is
-/// one: past 2^53 a float rounds it, and the tool would get another number than the
-/// user gave.
+/// one (digits alone): past 2^53 a float rounds it, and the tool would get another
+/// number than the user gave.
 fn kept_exactly(value: &Value, number: f64) -> bool {
     let Some(text) = as_text(value) else {
         return true;
     };
+    let digits = text.trim().trim_start_matches(['+', '-']);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return true;
+    }
     match text.trim().parse::<i128>() {
         // The float of a whole number below 2^127 converts back exactly.
         Ok(whole) => number as i128 == whole,
-        Err(_) => true,
+        // Past i128, far past what a float keeps of it.
+        Err(_) => false,
     }
 }
 
@@ -1292,8 +1295,12 @@ mod tests {
     #[test]
     fn a_whole_number_a_float_would_round_is_refused_not_changed() {
         let n = field(json!({"name": "n", "type": "number"}));
-        let too_long = "Has more digits than a number keeps exactly (15); send it as text";
-        for given in [json!(12345678901234567_u64), json!("12345678901234567")] {
+        let too_long = "Has too many digits to be kept exactly";
+        for given in [
+            json!(12345678901234567_u64),
+            json!("12345678901234567"),
+            json!("1".repeat(45)),
+        ] {
             assert_eq!(
                 validate_field(&n, Some(&given)),
                 Err(too_long.into()),
