@@ -118,7 +118,10 @@ impl Template {
         encoding: Encoding,
     ) -> Result<String, String> {
         let mut out = String::new();
+        // Where each part's text starts in `out`, and where the last one ends.
+        let mut starts = Vec::with_capacity(self.parts.len() + 1);
         for (index, part) in self.parts.iter().enumerate() {
+            starts.push(out.len());
             let encoding = if index == 0 && encoding == Encoding::Url {
                 Encoding::Plain
             } else {
@@ -136,15 +139,7 @@ impl Template {
                         .get(name)
                         .filter(|v| !v.is_null())
                         .ok_or_else(|| format!("no value for `{name}`"))?;
-                    let text = scalar_text(value);
-                    if encoding == Encoding::Url && text.is_empty() && self.is_segment(index) {
-                        // `/accounts//transfers` is read as `/accounts/transfers` by many
-                        // servers: another endpoint, with the tool's credentials.
-                        return Err(format!(
-                            "`{name}` is a whole part of the URL's path and cannot be empty"
-                        ));
-                    }
-                    out.push_str(&encode(&text, encoding)?);
+                    out.push_str(&encode(&scalar_text(value), encoding)?);
                 }
                 Part::Context(key) => {
                     let text = match key {
@@ -159,24 +154,51 @@ impl Template {
                 }
             }
         }
+        starts.push(out.len());
+        if encoding == Encoding::Url
+            && let Some(name) = self.empty_segment(&starts)
+        {
+            // `/accounts//transfers` is read as `/accounts/transfers` by many servers:
+            // another endpoint, with the tool's credentials.
+            return Err(format!(
+                "`{name}` is a whole part of the URL's path and cannot be empty"
+            ));
+        }
         Ok(out)
     }
 }
 
 impl Template {
-    /// Whether part `index` stands alone between two slashes of a path (or a slash and
-    /// the query, fragment or end).
-    fn is_segment(&self, index: usize) -> bool {
-        let after_slash = index
-            .checked_sub(1)
-            .and_then(|before| self.parts.get(before))
-            .is_some_and(|part| matches!(part, Part::Literal(text) if text.ends_with('/')));
-        let before_end = match self.parts.get(index + 1) {
-            None => true,
-            Some(Part::Literal(text)) => text.starts_with(['/', '?', '#']),
-            Some(_) => false,
-        };
-        after_slash && before_end
+    /// The first placeholder of a run of placeholders that makes a whole part of a path
+    /// by itself (between two slashes, or a slash and the query, fragment or end) and
+    /// rendered to nothing; `starts` holds where each part's text began, then the end.
+    fn empty_segment(&self, starts: &[usize]) -> Option<&str> {
+        let mut index = 0;
+        while index < self.parts.len() {
+            if matches!(self.parts[index], Part::Literal(_)) {
+                index += 1;
+                continue;
+            }
+            let run = index;
+            while index < self.parts.len() && !matches!(self.parts[index], Part::Literal(_)) {
+                index += 1;
+            }
+            let after_slash = run.checked_sub(1).is_some_and(
+                |before| matches!(&self.parts[before], Part::Literal(text) if text.ends_with('/')),
+            );
+            let before_end = match self.parts.get(index) {
+                None => true,
+                Some(Part::Literal(text)) => text.starts_with(['/', '?', '#']),
+                Some(_) => false,
+            };
+            if after_slash && before_end && starts[run] == starts[index] {
+                return self.parts[run..index].iter().find_map(|part| match part {
+                    Part::Value(name) => Some(name.as_str()),
+                    _ => None,
+                });
+            }
+        }
+        None
     }
 }
 
@@ -354,6 +376,26 @@ mod tests {
         assert_eq!(
             render("7", "").as_deref(),
             Ok("https://api.example.com/v1/accounts/7/transfers?note=")
+        );
+        // Two placeholders that make one part between them.
+        let both = Template::parse("https://x/v1/{a}{b}/t").expect("valid");
+        let values = json!({"a": "", "b": ""});
+        assert!(
+            both.render(
+                values.as_object().expect("map"),
+                &ToolContext::sample(),
+                Encoding::Url
+            )
+            .is_err()
+        );
+        let values = json!({"a": "", "b": "7"});
+        assert!(
+            both.render(
+                values.as_object().expect("map"),
+                &ToolContext::sample(),
+                Encoding::Url
+            )
+            .is_ok()
         );
         let within = Template::parse("https://x/v1/acc-{id}/t").expect("valid");
         let values = json!({"id": ""});
