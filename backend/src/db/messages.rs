@@ -239,15 +239,20 @@ const HEAD_CHARS: i32 = 256;
 /// User messages read at a time by [`latest_request`].
 const HEADS_AT_A_TIME: i64 = 32;
 
+/// The most of the user's latest messages [`latest_request`] looks through.
+const MOST_HEADS: usize = 1024;
+
 /// The user's latest message that is no chat command: its id and the start of its
-/// words. Read newest first by the start of their words, a few at a time, not whole:
-/// a conversation may hold many commands and much content.
+/// words; `None` also when the latest [`MOST_HEADS`] are all commands. Read newest first
+/// by the start of their words, a few at a time, not whole: a conversation may hold
+/// many commands and much content.
 pub async fn latest_request(
     conn: &mut PgConnection,
     conversation_id: Uuid,
 ) -> sqlx::Result<Option<(Uuid, String)>> {
     let mut before = i32::MAX;
-    loop {
+    let mut looked = 0;
+    while looked < MOST_HEADS {
         let heads = sqlx::query!(
             r#"select id, seq, left(text_content, $3 + 1) as "head!",
                       not jsonb_path_exists(content, '$[*] ? (@.type != "text")') as "text_only!"
@@ -266,6 +271,7 @@ pub async fn latest_request(
             return Ok(None);
         };
         before = last.seq;
+        looked += heads.len();
         for row in heads {
             if !row.text_only {
                 return Ok(Some((row.id, row.head)));
@@ -283,6 +289,7 @@ pub async fn latest_request(
             }
         }
     }
+    Ok(None)
 }
 
 /// Unpins every pinned message of the conversation; how many were.
