@@ -432,7 +432,7 @@ async fn read_lines_cut(
         let used = piece.len() + usize::from(end.is_some());
         reader.consume(used);
         if end.is_some() {
-            each(&line);
+            each(line.strip_suffix(b"\r").unwrap_or(&line));
             line.clear();
         }
     }
@@ -448,7 +448,7 @@ mod tests {
     #[tokio::test]
     async fn a_line_without_end_is_cut_not_gathered() {
         let endless = vec![b'x'; 8 * 1024 * 1024];
-        let mut input = b"first\n".to_vec();
+        let mut input = b"first\r\n".to_vec();
         input.extend_from_slice(&endless);
         input.extend_from_slice(b"\nlast");
         let mut lines = Vec::new();
