@@ -232,7 +232,8 @@ pub fn InputCard(request_id: Uuid) -> impl IntoView {
                         escape_armed.set(false);
                     }
                     match key.as_str() {
-                        "Escape" if ev.is_composing() => {}
+                        // A held key repeats: that is not a second press.
+                        "Escape" if ev.is_composing() || ev.repeat() => {}
                         "Escape" => {
                             ev.prevent_default();
                             if escape_armed.get_untracked() {
@@ -280,6 +281,18 @@ pub fn InputCard(request_id: Uuid) -> impl IntoView {
                         submit();
                     }
                     on:keydown=on_key
+                    // Moving to another field, or clicking, starts over: the next Esc
+                    // closes what that field opened.
+                    on:focusin=move |_| {
+                        if escape_armed.get_untracked() {
+                            escape_armed.set(false);
+                        }
+                    }
+                    on:pointerdown=move |_| {
+                        if escape_armed.get_untracked() {
+                            escape_armed.set(false);
+                        }
+                    }
                 >
                     <div class="card-fields">
                         {form

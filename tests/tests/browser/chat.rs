@@ -273,6 +273,16 @@ async fn escape_twice_cancels_a_card_and_the_run_says_so() {
         "one Esc does not cancel"
     );
     assert_eq!(input.prop("value").await.expect("value"), "acme");
+    // A click (into the field, to reopen its list) starts over.
+    input.click().await.expect("click");
+    b.wait_until(
+        "a click to start over",
+        "document.querySelector('[data-testid=card-keys]').textContent \
+         === 'Enter submits · Esc twice cancels'",
+    )
+    .await
+    .expect("started over");
+    input.send_keys(ESCAPE).await.expect("escape");
     input.send_keys(ESCAPE).await.expect("escape again");
     b.wait_for("[data-testid=input-card][data-status=cancelled] [data-testid=card-cancelled]")
         .await
