@@ -4,11 +4,14 @@
 //! that ran goes through here before it is stored, shown or handed to the model,
 //! whatever kind of tool it was.
 //!
-//! A copy is found character by character, each character as itself, percent-encoded
-//! (either case, one byte at a time, so `quote()`, `encodeURIComponent` and a URL
-//! parser's partial encoding all match), JSON-escaped (`\"`, `\/`, `\u00XX`, surrogate
-//! pairs) or as form encoding swaps `+` and a space; and a secret of 8 bytes or more in
-//! base64 (standard or URL-safe, wherever it sits in what was encoded).
+//! A copy is found character by character, each character as itself (an ASCII letter
+//! in either case: services upper-case hex tokens and keys), percent-encoded (either
+//! case, one byte at a time, so `quote()`, `encodeURIComponent` and a URL parser's
+//! partial encoding all match), JSON-escaped (`\"`, `\/`, `\u00XX`, surrogate pairs),
+//! as an HTML character reference (`&amp;`, `&#38;`, `&#x26;`, as error pages write
+//! what they were sent) or as form encoding swaps `+` and a space; and a secret of 8
+//! bytes or more in base64 (standard or URL-safe, wherever it sits in what was
+//! encoded).
 
 use std::collections::HashMap;
 
@@ -245,9 +248,37 @@ fn char_len(text: &[u8], at: usize, c: char) -> Option<usize> {
         (' ', Some(b'+')) | ('+', Some(b' ')) => return Some(1),
         (_, Some(b'%')) => return percent_len(rest, utf8),
         (_, Some(b'\\')) => return json_escape_len(rest, c),
+        (_, Some(b'&')) => return html_reference_len(rest, c),
+        (_, Some(first)) if c.is_ascii_alphabetic() && first.eq_ignore_ascii_case(&(c as u8)) => {
+            return Some(1);
+        }
         _ => {}
     }
     None
+}
+
+/// `c` as HTML writes a character by reference: `&amp;`, `&lt;`, `&gt;`, `&quot;`,
+/// `&apos;`, or its number (`&#38;`, `&#x26;`, either case).
+fn html_reference_len(rest: &[u8], c: char) -> Option<usize> {
+    let end = rest.iter().take(12).position(|b| *b == b';')?;
+    let name = std::str::from_utf8(&rest[1..end]).ok()?;
+    let named = match name {
+        "amp" => Some('&'),
+        "lt" => Some('<'),
+        "gt" => Some('>'),
+        "quot" => Some('"'),
+        "apos" => Some('\''),
+        _ => None,
+    };
+    let numbered = || {
+        let number = name.strip_prefix('#')?;
+        let code = match number.strip_prefix(['x', 'X']) {
+            Some(hex) => u32::from_str_radix(hex, 16).ok()?,
+            None => number.parse().ok()?,
+        };
+        char::from_u32(code)
+    };
+    (named.or_else(numbered)? == c).then_some(end + 1)
 }
 
 /// `utf8`'s bytes each written `%XX`, hex digits in either case.
@@ -391,6 +422,10 @@ mod tests {
             // JSON-escaped, with `\/` and `\u0022` as some encoders write them.
             "k3y+\\/with=\\\"odd\\\" chars",
             "k3y+/with=\\u0022odd\\u0022 chars",
+            // In an HTML error page, by name or by number; and upper-cased.
+            "k3y+/with=&quot;odd&quot; chars",
+            "k3y&#43;&#x2F;with&#61;&#34;odd&#X22; chars",
+            "K3Y+/WITH=\"ODD\" CHARS",
         ] {
             let shown = masked(secret, &format!("before {echo} after"));
             assert_eq!(shown, format!("before {MASKED} after"), "{echo}");
