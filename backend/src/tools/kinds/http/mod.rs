@@ -166,14 +166,23 @@ impl HttpTool {
     }
 
     /// What the environment gives its templates that may be a secret: every value
-    /// but the one the URL starts with (the service's address).
+    /// but the one the URL starts with (the service's address), and of that one what
+    /// an address carries that is secret ([`secrets_in_address`]).
     pub fn secret_env_values(&self) -> Vec<String> {
-        redact::secret_env_values(
+        let mut secrets = redact::secret_env_values(
             self.env_names
                 .iter()
                 .filter(|name| self.base_env.as_ref() != Some(*name))
                 .map(String::as_str),
-        )
+        );
+        if let Some(address) = self
+            .base_env
+            .as_ref()
+            .and_then(|name| std::env::var(name).ok())
+        {
+            secrets.extend(secrets_in_address(&address));
+        }
+        secrets
     }
 
     /// Why the tool cannot run in this environment, if it cannot.
@@ -310,11 +319,47 @@ fn describe_send_error(err: &reqwest::Error) -> String {
     }
 }
 
+/// What a service's address carries that is secret: the password it signs in with and
+/// the name with it (sent as `Authorization: Basic`, which a service may echo), and its
+/// query's values (`?key=…`, which come back in links to further pages). The host and
+/// path are no secret, and masking them would garble every answer that names them.
+fn secrets_in_address(address: &str) -> Vec<String> {
+    let Ok(url) = reqwest::Url::parse(address) else {
+        return Vec::new();
+    };
+    let decoded = |text: &str| {
+        percent_encoding::percent_decode_str(text)
+            .decode_utf8_lossy()
+            .into_owned()
+    };
+    let mut found = Vec::new();
+    if let Some(password) = url.password() {
+        let (user, password) = (decoded(url.username()), decoded(password));
+        found.push(format!("{user}:{password}"));
+        found.push(password);
+    }
+    found.extend(url.query_pairs().map(|(_, value)| value.into_owned()));
+    found.retain(|secret| secret.chars().count() >= redact::MIN_SECRET_CHARS);
+    found
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn an_address_password_and_query_values_are_secrets_its_host_is_not() {
+        assert_eq!(
+            secrets_in_address(
+                "https://svc:p%40ss%2Bw0rd@api.example.com/v1?key=k3y-0f-the-api&page=2"
+            ),
+            ["svc:p@ss+w0rd", "p@ss+w0rd", "k3y-0f-the-api"]
+        );
+        assert!(secrets_in_address("https://api.example.com/v1").is_empty());
+        assert!(secrets_in_address("not an address").is_empty());
+    }
 
     #[test]
     fn a_short_secret_at_the_cut_of_an_error_excerpt_leaves_nothing_behind() {
