@@ -103,6 +103,12 @@ fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Error> {
             "the request body nests deeper than {MAX_BODY_DEPTH} levels"
         )));
     }
+    if let Some(path) = repeated_key(bytes) {
+        return Err(field_error(
+            &path,
+            "is given twice in its object; send each key once",
+        ));
+    }
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
     let parsed = serde_path_to_error::deserialize(&mut deserializer).map_err(|err| {
         let path = err.path().to_string();
@@ -156,6 +162,106 @@ fn nesting(bytes: &[u8]) -> usize {
     deepest
 }
 
+/// The path of the first key an object of the JSON text names twice. serde keeps the
+/// last of them, where a proxy, a firewall's rules or an audit log may read the first:
+/// what they checked would not be what runs. `None` as well for text that is no JSON
+/// (the parser says why next).
+fn repeated_key(bytes: &[u8]) -> Option<String> {
+    let found = std::cell::RefCell::new(None);
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    let _ = serde::de::DeserializeSeed::deserialize(
+        DistinctKeys {
+            path: String::new(),
+            found: &found,
+        },
+        &mut deserializer,
+    );
+    found.into_inner()
+}
+
+/// Reads a JSON value for [`repeated_key`], keeping nothing but where it is.
+struct DistinctKeys<'a> {
+    path: String,
+    found: &'a std::cell::RefCell<Option<String>>,
+}
+
+impl DistinctKeys<'_> {
+    fn at(&self, step: String) -> Self {
+        DistinctKeys {
+            path: step,
+            found: self.found,
+        }
+    }
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for DistinctKeys<'_> {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for DistinctKeys<'_> {
+    type Value = ();
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+        formatter.write_str("any JSON value")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut seen = std::collections::HashSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let path = if self.path.is_empty() {
+                key.clone()
+            } else {
+                format!("{}.{key}", self.path)
+            };
+            if !seen.insert(key) {
+                *self.found.borrow_mut() = Some(path);
+                return Err(serde::de::Error::custom("a key given twice"));
+            }
+            map.next_value_seed(self.at(path))?;
+        }
+        Ok(())
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let mut index = 0;
+        while seq
+            .next_element_seed(self.at(format!("{}[{index}]", self.path)))?
+            .is_some()
+        {
+            index += 1;
+        }
+        Ok(())
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+}
+
 /// Reads parameters out of an already parsed JSON value, naming the bad path on error.
 pub fn from_value<T: DeserializeOwned>(value: Value) -> Result<T, Error> {
     serde_path_to_error::deserialize(value).map_err(|err| {
@@ -187,6 +293,32 @@ fn field_error(path: &str, message: &str) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_key_given_twice_is_found_wherever_it_is() {
+        assert_eq!(
+            repeated_key(br#"{"action":"cancel_request","tool_call_id":"a","tool_call_id":"b"}"#),
+            Some("tool_call_id".to_owned())
+        );
+        assert_eq!(
+            repeated_key(br#"{"user_inputs":{"code":"1","note":{"x":1},"code":"2"}}"#),
+            Some("user_inputs.code".to_owned())
+        );
+        assert_eq!(
+            repeated_key(br#"{"arguments":{"items":[{"a":1},{"b":1,"b":2}]}}"#),
+            Some("arguments.items[1].b".to_owned())
+        );
+        // Keys repeated in different objects, escaped the same or not, are fine.
+        assert_eq!(
+            repeated_key(br#"{"a":{"k":1},"b":{"k":1},"c":[{"k":1},{"k":2}]}"#),
+            None
+        );
+        assert_eq!(
+            repeated_key(br#"{"k":1,"\u006b":2}"#),
+            Some("k".to_owned()),
+            "the same key escaped is the same key"
+        );
+    }
 
     fn labelled(value: &str) -> bool {
         let mut headers = HeaderMap::new();

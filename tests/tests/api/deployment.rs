@@ -137,6 +137,60 @@ async fn dev_token_refuses_requests_that_came_through_a_proxy() {
     }
 }
 
+/// A key given twice is refused: serde would act on the last, where a proxy, a
+/// firewall's rules or an audit log in front may read the first.
+#[tokio::test]
+async fn a_body_that_gives_a_key_twice_is_refused_naming_it() {
+    let server = TestServer::start().await;
+    let (_, token) = server.new_user("twice").await;
+    let conversation = server.new_conversation(&token).await;
+    let (status, created) = server
+        .action(
+            &token,
+            json!({"action": "create_request", "conversation_id": conversation,
+                "tool_name": "t", "tool_call_id": "call_kept", "reason": "A code",
+                "fields": [{"name": "code"}]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let twice = |body: String| {
+        server
+            .client
+            .post(server.url("/api/tool-user-input"))
+            .bearer_auth(&token)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    for (body, field) in [
+        (
+            r#"{"action":"cancel_request","tool_call_id":"call_other","tool_call_id":"call_kept"}"#.to_owned(),
+            "tool_call_id",
+        ),
+        (
+            r#"{"action":"submit_response","tool_call_id":"call_kept","user_inputs":{"code":"1","code":"2"}}"#.to_owned(),
+            "user_inputs.code",
+        ),
+    ] {
+        let response = twice(body).await.expect("sent");
+        let status = response.status();
+        let answer: Value = response.json().await.unwrap_or(Value::Null);
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
+        assert!(answer["error"]["fields"][field].is_string(), "{answer}");
+    }
+    // Nothing was cancelled or answered.
+    let (_, pending) = server
+        .action(
+            &token,
+            json!({"action": "get_pending", "conversation_id": conversation}),
+        )
+        .await;
+    assert_eq!(
+        pending["requests"][0]["tool_call_id"], "call_kept",
+        "{pending}"
+    );
+}
+
 #[tokio::test]
 async fn json_routes_refuse_bodies_not_labelled_json() {
     let server = TestServer::start().await;
