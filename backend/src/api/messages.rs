@@ -225,8 +225,7 @@ pub async fn post_message(
     (status = 200, description = "The message as it is now", body = Message),
     (status = 400, body = protocol::api::ErrorBody),
     (status = 401, body = protocol::api::ErrorBody),
-    (status = 404, description = "No such user message in the caller's conversation", body = protocol::api::ErrorBody),
-    (status = 422, body = protocol::api::ErrorBody)))]
+    (status = 404, description = "No such user message in the caller's conversation", body = protocol::api::ErrorBody)))]
 pub async fn pin_message(
     State(state): State<AppState>,
     user: AuthUser,

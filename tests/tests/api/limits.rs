@@ -502,6 +502,29 @@ async fn a_stream_whose_client_stops_reading_gives_its_place_back() {
     drop(deaf);
 }
 
+/// A NUL in the user's request a tool call carries is named, not blamed on "the body".
+#[tokio::test]
+async fn a_nul_in_the_original_user_request_is_a_422_naming_it() {
+    let server = TestServer::start_with(with_demo_tools(ServerOptions::default())).await;
+    let (_, token) = server.new_user("nul-request").await;
+    let conversation = server.new_conversation(&token).await;
+    let (status, body) = server
+        .send(
+            "POST",
+            "/api/tools/execute",
+            Some(&token),
+            Some(json!({"conversation_id": conversation,
+                "tool_name": "quickbooks_profit_and_loss", "tool_call_id": "call_nul",
+                "arguments": {}, "original_user_request": "my P&L\u{0} please"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(
+        body["error"]["fields"]["original_user_request"].is_string(),
+        "{body}"
+    );
+}
+
 #[tokio::test]
 async fn identifiers_with_control_characters_are_refused() {
     let server = TestServer::start().await;
