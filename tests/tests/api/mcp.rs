@@ -1378,6 +1378,64 @@ async fn a_round_of_too_many_stateless_questions_is_refused_whole() {
     assert!(pending(server, &token, &conversation).await.is_empty());
 }
 
+/// An answered round whose user has every session in another call waits for one,
+/// rather than throwing the answers away.
+#[tokio::test]
+async fn an_answered_round_waits_for_a_session_while_the_users_are_busy() {
+    let setup = start(&stdio_server("t", "protocol_version = \"2026-07-28\"")).await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("mcp-busy-round").await;
+    tools_when_settled(server, &token, &["t"]).await;
+    let conversation = server.new_conversation(&token).await;
+    let (_, asked) = execute(
+        server,
+        &token,
+        &conversation,
+        "t__ask_code",
+        "call_code",
+        json!({}),
+    )
+    .await;
+    assert_eq!(asked["requires_user_input"], true, "{asked}");
+    let card = asked["user_input_request"]["tool_call_id"].clone();
+    // Four slow calls take every session a user may have with the server.
+    let ids: Vec<String> = (0..4).map(|n| format!("call_slow_{n}")).collect();
+    let slow: Vec<_> = ids
+        .iter()
+        .map(|id| {
+            execute(
+                server,
+                &token,
+                &conversation,
+                "t__slow",
+                id,
+                json!({"ms": 3000}),
+            )
+        })
+        .collect();
+    let answering = async {
+        // Once the slow calls have their sessions.
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        server
+            .action(
+                &token,
+                json!({"action": "submit_response", "tool_call_id": card,
+                    "user_inputs": {"code": "4711"}}),
+            )
+            .await
+    };
+    let (slow, (status, done)) = tokio::join!(futures::future::join_all(slow), answering);
+    for (status, outcome) in slow {
+        assert_eq!(status, StatusCode::OK, "{outcome}");
+        assert_eq!(outcome["success"], true, "{outcome}");
+    }
+    assert_eq!(status, StatusCode::OK, "{done}");
+    assert_eq!(
+        done["tool_result"]["result"]["text"], "code was 4711",
+        "{done}"
+    );
+}
+
 /// Asks a stateless question of `t__ask_code` on a server started with `before`, stops
 /// it, starts another on the same database with `after`, and answers the question
 /// there: what the answer got, and the second server.

@@ -61,6 +61,7 @@ impl Server {
                 self.config.name
             ),
             detail,
+            busy: true,
         }
     }
 

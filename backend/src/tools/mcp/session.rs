@@ -38,6 +38,8 @@ const INHERITED_ENV: &[&str] = &["PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR
 pub struct Unreachable {
     pub public: String,
     pub detail: String,
+    /// Only for now: every session the call could take is in another call.
+    pub busy: bool,
 }
 
 impl Unreachable {
@@ -45,6 +47,7 @@ impl Unreachable {
         Unreachable {
             public: format!("the MCP server `{server}` {public}"),
             detail: detail.into(),
+            busy: false,
         }
     }
 }

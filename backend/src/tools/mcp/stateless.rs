@@ -31,6 +31,11 @@ use crate::tools::redact::Redactions;
 /// Most rounds of questions one call may take.
 const MAX_ROUNDS: u32 = 10;
 
+/// How long an answered round waits for a session while the user's are all in calls.
+const BUSY_SESSIONS_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+/// How often it looks again meanwhile.
+const BUSY_SESSIONS_RETRY: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// What calling again needs, kept with each question of a round.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RetryState {
@@ -298,11 +303,14 @@ pub async fn answer_round(hub: &Arc<McpHub>, row: &InputRequestRow) -> Result<Op
     let mut arguments = Map::new();
     for (name, value) in &state.arguments {
         if state.secret_fields.contains(name) {
-            let opened = hub
-                .deps
-                .vault
-                .open(&row.user_id, name, value)
-                .map_err(|err| anyhow::anyhow!("opening a stored argument `{name}`: {err}"))?;
+            // The round is claimed: an error here would leave its run without a result.
+            let Ok(opened) = hub.deps.vault.open(&row.user_id, name, value) else {
+                tracing::error!(request = %row.id, argument = %name, "could not open a stored argument of an MCP call");
+                return Ok(Some(ToolOutcome::failed(format!(
+                    "a stored argument of the call to `{}` could not be opened; call the tool again",
+                    row.tool_name
+                ))));
+            };
             arguments.insert(name.clone(), opened);
         } else {
             arguments.insert(name.clone(), value.clone());
@@ -312,9 +320,17 @@ pub async fn answer_round(hub: &Arc<McpHub>, row: &InputRequestRow) -> Result<Op
         user_id: row.user_id.clone(),
         call,
     };
-    let taken = match server.take_session(hub, &row.user_id).await {
-        Ok(taken) => taken,
-        Err(unreachable) => return Ok(Some(ToolOutcome::failed(unreachable.public))),
+    // The round is claimed and the user has answered: a session busy with the user's
+    // other calls is waited for a while rather than the answers thrown away.
+    let waiting_until = tokio::time::Instant::now() + BUSY_SESSIONS_WAIT;
+    let taken = loop {
+        match server.take_session(hub, &row.user_id).await {
+            Ok(taken) => break taken,
+            Err(unreachable) if unreachable.busy && tokio::time::Instant::now() < waiting_until => {
+                tokio::time::sleep(BUSY_SESSIONS_RETRY).await;
+            }
+            Err(unreachable) => return Ok(Some(ToolOutcome::failed(unreachable.public))),
+        }
     };
     let mut params =
         CallToolRequestParams::new(state.remote_name.clone()).with_arguments(arguments.clone());
