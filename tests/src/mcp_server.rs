@@ -223,6 +223,12 @@ impl TestTools {
                 json!({"ms": {"type": "integer"}}),
             )
             .annotate(read_only()),
+            tool(
+                "ask_two_at_once",
+                "Asks the user two questions at the same time",
+                json!({}),
+            )
+            .annotate(read_only()),
             tool("crash", "Ends the server process", json!({})).annotate(read_only()),
             tool(
                 "ask_then_crash",
@@ -582,6 +588,28 @@ impl ServerHandler for TestTools {
                 let answer = self.ask(params, &context).await?;
                 tokio::time::sleep(Duration::from_millis(number(&arguments, "ms"))).await;
                 Ok(echo(&answer))
+            }
+            "ask_two_at_once" => {
+                let question = |what: &str| {
+                    form(
+                        &format!("The {what} word?"),
+                        json!({"type": "object", "properties": {"word": {"type": "string"}}}),
+                    )
+                };
+                let (first, second) = tokio::join!(
+                    self.ask(question("first")?, &context),
+                    self.ask(question("second")?, &context)
+                );
+                let word = |answer: &ElicitResult| {
+                    answer
+                        .content
+                        .as_ref()
+                        .and_then(|content| content.get("word"))
+                        .and_then(Value::as_str)
+                        .unwrap_or("none")
+                        .to_owned()
+                };
+                Ok(text(format!("words: {} {}", word(&first?), word(&second?))))
             }
             "crash" if self.transport == Transport::Stdio => std::process::exit(3),
             "ask_then_crash" if self.transport == Transport::Stdio => {

@@ -1653,6 +1653,72 @@ async fn an_elicitation_expires_no_later_than_its_servers_timeout() {
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
 }
 
+/// Two questions open at once: answering one leaves the call's clock stopped while
+/// the other still waits for the user.
+#[tokio::test]
+async fn a_call_with_two_questions_open_does_not_time_out_while_one_still_waits() {
+    let setup = start(&stdio_server("t", "call_timeout_seconds = 2")).await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("mcp-two-open").await;
+    tools_when_settled(server, &token, &["t"]).await;
+    let conversation = server.new_conversation(&token).await;
+    let (status, asked) = execute(
+        server,
+        &token,
+        &conversation,
+        "t__ask_two_at_once",
+        "call_two",
+        json!({}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{asked}");
+    assert_eq!(asked["requires_user_input"], true, "{asked}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let cards = loop {
+        let cards = pending(server, &token, &conversation).await;
+        if cards.len() == 2 {
+            break cards;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{cards:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let card_of = |what: &str| {
+        cards
+            .iter()
+            .find(|card| card["reason"].as_str().unwrap_or_default().contains(what))
+            .map(|card| card["tool_call_id"].clone())
+            .unwrap_or_else(|| panic!("no {what} card: {cards:?}"))
+    };
+    let (first, second) = (card_of("first"), card_of("second"));
+    let (status, body) = server
+        .action(
+            &token,
+            json!({"action": "submit_response", "tool_call_id": first,
+                "user_inputs": {"word": "alpha"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    // The call now waits for the other question, and says so.
+    assert_eq!(
+        body["tool_result"]["user_input_request"]["tool_call_id"], second,
+        "{body}"
+    );
+    // Longer than the call may work, all of it with the second question open.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let (status, done) = server
+        .action(
+            &token,
+            json!({"action": "submit_response", "tool_call_id": second,
+                "user_inputs": {"word": "beta"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{done}\n{}", server.logs());
+    assert_eq!(
+        done["tool_result"]["result"]["text"], "words: alpha beta",
+        "{done}"
+    );
+}
+
 /// A server that takes its time once its question expired holds up nobody else's
 /// expiry: the sweep that told it goes on.
 #[tokio::test]

@@ -10,8 +10,8 @@
 //! If the session ends while a card is open, the card ends saying so, and the call ends
 //! with a failure the model can explain. Nothing is answered twice: a request moves once.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use protocol::api::{Elicitation, ElicitationMode, InputRequest, RequestStatus, ToolOutcome};
@@ -69,8 +69,10 @@ pub struct CallSlot {
     /// A question was shown, so the executor has already answered: the call's end goes
     /// to whoever waits for the answer and, for a run's call, to the run (`delivers`).
     asked: AtomicBool,
-    /// Waiting for the user now: the call's own clock stands still.
-    waiting: AtomicBool,
+    /// Questions waiting for the user now (a server may ask several at once): while
+    /// any does, the call's own clock stands still, and the call is said to wait for
+    /// the latest of them.
+    open_questions: Mutex<Vec<InputRequest>>,
     /// Questions asked so far; a server asking without end is refused.
     questions: AtomicUsize,
     /// The call's first question, which a run's step waits on.
@@ -150,7 +152,7 @@ pub async fn start(
         elicitation_timeout: server.config.elicitation_timeout,
         state,
         asked: AtomicBool::new(false),
-        waiting: AtomicBool::new(false),
+        open_questions: Mutex::default(),
         questions: AtomicUsize::new(0),
         first_question: std::sync::OnceLock::new(),
         delivers: AtomicBool::new(false),
@@ -301,7 +303,7 @@ async fn run(
                 Err(err) => Ended::Outcome(Box::new(outcome_of(&config.name, Err(err), redactions))),
             },
             () = tokio::time::sleep(TICK) => {
-                if !slot.waiting.load(Ordering::SeqCst) {
+                if slot.open_questions.lock().unwrap_or_else(|p| p.into_inner()).is_empty() {
                     busy += TICK;
                 }
                 if busy >= config.call_timeout {
@@ -485,11 +487,24 @@ pub async fn on_elicitation(
     };
     let _ = slot.first_question.set(row.to_api());
     slot.asked.store(true, Ordering::SeqCst);
-    slot.waiting.store(true, Ordering::SeqCst);
+    slot.open_questions
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(row.to_api());
     let _ = slot.state.send(CallState::Asked(Box::new(row.to_api())));
     let answer = wait_for_answer(&hub, shared, &row, withdrawn).await;
-    slot.waiting.store(false, Ordering::SeqCst);
-    let _ = slot.state.send(CallState::Running);
+    let still_open = {
+        let mut open = slot
+            .open_questions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        open.retain(|question| question.id != row.id);
+        open.last().cloned()
+    };
+    let _ = slot.state.send(match still_open {
+        Some(question) => CallState::Asked(Box::new(question)),
+        None => CallState::Running,
+    });
     answer
 }
 
