@@ -321,8 +321,10 @@ fn describe_send_error(err: &reqwest::Error) -> String {
 
 /// What a service's address carries that is secret: the password it signs in with and
 /// the name with it (sent as `Authorization: Basic`, which a service may echo), and its
-/// query's values (`?key=…`, which come back in links to further pages). The host and
-/// path are no secret, and masking them would garble every answer that names them.
+/// query's values long enough to be keys (`?key=…`, which come back in links to further
+/// pages; `?format=json` is no secret, and masking `json` would garble every answer).
+/// The host and path are no secret either, and masking them would garble every answer
+/// that names them.
 fn secrets_in_address(address: &str) -> Vec<String> {
     let Ok(url) = reqwest::Url::parse(address) else {
         return Vec::new();
@@ -338,8 +340,12 @@ fn secrets_in_address(address: &str) -> Vec<String> {
         found.push(format!("{user}:{password}"));
         found.push(password);
     }
-    found.extend(url.query_pairs().map(|(_, value)| value.into_owned()));
     found.retain(|secret| secret.chars().count() >= redact::MIN_SECRET_CHARS);
+    found.extend(
+        url.query_pairs()
+            .map(|(_, value)| value.into_owned())
+            .filter(|value| value.chars().count() >= redact::MIN_SECRET_ENV_CHARS),
+    );
     found
 }
 
@@ -353,7 +359,7 @@ mod tests {
     fn an_address_password_and_query_values_are_secrets_its_host_is_not() {
         assert_eq!(
             secrets_in_address(
-                "https://svc:p%40ss%2Bw0rd@api.example.com/v1?key=k3y-0f-the-api&page=2"
+                "https://svc:p%40ss%2Bw0rd@api.example.com/v1?key=k3y-0f-the-api&format=json"
             ),
             ["svc:p@ss+w0rd", "p@ss+w0rd", "k3y-0f-the-api"]
         );
