@@ -602,7 +602,15 @@ async fn run(
         arguments: tool.storable_arguments(&call.arguments),
     };
     let result = match &tool.runner {
-        Runner::Http(http) => http.run(values, &context).await,
+        Runner::Http(http) => {
+            // An optional field left empty (or hidden by its rule) is sent as nothing:
+            // empty in the URL and headers, `null` in a JSON body, not a failed call.
+            let mut values = values.clone();
+            for field in tool.fields().iter().filter(|field| !field.required) {
+                values.entry(field.name.clone()).or_insert(Value::Null);
+            }
+            http.run(&values, &context).await
+        }
         Runner::Sql(sql) => sql.run(values, &context).await,
         Runner::Calculator => calculator::run(values),
         Runner::ReadSkill(dir) => {

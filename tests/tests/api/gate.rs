@@ -546,6 +546,15 @@ async fn a_proposal_the_user_clears_stays_cleared() {
         )
         .await;
     assert_eq!(status, StatusCode::OK, "{done}");
+    // Left empty, the optional field is sent as nothing; the call does not fail.
+    assert_eq!(done["tool_result"]["success"], true, "{done}");
+    assert!(
+        g.good
+            .received()
+            .iter()
+            .any(|r| r.path_and_query == "/note/alice?cc="),
+        "{done}"
+    );
     // As the web chat sends a cleared field: named, as null.
     let id = call_id();
     g.asks(
