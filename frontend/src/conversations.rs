@@ -43,6 +43,9 @@ pub fn ConversationList() -> impl IntoView {
         };
         spawn_local(async move {
             match api::list_conversations(&token).await {
+                // Only for the session that asked: after a sign-out (and someone
+                // else's sign-in) a late answer must not show the last user's titles.
+                Ok(_) if app.token().as_deref() != Some(token.as_str()) => {}
                 Ok(list) => {
                     app.reached();
                     app.conversations.set(list);

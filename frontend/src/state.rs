@@ -104,10 +104,11 @@ impl AppState {
         };
         // Marked as known at once, so a page of tool rows asks only once.
         self.tool_servers.set(Some(BTreeMap::new()));
-        let servers = self.tool_servers;
+        let (servers, app) = (self.tool_servers, *self);
         spawn_local(async move {
             if let Ok(list) = api::tool_servers(&token).await
                 && !servers.is_disposed()
+                && app.token().as_deref() == Some(token.as_str())
             {
                 let map = ordered::map_of(
                     list.tools
@@ -137,6 +138,7 @@ impl AppState {
     pub fn sign_out(&self) {
         auth::clear_session();
         self.conversations.set(Vec::new());
+        self.tool_servers.set(None);
         self.current.set(None);
         self.session.set(None);
     }
@@ -149,6 +151,7 @@ impl AppState {
         self.signed_out_reason.set(Some(EXPIRED.to_owned()));
         auth::clear_session();
         self.conversations.set(Vec::new());
+        self.tool_servers.set(None);
         self.session.set(None);
     }
 
