@@ -169,28 +169,38 @@ fn nesting(bytes: &[u8]) -> usize {
 fn repeated_key(bytes: &[u8]) -> Option<String> {
     let found = std::cell::RefCell::new(None);
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
-    let _ = serde::de::DeserializeSeed::deserialize(
-        DistinctKeys {
-            path: String::new(),
-            found: &found,
-        },
-        &mut deserializer,
-    );
-    found.into_inner()
+    let _ =
+        serde::de::DeserializeSeed::deserialize(DistinctKeys { found: &found }, &mut deserializer);
+    let steps: Vec<String> = found.into_inner()?;
+    // Gathered from the repeated key outwards.
+    let mut path = String::new();
+    for step in steps.iter().rev() {
+        if !path.is_empty() && !step.starts_with('[') {
+            path.push('.');
+        }
+        path.push_str(step);
+    }
+    Some(path)
 }
 
-/// Reads a JSON value for [`repeated_key`], keeping nothing but where it is.
+/// Reads a JSON value for [`repeated_key`], keeping nothing. The path is built only on
+/// the way out from a repeat (a step per level), never for every key and element on
+/// the way in: that would copy long paths once for each of many elements.
 struct DistinctKeys<'a> {
-    path: String,
-    found: &'a std::cell::RefCell<Option<String>>,
+    found: &'a std::cell::RefCell<Option<Vec<String>>>,
 }
 
 impl DistinctKeys<'_> {
-    fn at(&self, step: String) -> Self {
-        DistinctKeys {
-            path: step,
-            found: self.found,
+    fn again(&self) -> Self {
+        DistinctKeys { found: self.found }
+    }
+
+    /// Adds `step` to the path of a repeat found below it.
+    fn through<E>(&self, step: impl FnOnce() -> String, err: E) -> E {
+        if let Some(steps) = self.found.borrow_mut().as_mut() {
+            steps.push(step());
         }
+        err
     }
 }
 
@@ -212,29 +222,27 @@ impl<'de> serde::de::Visitor<'de> for DistinctKeys<'_> {
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         let mut seen = std::collections::HashSet::new();
         while let Some(key) = map.next_key::<String>()? {
-            let path = if self.path.is_empty() {
-                key.clone()
-            } else {
-                format!("{}.{key}", self.path)
-            };
-            if !seen.insert(key) {
-                *self.found.borrow_mut() = Some(path);
+            if seen.contains(&key) {
+                *self.found.borrow_mut() = Some(vec![key]);
                 return Err(serde::de::Error::custom("a key given twice"));
             }
-            map.next_value_seed(self.at(path))?;
+            if let Err(err) = map.next_value_seed(self.again()) {
+                return Err(self.through(|| key, err));
+            }
+            seen.insert(key);
         }
         Ok(())
     }
 
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        let mut index = 0;
-        while seq
-            .next_element_seed(self.at(format!("{}[{index}]", self.path)))?
-            .is_some()
-        {
-            index += 1;
+        let mut index = 0usize;
+        loop {
+            match seq.next_element_seed(self.again()) {
+                Ok(Some(())) => index += 1,
+                Ok(None) => return Ok(()),
+                Err(err) => return Err(self.through(|| format!("[{index}]"), err)),
+            }
         }
-        Ok(())
     }
 
     fn visit_bool<E>(self, _: bool) -> Result<(), E> {
@@ -308,6 +316,16 @@ mod tests {
             repeated_key(br#"{"arguments":{"items":[{"a":1},{"b":1,"b":2}]}}"#),
             Some("arguments.items[1].b".to_owned())
         );
+        // A long key over a long array costs one pass, not a copy of the key for
+        // every element.
+        let long = format!(
+            r#"{{"{}":[{}0]}}"#,
+            "k".repeat(500_000),
+            "0,".repeat(200_000)
+        );
+        let started = std::time::Instant::now();
+        assert_eq!(repeated_key(long.as_bytes()), None);
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
         // Keys repeated in different objects, escaped the same or not, are fine.
         assert_eq!(
             repeated_key(br#"{"a":{"k":1},"b":{"k":1},"c":[{"k":1},{"k":2}]}"#),
