@@ -4,8 +4,9 @@
 //! that ran goes through here before it is stored, shown or handed to the model,
 //! whatever kind of tool it was.
 //!
-//! A copy is found character by character, each character as itself (an ASCII letter
-//! in either case: services upper-case hex tokens and keys), percent-encoded (either
+//! A copy is found character by character, each character as itself (in a secret of 8
+//! characters or more, an ASCII letter in either case: services upper-case hex tokens
+//! and keys), every spelling that fits followed, percent-encoded (either
 //! case, one byte at a time, so `quote()`, `encodeURIComponent` and a URL parser's
 //! partial encoding all match), JSON-escaped (`\"`, `\/`, `\u00XX`, surrogate pairs),
 //! as an HTML character reference (`&amp;`, `&#38;`, `&#x26;`, as error pages write
@@ -44,21 +45,43 @@ pub fn secret_env_values<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<St
 #[derive(Debug)]
 pub struct Redactions {
     /// Longest first, so a secret that contains another is replaced whole.
-    secrets: Vec<String>,
+    secrets: Vec<Secret>,
     stand_in: &'static str,
 }
 
+/// One form of a secret to look for.
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Secret {
+    text: String,
+    /// Its ASCII letters match in either case: the secret as given, when long enough
+    /// that a chance match is unlikely (never a base64 form, whose case is its bytes).
+    any_case: bool,
+}
+
+/// Shortest secret whose letters are looked for in either case.
+const MIN_ANY_CASE_CHARS: usize = 8;
+
 impl Redactions {
     pub fn new<'a>(secrets: impl IntoIterator<Item = &'a str>) -> Self {
-        let mut secrets: Vec<String> = secrets
+        let mut secrets: Vec<Secret> = secrets
             .into_iter()
             .filter(|secret| secret.chars().count() >= MIN_SECRET_CHARS)
             .flat_map(|secret| {
-                std::iter::once(secret.to_owned()).chain(base64_forms(secret.as_bytes()))
+                let given = Secret {
+                    text: secret.to_owned(),
+                    any_case: secret.chars().count() >= MIN_ANY_CASE_CHARS,
+                };
+                let encoded = base64_forms(secret.as_bytes())
+                    .into_iter()
+                    .map(|text| Secret {
+                        text,
+                        any_case: false,
+                    });
+                std::iter::once(given).chain(encoded)
             })
             .collect();
-        secrets.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
-        secrets.dedup();
+        secrets.sort_by(|a, b| b.text.len().cmp(&a.text.len()).then_with(|| a.cmp(b)));
+        secrets.dedup_by(|a, b| a.text == b.text);
         Redactions {
             secrets,
             stand_in: MASKED,
@@ -150,7 +173,7 @@ impl Redactions {
         };
         self.secrets
             .iter()
-            .filter_map(|secret| secret.trim().parse::<f64>().ok())
+            .filter_map(|secret| secret.text.trim().parse::<f64>().ok())
             .filter(|secret| digits(*secret) >= MIN_SECRET_CHARS)
             .any(|secret| secret == number)
     }
@@ -227,34 +250,50 @@ fn base64_forms(secret: &[u8]) -> Vec<String> {
     forms
 }
 
-/// The length in bytes of the copy of `secret` that starts at `text[at..]`, if one does.
-fn echo_len(text: &[u8], at: usize, secret: &str) -> Option<usize> {
-    let mut end = at;
-    for c in secret.chars() {
-        end += char_len(text, end, c)?;
+/// The length in bytes of the copy of `secret` that starts at `text[at..]`, if one does
+/// (the longest, when several spellings fit). A character may be spelled several ways
+/// from one place (`&` as itself, or the start of `&amp;`): every way is followed, each
+/// place once, so the work stays linear in the secret's length times the spellings.
+fn echo_len(text: &[u8], at: usize, secret: &Secret) -> Option<usize> {
+    let mut ends = vec![at];
+    for c in secret.text.chars() {
+        let mut next: Vec<usize> = ends
+            .iter()
+            .flat_map(|&end| spellings(text, end, c, secret.any_case).map(move |len| end + len))
+            .collect();
+        next.sort_unstable();
+        next.dedup();
+        if next.is_empty() {
+            return None;
+        }
+        ends = next;
     }
-    Some(end - at)
+    ends.last().map(|end| end - at)
 }
 
-/// How many bytes of `text` from `at` spell `c`.
-fn char_len(text: &[u8], at: usize, c: char) -> Option<usize> {
+/// How many bytes of `text` from `at` spell `c`, for each way they do.
+fn spellings(text: &[u8], at: usize, c: char, any_case: bool) -> impl Iterator<Item = usize> {
     let mut buffer = [0u8; 4];
     let utf8 = c.encode_utf8(&mut buffer).as_bytes();
-    let rest = text.get(at..)?;
-    if rest.starts_with(utf8) {
-        return Some(utf8.len());
-    }
-    match (c, rest.first()) {
-        (' ', Some(b'+')) | ('+', Some(b' ')) => return Some(1),
-        (_, Some(b'%')) => return percent_len(rest, utf8),
-        (_, Some(b'\\')) => return json_escape_len(rest, c),
-        (_, Some(b'&')) => return html_reference_len(rest, c),
-        (_, Some(first)) if c.is_ascii_alphabetic() && first.eq_ignore_ascii_case(&(c as u8)) => {
-            return Some(1);
-        }
-        _ => {}
-    }
-    None
+    let rest = text.get(at..).unwrap_or_default();
+    let itself = rest.starts_with(utf8).then_some(utf8.len());
+    let other_case = rest
+        .first()
+        .filter(|first| {
+            any_case
+                && c.is_ascii_alphabetic()
+                && **first != c as u8
+                && first.eq_ignore_ascii_case(&(c as u8))
+        })
+        .map(|_| 1);
+    let form = match (c, rest.first()) {
+        (' ', Some(b'+')) | ('+', Some(b' ')) => Some(1),
+        (_, Some(b'%')) => percent_len(rest, utf8),
+        (_, Some(b'\\')) => json_escape_len(rest, c),
+        (_, Some(b'&')) => html_reference_len(rest, c),
+        _ => None,
+    };
+    [itself, other_case, form].into_iter().flatten()
 }
 
 /// `c` as HTML writes a character by reference: `&amp;`, `&lt;`, `&gt;`, `&quot;`,
@@ -430,6 +469,25 @@ mod tests {
             let shown = masked(secret, &format!("before {echo} after"));
             assert_eq!(shown, format!("before {MASKED} after"), "{echo}");
         }
+    }
+
+    /// A character that is also where its own encoding starts (`&` of `&amp;`, `%` of
+    /// `%25`, `\\` of `\\\\`) is followed both ways.
+    #[test]
+    fn a_secret_holding_an_encodings_own_mark_is_found_encoded() {
+        let secret = "Tr0ub4dor&3x%!\\";
+        for echo in [
+            "Tr0ub4dor&3x%!\\",
+            "Tr0ub4dor&amp;3x%!\\",
+            "Tr0ub4dor%263x%25!%5C",
+            "Tr0ub4dor&3x%!\\\\",
+            "TR0UB4DOR&3X%!\\",
+        ] {
+            let shown = masked(secret, &format!("before {echo} after"));
+            assert_eq!(shown, format!("before {MASKED} after"), "{echo}");
+        }
+        // A short secret's letters match in their own case only.
+        assert_eq!(masked("blue", "Blue blue"), format!("Blue {MASKED}"));
     }
 
     #[test]
