@@ -1019,6 +1019,14 @@ fn as_number(value: &Value) -> Option<f64> {
 /// one (digits alone): past 2^53 a float rounds it, and the tool would get another
 /// number than the user gave.
 fn kept_exactly(value: &Value, number: f64) -> bool {
+    // A JSON number past u64 was read as a float already: written whole, it was rounded.
+    if let Value::Number(json) = value
+        && json.is_f64()
+        && number.fract() == 0.0
+        && number.abs() >= 9_007_199_254_740_992.0
+    {
+        return false;
+    }
     let Some(text) = as_text(value) else {
         return true;
     };
@@ -1300,6 +1308,7 @@ mod tests {
             json!(12345678901234567_u64),
             json!("12345678901234567"),
             json!("1".repeat(45)),
+            serde_json::from_str("123456789012345678901").expect("a JSON number"),
         ] {
             assert_eq!(
                 validate_field(&n, Some(&given)),
