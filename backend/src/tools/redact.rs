@@ -28,7 +28,7 @@ pub const MIN_SECRET_CHARS: usize = 4;
 
 /// Shorter environment values (a version, a region) are no keys; masked wherever they
 /// appear they would only garble answers.
-pub const MIN_SECRET_ENV_CHARS: usize = 8;
+const MIN_SECRET_ENV_CHARS: usize = 8;
 
 /// The values of the environment variables `names` (what a tool's or an MCP server's
 /// settings read through `{env.NAME}`) that may be secrets: those set and of at least

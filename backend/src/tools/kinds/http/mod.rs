@@ -319,12 +319,27 @@ fn describe_send_error(err: &reqwest::Error) -> String {
     }
 }
 
+/// Query parameters of a service's address whose values are credentials.
+const CREDENTIAL_PARAMETERS: [&str; 12] = [
+    "key",
+    "apikey",
+    "api_key",
+    "token",
+    "access_token",
+    "auth",
+    "secret",
+    "client_secret",
+    "password",
+    "pass",
+    "sig",
+    "signature",
+];
+
 /// What a service's address carries that is secret: the password it signs in with and
-/// the name with it (sent as `Authorization: Basic`, which a service may echo), and its
-/// query's values long enough to be keys (`?key=…`, which come back in links to further
-/// pages; `?format=json` is no secret, and masking `json` would garble every answer).
-/// The host and path are no secret either, and masking them would garble every answer
-/// that names them.
+/// the name with it (sent as `Authorization: Basic`, which a service may echo), and the
+/// values of its credential parameters (`?key=…`, which come back in links to further
+/// pages). Other parameters (`?format=json`), the host and the path are no secret, and
+/// masking them would garble every answer that names them.
 fn secrets_in_address(address: &str) -> Vec<String> {
     let Ok(url) = reqwest::Url::parse(address) else {
         return Vec::new();
@@ -341,11 +356,13 @@ fn secrets_in_address(address: &str) -> Vec<String> {
         found.push(password);
     }
     found.retain(|secret| secret.chars().count() >= redact::MIN_SECRET_CHARS);
-    found.extend(
-        url.query_pairs()
-            .map(|(_, value)| value.into_owned())
-            .filter(|value| value.chars().count() >= redact::MIN_SECRET_ENV_CHARS),
-    );
+    found.extend(url.query_pairs().filter_map(|(name, value)| {
+        let credential = CREDENTIAL_PARAMETERS
+            .iter()
+            .any(|known| name.eq_ignore_ascii_case(known));
+        (credential && value.chars().count() >= redact::MIN_SECRET_CHARS)
+            .then(|| value.into_owned())
+    }));
     found
 }
 
@@ -359,9 +376,9 @@ mod tests {
     fn an_address_password_and_query_values_are_secrets_its_host_is_not() {
         assert_eq!(
             secrets_in_address(
-                "https://svc:p%40ss%2Bw0rd@api.example.com/v1?key=k3y-0f-the-api&format=json"
+                "https://svc:p%40ss%2Bw0rd@api.example.com/v1?API_KEY=k3y-0f-the-api&format=application%2Fjson&sig=s1gn"
             ),
-            ["svc:p@ss+w0rd", "p@ss+w0rd", "k3y-0f-the-api"]
+            ["svc:p@ss+w0rd", "p@ss+w0rd", "k3y-0f-the-api", "s1gn"]
         );
         assert!(secrets_in_address("https://api.example.com/v1").is_empty());
         assert!(secrets_in_address("not an address").is_empty());
