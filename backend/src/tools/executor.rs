@@ -603,11 +603,14 @@ async fn run(
     };
     let result = match &tool.runner {
         Runner::Http(http) => {
-            // An optional field left empty (or hidden by its rule) is sent as nothing:
-            // empty in the URL and headers, `null` in a JSON body, not a failed call.
+            // An optional field left empty (or hidden by its rule) is sent as empty
+            // text, not a failed call. Empty text rather than `null`: a `null` the model
+            // wrote for an argument still fails (`?account=` may read as "all").
             let mut values = values.clone();
             for field in tool.fields().iter().filter(|field| !field.required) {
-                values.entry(field.name.clone()).or_insert(Value::Null);
+                values
+                    .entry(field.name.clone())
+                    .or_insert_with(|| Value::String(String::new()));
             }
             http.run(&values, &context).await
         }

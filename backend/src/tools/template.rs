@@ -137,14 +137,9 @@ impl Template {
                 Part::Value(name) => {
                     let value = values
                         .get(name)
+                        .filter(|v| !v.is_null())
                         .ok_or_else(|| format!("no value for `{name}`"))?;
-                    // `null`: a value left out on purpose, written as nothing (a whole
-                    // part of a path so left empty is refused below).
-                    let text = match value {
-                        Value::Null => String::new(),
-                        value => scalar_text(value),
-                    };
-                    out.push_str(&encode(&text, encoding)?);
+                    out.push_str(&encode(&scalar_text(value), encoding)?);
                 }
                 Part::Context(key) => {
                     let text = match key {
