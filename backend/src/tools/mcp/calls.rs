@@ -487,24 +487,28 @@ pub async fn on_elicitation(
     };
     let _ = slot.first_question.set(row.to_api());
     slot.asked.store(true, Ordering::SeqCst);
-    slot.open_questions
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .push(row.to_api());
-    let _ = slot.state.send(CallState::Asked(Box::new(row.to_api())));
+    {
+        let mut open = slot
+            .open_questions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        open.push(row.to_api());
+        let _ = slot.state.send(CallState::Asked(Box::new(row.to_api())));
+    }
     let answer = wait_for_answer(&hub, shared, &row, withdrawn).await;
-    let still_open = {
+    {
+        // Told under the lock, so two answers at once cannot leave an answered question
+        // as the one the call waits for.
         let mut open = slot
             .open_questions
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         open.retain(|question| question.id != row.id);
-        open.last().cloned()
-    };
-    let _ = slot.state.send(match still_open {
-        Some(question) => CallState::Asked(Box::new(question)),
-        None => CallState::Running,
-    });
+        let _ = slot.state.send(match open.last() {
+            Some(question) => CallState::Asked(Box::new(question.clone())),
+            None => CallState::Running,
+        });
+    }
     answer
 }
 
