@@ -87,7 +87,7 @@ async fn expire_overdue(state: &AppState) -> anyhow::Result<usize> {
 /// Follow-ups of the sweep's running at once, across passes: each holds a database
 /// connection (and may queue on its conversation's lock), and a pass may end hundreds
 /// of requests; users' own requests must still find connections.
-static FOLLOW_UPS_AT_ONCE: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(4);
+static FOLLOW_UPS_AT_ONCE: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(8);
 
 /// Follows up each ended request in a task of its own, a few at a time, waiting for
 /// them together at most [`FOLLOW_UPS_WAIT`]; those still going (or waiting their turn)

@@ -262,7 +262,7 @@ async fn refresh(hub: &Arc<McpHub>, server: &Server, session: &Session) -> Resul
     }
     let mut tools = Vec::new();
     let mut seen = BTreeSet::new();
-    let mut catalog_bytes = 0;
+    let mut catalog_bytes: usize = 0;
     for remote in listed.iter().take(MAX_TOOLS) {
         if !seen.insert(remote.name.to_string()) {
             tracing::warn!(server = %name, tool = %remote.name, "tool listed twice; keeping the first");
@@ -270,9 +270,10 @@ async fn refresh(hub: &Arc<McpHub>, server: &Server, session: &Session) -> Resul
         }
         match tool_of(hub, &server.config, remote) {
             Ok(tool) => {
-                catalog_bytes += tool.name.len()
+                let bytes = tool.name.len()
                     + tool.description.len()
                     + serde_json::to_vec(&tool.parameters).map_or(usize::MAX, |b| b.len());
+                catalog_bytes = catalog_bytes.saturating_add(bytes);
                 if catalog_bytes > MAX_CATALOG_BYTES {
                     tracing::warn!(server = %name, tool = %remote.name, "the server's tools take more than {MAX_CATALOG_BYTES} bytes; this one and the rest are left out");
                     break;
