@@ -352,6 +352,16 @@ pub fn ApprovalCard(request_id: Uuid) -> impl IntoView {
     let choose_view = {
         let keys_id = keys_id.clone();
         move || {
+            // The second click of a double-click (on Submit of the card before, say)
+            // that lands on Approve where it has just appeared approves nothing: the
+            // user has not seen these arguments. A click counts as one on its own
+            // (`detail` 1); keys' clicks have none; the focus never starts on Approve.
+            let approve_clicked = move |ev: leptos::ev::MouseEvent| {
+                if ev.detail() > 1 {
+                    return;
+                }
+                approve();
+            };
             let approve_id = approve_id.clone();
             let edit_id = edit_id.clone();
             let reject_id = reject_id.clone();
@@ -369,7 +379,7 @@ pub fn ApprovalCard(request_id: Uuid) -> impl IntoView {
                                     data-testid="approval-approve"
                                     aria-describedby=keys_id.clone()
                                     disabled=busy
-                                    on:click=move |_| approve()
+                                    on:click=approve_clicked
                                 >
                                     {move || {
                                         if sending.get() == Some(Decision::Approve) {

@@ -426,6 +426,55 @@ async fn an_edited_argument_with_hidden_characters_is_written_out_beneath_it() {
     );
 }
 
+/// The second click of a double-click that lands on Approve the moment it appears
+/// (aimed at the card before it) approves nothing; a click of its own does.
+#[tokio::test]
+async fn the_second_click_of_a_double_click_landing_on_approve_approves_nothing() {
+    let Some(fx) = Fixture::start("approval_stray_click").await else {
+        return;
+    };
+    let b = fx.browser().await;
+    sign_in(&b, &fx.base(), &unique("stray-click")).await;
+    new_conversation(&b).await;
+    ask(&b, DB_QUESTION).await;
+    let card = fill_database_card(&b).await;
+    // The second click of a double-click, on Approve as soon as it is in the page.
+    b.execute(
+        "window.strayClicked = false;\
+         new MutationObserver(() => {\
+           const approve = document.querySelector(\
+             '[data-testid=approval-card][data-status=pending] [data-testid=approval-approve]');\
+           if (approve && !window.strayClicked) {\
+             window.strayClicked = true;\
+             approve.dispatchEvent(new MouseEvent('click', {bubbles: true, detail: 2}));\
+           }\
+         }).observe(document.body, {childList: true, subtree: true});",
+        vec![],
+    )
+    .await
+    .expect("watch for Approve");
+    click(&b, &format!("{card} [data-testid=card-submit]")).await;
+    until(&b, "the stray click", "window.strayClicked === true").await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        b.find(APPROVAL)
+            .await
+            .expect("the approval card")
+            .attr("data-status")
+            .await
+            .expect("status")
+            .as_deref(),
+        Some("pending"),
+        "the second click of a double-click approved the call"
+    );
+    click(
+        &b,
+        &format!("{PENDING_APPROVAL} [data-testid=approval-approve]"),
+    )
+    .await;
+    appear(&b, APPROVED).await;
+}
+
 #[tokio::test]
 async fn rejecting_with_a_message_tells_the_assistant() {
     let Some(fx) = Fixture::start("approval_reject").await else {
