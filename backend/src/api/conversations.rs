@@ -22,6 +22,7 @@ const DEFAULT_TITLE: &str = "New conversation";
 #[utoipa::path(post, path = "/api/conversations", tag = "conversations", request_body = NewConversation,
     security(("bearer" = [])), responses(
     (status = 201, body = Conversation),
+    (status = 400, description = "Malformed body (not JSON, a key given twice, a wrong type)", body = protocol::api::ErrorBody),
     (status = 401, body = protocol::api::ErrorBody),
     (status = 422, body = protocol::api::ErrorBody)))]
 pub async fn create_conversation(

@@ -13,6 +13,7 @@ use crate::state::AppState;
 /// answers requests addressed to a loopback name.
 #[utoipa::path(post, path = "/api/dev/token", tag = "auth", request_body = DevTokenRequest, responses(
     (status = 200, body = DevTokenResponse),
+    (status = 400, description = "Malformed body (not JSON, a key given twice, a wrong type)", body = protocol::api::ErrorBody),
     (status = 403, description = "The request was not addressed to localhost, 127.0.0.1 or [::1], or came through a proxy", body = protocol::api::ErrorBody),
     (status = 415, description = "The body is not labelled application/json", body = protocol::api::ErrorBody),
     (status = 422, description = "Invalid user id", body = protocol::api::ErrorBody),

@@ -128,6 +128,7 @@ fn content_blocks(content: PostContent) -> Result<Vec<ContentBlock>> {
     params(("id" = Uuid, Path, description = "Conversation id")), security(("bearer" = [])), responses(
     (status = 202, description = "A run started", body = PostMessageResponse),
     (status = 200, description = "A chat command, answered at once", body = PostMessageResponse),
+    (status = 400, description = "Malformed body (not JSON, a key given twice, a wrong type)", body = protocol::api::ErrorBody),
     (status = 404, body = protocol::api::ErrorBody),
     (status = 409, description = "A run is already active (`run_active`), or the conversation holds the most messages one may (`conversation_full`)", body = protocol::api::ErrorBody),
     (status = 422, body = protocol::api::ErrorBody)))]
