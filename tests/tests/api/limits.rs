@@ -481,9 +481,10 @@ async fn a_stream_whose_client_stops_reading_gives_its_place_back() {
     let head = String::from_utf8_lossy(&head);
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert_eq!(stream_status().await, StatusCode::TOO_MANY_REQUESTS);
-    // About 9 MB of events, more than both sides' socket buffers hold.
+    // About 9 MB of events, twice what the socket buffers hold at most by default
+    // (`net.ipv4.tcp_wmem`'s 4 MiB on the sending side, a few KiB on this one).
     let part = json!({"type": "text", "text": "x".repeat(20_000)});
-    for _ in 0..32 {
+    for _ in 0..64 {
         let mut parts = vec![json!({"type": "text", "text": "/help"})];
         parts.extend(std::iter::repeat_n(part.clone(), 7));
         let (status, body) = server
