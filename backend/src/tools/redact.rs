@@ -61,6 +61,10 @@ struct Secret {
 /// Shortest secret whose letters are looked for in either case.
 const MIN_ANY_CASE_CHARS: usize = 8;
 
+/// Most steps past a secret's first character one text's masking may take (a tenth of
+/// a second or so): texts that only begin copies of a secret here and there take a few.
+const MAX_MASKING_WORK: usize = 10_000_000;
+
 impl Redactions {
     pub fn new<'a>(secrets: impl IntoIterator<Item = &'a str>) -> Self {
         let mut secrets: Vec<Secret> = secrets
@@ -178,39 +182,54 @@ impl Redactions {
             .any(|secret| secret == number)
     }
 
-    /// `text` with its secrets and NULs replaced, or `None` when it holds neither.
+    /// `text` with its secrets and NULs replaced, or `None` when it holds neither. A
+    /// text that would take more than [`MAX_MASKING_WORK`] steps to look through (a
+    /// secret of many `\\` against a long run of them) is withheld whole: the check
+    /// fails closed, and no answer holds a worker for long.
     fn masked(&self, text: &str) -> Option<String> {
         let bytes = text.as_bytes();
         let mut out = String::new();
-        let mut copied = 0;
+        // `out` holds the text up to `copied`, as itself or masked; a mask covers the
+        // text up to `masked_until`.
+        let (mut copied, mut masked_until, mut changed) = (0, 0, false);
         let mut at = 0;
+        let mut work = 0;
         while at < bytes.len() {
+            if work > MAX_MASKING_WORK {
+                return Some(self.stand_in.to_owned());
+            }
             if !text.is_char_boundary(at) {
                 at += 1;
                 continue;
             }
-            let found = if bytes[at] == 0 {
-                Some((1, None))
-            } else {
-                self.secrets
-                    .iter()
-                    .find_map(|secret| echo_len(bytes, at, secret))
-                    .map(|len| (len, Some(self.stand_in)))
-            };
+            if bytes[at] == 0 && at >= masked_until {
+                out.push_str(&text[copied..at]);
+                out.push(NUL_STAND_IN);
+                at += 1;
+                (copied, masked_until, changed) = (at, at, true);
+                continue;
+            }
+            let found = self
+                .secrets
+                .iter()
+                .find_map(|secret| echo_len(bytes, at, secret, &mut work));
             match found {
-                Some((len, stand_in)) => {
-                    out.push_str(&text[copied..at]);
-                    match stand_in {
-                        Some(stand_in) => out.push_str(stand_in),
-                        None => out.push(NUL_STAND_IN),
+                Some((shortest, longest)) => {
+                    if at >= masked_until {
+                        out.push_str(&text[copied..at]);
+                        out.push_str(self.stand_in);
                     }
-                    at += len;
-                    copied = at;
+                    // Masked as far as the longest reading goes, and looked through
+                    // again from where the shortest ends: the longer one may have taken
+                    // the start of a copy right after it, which joins this mask.
+                    masked_until = masked_until.max(at + longest);
+                    (copied, changed) = (masked_until, true);
+                    at += shortest;
                 }
                 None => at += 1,
             }
         }
-        if copied == 0 {
+        if !changed {
             return None;
         }
         out.push_str(&text[copied..]);
@@ -250,25 +269,52 @@ fn base64_forms(secret: &[u8]) -> Vec<String> {
     forms
 }
 
-/// The length in bytes of the copy of `secret` that starts at `text[at..]`, if one does
-/// (the longest, when several spellings fit). A character may be spelled several ways
-/// from one place (`&` as itself, or the start of `&amp;`): every way is followed, each
-/// place once, so the work stays linear in the secret's length times the spellings.
-fn echo_len(text: &[u8], at: usize, secret: &Secret) -> Option<usize> {
-    let mut ends = vec![at];
-    for c in secret.text.chars() {
-        let mut next: Vec<usize> = ends
-            .iter()
-            .flat_map(|&end| spellings(text, end, c, secret.any_case).map(move |len| end + len))
-            .collect();
-        next.sort_unstable();
-        next.dedup();
-        if next.is_empty() {
+/// The shortest and the longest length in bytes of a copy of `secret` that starts at
+/// `text[at..]`, if one does. A character may be spelled several ways from one place
+/// (`&` as itself, or the start of `&amp;`): the shortest and the longest ways so far
+/// are followed, so each step costs the same however the text repeats. `work` counts
+/// the steps taken past the first character (most places start none).
+fn echo_len(text: &[u8], at: usize, secret: &Secret, work: &mut usize) -> Option<(usize, usize)> {
+    let mut chars = secret.text.chars();
+    let first = chars.next()?;
+    // Most places start no spelling of the first character: nothing is kept for them.
+    let mut ends = [0usize; 2];
+    let mut kept = 0;
+    for len in spellings(text, at, first, secret.any_case) {
+        ends[kept.min(1)] = at + len;
+        kept += 1;
+    }
+    if kept == 0 {
+        return None;
+    }
+    let mut count = kept.min(2);
+    sort_two(&mut ends, count);
+    for c in chars {
+        let mut next = [0usize; 6];
+        let mut found = 0;
+        for &end in &ends[..count] {
+            for len in spellings(text, end, c, secret.any_case) {
+                next[found] = end + len;
+                found += 1;
+            }
+        }
+        *work += count;
+        if found == 0 {
             return None;
         }
-        ends = next;
+        let next = &mut next[..found];
+        next.sort_unstable();
+        ends = [next[0], next[found - 1]];
+        count = if next[0] == next[found - 1] { 1 } else { 2 };
     }
-    ends.last().map(|end| end - at)
+    Some((ends[0] - at, ends[count - 1] - at))
+}
+
+/// The first `count` (at most two) of `ends` in order.
+fn sort_two(ends: &mut [usize; 2], count: usize) {
+    if count == 2 && ends[0] > ends[1] {
+        ends.swap(0, 1);
+    }
 }
 
 /// How many bytes of `text` from `at` spell `c`, for each way they do.
@@ -488,6 +534,34 @@ mod tests {
         }
         // A short secret's letters match in their own case only.
         assert_eq!(masked("blue", "Blue blue"), format!("Blue {MASKED}"));
+        // Two copies side by side, where the first could be read as running into the
+        // second (its last `\\` and the next one's first as one escaped `\\`): both go.
+        assert_eq!(
+            masked("\\wxyz\\", "\\wxyz\\\\wxyz\\ and"),
+            format!("{MASKED} and")
+        );
+    }
+
+    /// A secret of many `\\` against a long run of them could be spelled in more and
+    /// more ways at each place; the work is bounded, and past it the text is withheld.
+    #[test]
+    fn a_text_too_costly_to_look_through_is_withheld_not_looked_through_for_ever() {
+        let secret = format!("{}X", "\\".repeat(2000));
+        let text = "\\".repeat(400_000);
+        let started = std::time::Instant::now();
+        let shown = masked(&secret, &text);
+        // Unbounded, it would run for many minutes; bounded, well under a second built
+        // for release.
+        assert!(started.elapsed() < std::time::Duration::from_secs(30));
+        assert_eq!(shown, MASKED);
+        // An ordinary answer of the same size is looked through whole.
+        let plain = format!(
+            "{} Tr0ub4dor&amp;3x! {}",
+            "a b ".repeat(100_000),
+            "c ".repeat(100_000)
+        );
+        let shown = masked("Tr0ub4dor&3x!", &plain);
+        assert!(shown.contains(MASKED) && shown.len() > 500_000);
     }
 
     #[test]
