@@ -603,16 +603,16 @@ async fn run(
     };
     let result = match &tool.runner {
         Runner::Http(http) => {
-            // An optional field left empty (or hidden by its rule) is sent as empty
-            // text, not a failed call. Empty text rather than `null`: a `null` the model
-            // wrote for an argument still fails (`?account=` may read as "all").
-            let mut values = values.clone();
-            for field in tool.fields().iter().filter(|field| !field.required) {
-                values
-                    .entry(field.name.clone())
-                    .or_insert_with(|| Value::String(String::new()));
-            }
-            http.run(&values, &context).await
+            // An optional field left empty (or hidden by its rule) is sent as nothing,
+            // not a failed call; a `null` the model wrote for an argument still fails
+            // in a URL (`?account=` may read as "all accounts").
+            let left_empty: Vec<String> = tool
+                .fields()
+                .iter()
+                .filter(|field| !field.required && !values.contains_key(&field.name))
+                .map(|field| field.name.clone())
+                .collect();
+            http.run(values, &left_empty, &context).await
         }
         Runner::Sql(sql) => sql.run(values, &context).await,
         Runner::Calculator => calculator::run(values),

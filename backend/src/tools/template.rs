@@ -269,16 +269,19 @@ pub fn percent_encode(text: &str) -> String {
 }
 
 /// Fills a JSON body template: a string that is exactly one placeholder takes the
-/// value with its JSON type; other strings are interpolated.
+/// value with its JSON type (`null` for a name in `left_empty`, an optional field the
+/// user left empty); other strings are interpolated.
 pub fn render_json(
     template: &Value,
     values: &Map<String, Value>,
+    left_empty: &[String],
     context: &ToolContext,
 ) -> Result<Value, String> {
     Ok(match template {
         Value::String(text) => {
             let parsed = Template::parse(text)?;
             match parsed.sole_value() {
+                Some(name) if left_empty.iter().any(|empty| empty == name) => Value::Null,
                 Some(name) => values
                     .get(name)
                     .cloned()
@@ -289,12 +292,12 @@ pub fn render_json(
         Value::Array(items) => Value::Array(
             items
                 .iter()
-                .map(|item| render_json(item, values, context))
+                .map(|item| render_json(item, values, left_empty, context))
                 .collect::<Result<_, _>>()?,
         ),
         Value::Object(map) => Value::Object(
             map.iter()
-                .map(|(k, v)| Ok((k.clone(), render_json(v, values, context)?)))
+                .map(|(k, v)| Ok((k.clone(), render_json(v, values, left_empty, context)?)))
                 .collect::<Result<_, String>>()?,
         ),
         other => other.clone(),
@@ -466,6 +469,7 @@ mod tests {
         let rendered = render_json(
             &body,
             values.as_object().expect("map"),
+            &[],
             &ToolContext::sample(),
         )
         .expect("renders");
@@ -473,6 +477,18 @@ mod tests {
             rendered,
             json!({"n": 5, "text": "asked: Get my P&L", "list": [5]})
         );
+        // An optional field left empty: `null` where it stands alone, empty text where
+        // it is part of a text.
+        let body = json!({"cc": "{cc}", "note": "cc: {cc}"});
+        let values = json!({"cc": ""});
+        let rendered = render_json(
+            &body,
+            values.as_object().expect("map"),
+            &["cc".to_owned()],
+            &ToolContext::sample(),
+        )
+        .expect("renders");
+        assert_eq!(rendered, json!({"cc": null, "note": "cc: "}));
     }
 
     #[test]

@@ -197,11 +197,19 @@ impl HttpTool {
             .then(|| format!("environment variable {} is not set", missing.join(", ")))
     }
 
+    /// Makes the call with `values`; `left_empty` names the optional fields the user
+    /// left empty, sent as empty text (and as `null` where a JSON body takes one alone).
     pub async fn run(
         &self,
         values: &Map<String, Value>,
+        left_empty: &[String],
         context: &ToolContext,
     ) -> Result<Value, String> {
+        let mut with_empty = values.clone();
+        for name in left_empty {
+            with_empty.insert(name.clone(), Value::String(String::new()));
+        }
+        let values = &with_empty;
         let url = self.url.render(values, context, Encoding::Url)?;
         let parsed_url = reqwest::Url::parse(&url)
             .map_err(|_| "the tool's URL is not a valid URL once filled in".to_owned())?;
@@ -224,7 +232,7 @@ impl HttpTool {
             request = request.header(name, value);
         }
         if let Some(body) = &self.body {
-            request = request.json(&render_json(body, values, context)?);
+            request = request.json(&render_json(body, values, left_empty, context)?);
         }
         let response = request
             .send()
