@@ -327,21 +327,32 @@ fn describe_send_error(err: &reqwest::Error) -> String {
     }
 }
 
-/// Query parameters of a service's address whose values are credentials.
-const CREDENTIAL_PARAMETERS: [&str; 12] = [
+/// Words that, in a query parameter's name (case and `-`/`_` aside), make its value a
+/// credential: `key`, `api-key`, `appid`, `access_token`, `X-Amz-Signature`, …
+const CREDENTIAL_WORDS: [&str; 12] = [
     "key",
-    "apikey",
-    "api_key",
     "token",
-    "access_token",
-    "auth",
     "secret",
-    "client_secret",
-    "password",
-    "pass",
     "sig",
-    "signature",
+    "pass",
+    "pwd",
+    "auth",
+    "credential",
+    "session",
+    "jwt",
+    "appid",
+    "private",
 ];
+
+/// Whether a query parameter named `name` carries a credential.
+fn is_credential_parameter(name: &str) -> bool {
+    let plain: String = name
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .map(|c| c.to_ascii_lowercase())
+        .collect();
+    CREDENTIAL_WORDS.iter().any(|word| plain.contains(word))
+}
 
 /// What a service's address carries that is secret: the password it signs in with and
 /// the name with it (sent as `Authorization: Basic`, which a service may echo), and the
@@ -362,13 +373,13 @@ fn secrets_in_address(address: &str) -> Vec<String> {
         let (user, password) = (decoded(url.username()), decoded(password));
         found.push(format!("{user}:{password}"));
         found.push(password);
+    } else if !url.username().is_empty() {
+        // A token given as the user name alone (`https://TOKEN@host`), sent as Basic.
+        found.push(decoded(url.username()));
     }
     found.retain(|secret| secret.chars().count() >= redact::MIN_SECRET_CHARS);
     found.extend(url.query_pairs().filter_map(|(name, value)| {
-        let credential = CREDENTIAL_PARAMETERS
-            .iter()
-            .any(|known| name.eq_ignore_ascii_case(known));
-        (credential && value.chars().count() >= redact::MIN_SECRET_CHARS)
+        (is_credential_parameter(&name) && value.chars().count() >= redact::MIN_SECRET_CHARS)
             .then(|| value.into_owned())
     }));
     found
@@ -381,12 +392,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_address_password_and_query_values_are_secrets_its_host_is_not() {
+    fn an_address_credentials_are_secrets_its_host_and_other_parameters_are_not() {
         assert_eq!(
             secrets_in_address(
-                "https://svc:p%40ss%2Bw0rd@api.example.com/v1?API_KEY=k3y-0f-the-api&format=application%2Fjson&sig=s1gn"
+                "https://svc:p%40ss%2Bw0rd@api.example.com/v1?API_KEY=k3y-0f-the-api&format=application%2Fjson&X-Amz-Signature=s1gn&appid=0ab1"
             ),
-            ["svc:p@ss+w0rd", "p@ss+w0rd", "k3y-0f-the-api", "s1gn"]
+            [
+                "svc:p@ss+w0rd",
+                "p@ss+w0rd",
+                "k3y-0f-the-api",
+                "s1gn",
+                "0ab1"
+            ]
+        );
+        assert_eq!(
+            secrets_in_address("https://ghp_t0ken@api.example.com/?page=2&code_format=long"),
+            ["ghp_t0ken"]
         );
         assert!(secrets_in_address("https://api.example.com/v1").is_empty());
         assert!(secrets_in_address("not an address").is_empty());
