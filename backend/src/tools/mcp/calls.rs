@@ -504,9 +504,17 @@ pub async fn on_elicitation(
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         open.retain(|question| question.id != row.id);
-        let _ = slot.state.send(match open.last() {
+        let now = match open.last() {
             Some(question) => CallState::Asked(Box::new(question.clone())),
             None => CallState::Running,
+        };
+        // A call that has finished meanwhile stays finished.
+        slot.state.send_if_modified(|state| {
+            let finished = matches!(state, CallState::Finished(_));
+            if !finished {
+                *state = now;
+            }
+            !finished
         });
     }
     answer

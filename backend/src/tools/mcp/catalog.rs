@@ -270,9 +270,9 @@ async fn refresh(hub: &Arc<McpHub>, server: &Server, session: &Session) -> Resul
         }
         match tool_of(hub, &server.config, remote) {
             Ok(tool) => {
-                let bytes = tool.name.len()
-                    + tool.description.len()
-                    + serde_json::to_vec(&tool.parameters).map_or(usize::MAX, |b| b.len());
+                let bytes = serde_json::to_vec(&tool.parameters)
+                    .map_or(usize::MAX, |b| b.len())
+                    .saturating_add(tool.name.len() + tool.description.len());
                 catalog_bytes = catalog_bytes.saturating_add(bytes);
                 if catalog_bytes > MAX_CATALOG_BYTES {
                     tracing::warn!(server = %name, tool = %remote.name, "the server's tools take more than {MAX_CATALOG_BYTES} bytes; this one and the rest are left out");
