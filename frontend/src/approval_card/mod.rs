@@ -16,12 +16,16 @@ use uuid::Uuid;
 use crate::api::{self, ApiError};
 use crate::state::AppState;
 use crate::stream::{ChatStore, ToolState};
-use crate::{focus, ordered};
+use crate::{clock, focus, ordered};
 
 use arguments::{
     ArgInput, arg_input_id, argument_key, arguments_of, describe, draft_of, label_of, parse_draft,
     shown,
 };
+
+/// How long after the choices appear a double-click's second click on Approve is
+/// taken for one aimed at what was there before.
+const DOUBLE_CLICK_MS: f64 = 1000.0;
 
 /// What the pending card is showing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -354,10 +358,12 @@ pub fn ApprovalCard(request_id: Uuid) -> impl IntoView {
         move || {
             // The second click of a double-click (on Submit of the card before, say)
             // that lands on Approve where it has just appeared approves nothing: the
-            // user has not seen these arguments. A click counts as one on its own
-            // (`detail` 1); keys' clicks have none; the focus never starts on Approve.
+            // user has not seen these arguments. Only in the first moments: later, a
+            // quick second click is the user's own. A click on its own has `detail` 1;
+            // keys' clicks have none; the focus never starts on Approve.
+            let shown_at = clock::now_ms();
             let approve_clicked = move |ev: leptos::ev::MouseEvent| {
-                if ev.detail() > 1 {
+                if ev.detail() > 1 && clock::now_ms() - shown_at < DOUBLE_CLICK_MS {
                     return;
                 }
                 approve();
