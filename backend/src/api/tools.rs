@@ -5,7 +5,7 @@ use protocol::api::{ExecuteToolParams, ToolList, ToolOutcome};
 use super::ids;
 use super::json::ApiJson;
 use crate::auth::AuthUser;
-use crate::error::{Error, FieldErrors, Result};
+use crate::error::Result;
 use crate::state::AppState;
 use crate::tools::executor::{self, ToolCall};
 
@@ -40,19 +40,6 @@ pub async fn execute_tool(
         ("tool_call_id", &params.tool_call_id),
         ("tool_name", &params.tool_name),
     ])?;
-    if params
-        .original_user_request
-        .as_deref()
-        .is_some_and(|text| text.contains('\0'))
-    {
-        return Err(Error::unprocessable(
-            "the request holds a NUL (U+0000) character, which cannot be stored",
-            FieldErrors::from([(
-                "original_user_request".to_owned(),
-                "must not contain NUL (U+0000) characters".to_owned(),
-            )]),
-        ));
-    }
     let call = ToolCall {
         conversation_id: params.conversation_id,
         run_id: None,

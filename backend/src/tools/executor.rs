@@ -87,13 +87,10 @@ pub async fn execute(executor: &Executor, user_id: &str, call: ToolCall) -> Resu
         .get(&call.tool_name)
         .ok_or(Error::NotFound("tool"))?;
     // Refused before anything runs: the log could not store it after the call was made.
-    if let Some(name) = argument_with_nul(&call.arguments) {
+    if let Some(field) = field_with_nul(&call) {
         return Err(Error::unprocessable(
-            "the arguments hold a NUL (U+0000) character, which cannot be stored",
-            FieldErrors::from([(
-                format!("arguments.{name}"),
-                "must not contain NUL (U+0000) characters".to_owned(),
-            )]),
+            "the request holds a NUL (U+0000) character, which cannot be stored",
+            FieldErrors::from([(field, "must not contain NUL (U+0000) characters".to_owned())]),
         ));
     }
     let started = Instant::now();
@@ -200,13 +197,20 @@ pub async fn execute(executor: &Executor, user_id: &str, call: ToolCall) -> Resu
     Ok(outcome)
 }
 
-/// The first argument whose name or value (at any depth) holds a NUL character, which
-/// Postgres can store neither in text nor in JSON.
-fn argument_with_nul(arguments: &Map<String, Value>) -> Option<String> {
-    arguments
+/// The first part of the call (`arguments.<name>`, whose name or value holds it at any
+/// depth, or `original_user_request`) that holds a NUL character, which Postgres can
+/// store neither in text nor in JSON.
+fn field_with_nul(call: &ToolCall) -> Option<String> {
+    call.arguments
         .iter()
         .find(|(name, value)| name.contains('\0') || holds_nul(value))
-        .map(|(name, _)| name.replace('\0', "\\u0000"))
+        .map(|(name, _)| format!("arguments.{}", name.replace('\0', "\\u0000")))
+        .or_else(|| {
+            call.original_user_request
+                .as_deref()
+                .is_some_and(|text| text.contains('\0'))
+                .then(|| "original_user_request".to_owned())
+        })
 }
 
 /// Whether a value holds a NUL at any depth, in a text or an object's key.
