@@ -44,6 +44,16 @@ async fn start(tools: &str) -> Setup {
     start_with(tools, ServerOptions::default()).await
 }
 
+/// A server with `tools` whose server `t` has been reached, a new user of it named
+/// after `user`, and a conversation of theirs: the setup, the token, the conversation.
+async fn ready(tools: &str, user: &str) -> (Setup, String, String) {
+    let setup = start(tools).await;
+    let (_, token) = setup.server.new_user(user).await;
+    tools_when_settled(&setup.server, &token, &["t"]).await;
+    let conversation = setup.server.new_conversation(&token).await;
+    (setup, token, conversation)
+}
+
 /// `GET /api/tools` once every named server has been reached (or failed for good).
 async fn tools_when_settled(server: &TestServer, token: &str, names: &[&str]) -> Value {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -818,11 +828,8 @@ async fn a_crash_while_a_card_is_open_ends_the_card_and_the_call_cleanly() {
 
 #[tokio::test]
 async fn url_mode_is_a_link_card_that_completes_when_the_server_says_so() {
-    let setup = start(&stdio_server("t", "")).await;
+    let (setup, token, conversation) = ready(&stdio_server("t", ""), "mcp-url").await;
     let server = &setup.server;
-    let (_, token) = server.new_user("mcp-url").await;
-    tools_when_settled(server, &token, &["t"]).await;
-    let conversation = server.new_conversation(&token).await;
     let (_, asked) = execute(
         server,
         &token,
@@ -914,11 +921,8 @@ async fn a_completion_notice_on_one_users_session_never_completes_another_users_
 
 #[tokio::test]
 async fn what_a_hostile_server_asks_for_is_refused_or_flagged() {
-    let setup = start(&stdio_server("t", "")).await;
+    let (setup, token, conversation) = ready(&stdio_server("t", ""), "mcp-hostile").await;
     let server = &setup.server;
-    let (_, token) = server.new_user("mcp-hostile").await;
-    tools_when_settled(server, &token, &["t"]).await;
-    let conversation = server.new_conversation(&token).await;
     // A form toolgate cannot show is declined; no card is left behind.
     let (_, outcome) = execute(
         server,
@@ -1218,11 +1222,12 @@ async fn a_secret_hidden_in_a_servers_question_state_is_not_kept() {
 
 #[tokio::test]
 async fn a_server_process_gets_none_of_toolgates_own_secrets() {
-    let setup = start(&stdio_server("t", "env = { GREETING = \"hello\" }")).await;
+    let (setup, token, conversation) = ready(
+        &stdio_server("t", "env = { GREETING = \"hello\" }"),
+        "mcp-env",
+    )
+    .await;
     let server = &setup.server;
-    let (_, token) = server.new_user("mcp-env").await;
-    tools_when_settled(server, &token, &["t"]).await;
-    let conversation = server.new_conversation(&token).await;
     for (name, expected) in [
         ("GREETING", "hello"),
         ("DATABASE_URL", "unset"),
@@ -1254,11 +1259,8 @@ async fn a_changed_tool_list_reaches_the_registry_and_slow_calls_time_out() {
         "call_timeout_seconds = 1\nenv = {{ MCP_TEST_STATE = \"{}\" }}",
         state.0.display()
     );
-    let setup = start(&stdio_server("t", &extra)).await;
+    let (setup, token, conversation) = ready(&stdio_server("t", &extra), "mcp-changes").await;
     let server = &setup.server;
-    let (_, token) = server.new_user("mcp-changes").await;
-    tools_when_settled(server, &token, &["t"]).await;
-    let conversation = server.new_conversation(&token).await;
     let (_, added) = execute(
         server,
         &token,
@@ -1355,11 +1357,12 @@ async fn stateless_questions_of_2026_07_28_survive_a_restart_and_call_again() {
 /// A server that asks a flood of questions at once puts no card before the user.
 #[tokio::test]
 async fn a_round_of_too_many_stateless_questions_is_refused_whole() {
-    let setup = start(&stdio_server("t", "protocol_version = \"2026-07-28\"")).await;
+    let (setup, token, conversation) = ready(
+        &stdio_server("t", "protocol_version = \"2026-07-28\""),
+        "mcp-flood",
+    )
+    .await;
     let server = &setup.server;
-    let (_, token) = server.new_user("mcp-flood").await;
-    tools_when_settled(server, &token, &["t"]).await;
-    let conversation = server.new_conversation(&token).await;
     let (status, outcome) = execute(
         server,
         &token,
@@ -1382,11 +1385,12 @@ async fn a_round_of_too_many_stateless_questions_is_refused_whole() {
 /// rather than throwing the answers away.
 #[tokio::test]
 async fn an_answered_round_waits_for_a_session_while_the_users_are_busy() {
-    let setup = start(&stdio_server("t", "protocol_version = \"2026-07-28\"")).await;
+    let (setup, token, conversation) = ready(
+        &stdio_server("t", "protocol_version = \"2026-07-28\""),
+        "mcp-busy-round",
+    )
+    .await;
     let server = &setup.server;
-    let (_, token) = server.new_user("mcp-busy-round").await;
-    tools_when_settled(server, &token, &["t"]).await;
-    let conversation = server.new_conversation(&token).await;
     let (_, asked) = execute(
         server,
         &token,
@@ -1525,11 +1529,8 @@ async fn a_question_answered_after_its_tool_was_switched_off_calls_nothing() {
 
 #[tokio::test]
 async fn a_server_that_crashes_is_reconnected_and_meanwhile_its_tools_say_why() {
-    let setup = start(&stdio_server("t", "")).await;
+    let (setup, token, conversation) = ready(&stdio_server("t", ""), "mcp-comeback").await;
     let server = &setup.server;
-    let (_, token) = server.new_user("mcp-comeback").await;
-    tools_when_settled(server, &token, &["t"]).await;
-    let conversation = server.new_conversation(&token).await;
     // The process toolgate keeps its catalogue with (no call has started another yet)
     // dies of a signal.
     let toolgate = server.pid().expect("pid");
@@ -1608,11 +1609,12 @@ async fn a_server_that_crashes_is_reconnected_and_meanwhile_its_tools_say_why() 
 
 #[tokio::test]
 async fn an_elicitation_expires_no_later_than_its_servers_timeout() {
-    let setup = start(&stdio_server("t", "elicitation_timeout_seconds = 2")).await;
+    let (setup, token, conversation) = ready(
+        &stdio_server("t", "elicitation_timeout_seconds = 2"),
+        "mcp-expiry",
+    )
+    .await;
     let server = &setup.server;
-    let (_, token) = server.new_user("mcp-expiry").await;
-    tools_when_settled(server, &token, &["t"]).await;
-    let conversation = server.new_conversation(&token).await;
     let (status, asked) = execute(
         server,
         &token,
@@ -1657,11 +1659,12 @@ async fn an_elicitation_expires_no_later_than_its_servers_timeout() {
 /// the other still waits for the user.
 #[tokio::test]
 async fn a_call_with_two_questions_open_does_not_time_out_while_one_still_waits() {
-    let setup = start(&stdio_server("t", "call_timeout_seconds = 2")).await;
+    let (setup, token, conversation) = ready(
+        &stdio_server("t", "call_timeout_seconds = 2"),
+        "mcp-two-open",
+    )
+    .await;
     let server = &setup.server;
-    let (_, token) = server.new_user("mcp-two-open").await;
-    tools_when_settled(server, &token, &["t"]).await;
-    let conversation = server.new_conversation(&token).await;
     let (status, asked) = execute(
         server,
         &token,
