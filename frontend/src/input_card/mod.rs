@@ -223,13 +223,18 @@ pub fn InputCard(request_id: Uuid) -> impl IntoView {
             // Esc also closes an autocomplete list, a date picker or an input method's
             // choices, and a cancel is final: it takes Esc twice in a row.
             let escape_armed = RwSignal::new(false);
+            let disarm = move || {
+                if escape_armed.get_untracked() {
+                    escape_armed.set(false);
+                }
+            };
             let on_key = {
                 let submit = submit.clone();
                 let cancel = cancel.clone();
                 move |ev: leptos::ev::KeyboardEvent| {
                     let key = ev.key();
-                    if key != "Escape" && escape_armed.get_untracked() {
-                        escape_armed.set(false);
+                    if key != "Escape" {
+                        disarm();
                     }
                     match key.as_str() {
                         // A held key repeats: that is not a second press.
@@ -283,16 +288,8 @@ pub fn InputCard(request_id: Uuid) -> impl IntoView {
                     on:keydown=on_key
                     // Moving to another field, or clicking, starts over: the next Esc
                     // closes what that field opened.
-                    on:focusin=move |_| {
-                        if escape_armed.get_untracked() {
-                            escape_armed.set(false);
-                        }
-                    }
-                    on:pointerdown=move |_| {
-                        if escape_armed.get_untracked() {
-                            escape_armed.set(false);
-                        }
-                    }
+                    on:focusin=move |_| disarm()
+                    on:pointerdown=move |_| disarm()
                 >
                     <div class="card-fields">
                         {form

@@ -240,6 +240,19 @@ async fn a_pending_card_comes_back_after_a_reload_and_answering_it_resumes_the_r
     b.quit().await;
 }
 
+/// Waits until the input card's line about its keys reads `text`.
+async fn card_keys_say(b: &crate::webdriver::Browser, text: &str) {
+    b.wait_until(
+        &format!("the card's keys to read {text:?}"),
+        &format!(
+            "document.querySelector('[data-testid=card-keys]').textContent === {}",
+            serde_json::json!(text)
+        ),
+    )
+    .await
+    .unwrap_or_else(|err| panic!("{err}"));
+}
+
 /// One Esc (meant for an autocomplete list, a picker) keeps the card and what was
 /// typed; a second one in a row cancels it.
 #[tokio::test]
@@ -254,13 +267,7 @@ async fn escape_twice_cancels_a_card_and_the_run_says_so() {
     let input = b.wait_for(REALM_INPUT).await.expect("a card");
     input.send_keys("acme").await.expect("type");
     input.send_keys(ESCAPE).await.expect("escape");
-    b.wait_until(
-        "the card to ask for a second Esc",
-        "document.querySelector('[data-testid=card-keys]').textContent \
-         === 'Press Esc again to cancel this request'",
-    )
-    .await
-    .expect("asks again");
+    card_keys_say(&b, "Press Esc again to cancel this request").await;
     assert_eq!(
         b.find("[data-testid=input-card]")
             .await
@@ -275,13 +282,7 @@ async fn escape_twice_cancels_a_card_and_the_run_says_so() {
     assert_eq!(input.prop("value").await.expect("value"), "acme");
     // A click (into the field, to reopen its list) starts over.
     input.click().await.expect("click");
-    b.wait_until(
-        "a click to start over",
-        "document.querySelector('[data-testid=card-keys]').textContent \
-         === 'Enter submits · Esc twice cancels'",
-    )
-    .await
-    .expect("started over");
+    card_keys_say(&b, "Enter submits · Esc twice cancels").await;
     input.send_keys(ESCAPE).await.expect("escape");
     input.send_keys(ESCAPE).await.expect("escape again");
     b.wait_for("[data-testid=input-card][data-status=cancelled] [data-testid=card-cancelled]")
