@@ -205,11 +205,17 @@ impl HttpTool {
         left_empty: &[String],
         context: &ToolContext,
     ) -> Result<Value, String> {
-        let mut with_empty = values.clone();
-        for name in left_empty {
-            with_empty.insert(name.clone(), Value::String(String::new()));
-        }
-        let values = &with_empty;
+        let with_empty;
+        let values = if left_empty.is_empty() {
+            values
+        } else {
+            let mut filled = values.clone();
+            for name in left_empty {
+                filled.insert(name.clone(), Value::String(String::new()));
+            }
+            with_empty = filled;
+            &with_empty
+        };
         let url = self.url.render(values, context, Encoding::Url)?;
         let parsed_url = reqwest::Url::parse(&url)
             .map_err(|_| "the tool's URL is not a valid URL once filled in".to_owned())?;
