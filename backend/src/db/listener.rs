@@ -15,7 +15,7 @@ use std::time::Duration;
 use protocol::chat::StreamEvent;
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 use uuid::Uuid;
 
 use super::events::{self, CHANNEL};
@@ -39,6 +39,9 @@ pub struct EventHub {
     batches: broadcast::Sender<Arc<EventBatch>>,
     followed: Mutex<HashMap<Uuid, Followed>>,
     reads: AtomicU64,
+    /// Whether the connection listens now: a notification sent while it does not is
+    /// never heard (streams and waiters poll meanwhile).
+    listening: watch::Sender<bool>,
 }
 
 /// A conversation some stream here follows.
@@ -92,11 +95,13 @@ impl EventHub {
             batches,
             followed: Mutex::new(HashMap::new()),
             reads: AtomicU64::new(0),
+            listening: watch::channel(false).0,
         });
         let listening = hub.clone();
         tokio::spawn(async move {
             loop {
                 let result = listening.listen(&pool).await;
+                listening.listening.send_replace(false);
                 // The pool closes as the server stops: nothing is lost, nothing to say.
                 if pool.is_closed() {
                     return;
@@ -139,6 +144,14 @@ impl EventHub {
         self.reads.load(Ordering::Relaxed)
     }
 
+    /// Waits until the connection listens, so what is written from then on is heard.
+    #[cfg(test)]
+    pub async fn listening(&self) {
+        let mut listening = self.listening.subscribe();
+        // The sender lives as long as the hub.
+        let _ = listening.wait_for(|listening| *listening).await;
+    }
+
     fn followed(&self) -> MutexGuard<'_, HashMap<Uuid, Followed>> {
         // The map stays consistent whatever a panicking holder did: counts and
         // positions are each written in one step.
@@ -164,6 +177,7 @@ impl EventHub {
         for entry in self.followed().values_mut() {
             entry.position = None;
         }
+        self.listening.send_replace(true);
         loop {
             let notification = listener.recv().await?;
             let Some((conversation_id, event_id)) = parse_payload(notification.payload()) else {
@@ -277,7 +291,10 @@ mod tests {
             tx.commit().await.expect("commit");
             conversation.id
         };
-        // The listener is connected once a first notification comes through.
+        // A notification sent before the connection listens is never heard.
+        tokio::time::timeout(Duration::from_secs(30), hub.listening())
+            .await
+            .expect("the listener never connected");
         let mut news = hub.subscribe();
         write_event(&pool, conversation_id, user, 0).await;
         tokio::time::timeout(Duration::from_secs(10), news.recv())
