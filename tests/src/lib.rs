@@ -210,6 +210,10 @@ impl Default for ServerOptions {
                 ("TOOLGATE_JWT_SECRET".into(), JWT_SECRET.into()),
                 ("TOOLGATE_SECRET_KEY".into(), SECRET_KEY.into()),
                 ("TOOLGATE_LOG".into(), "info,tower_http=debug".into()),
+                // Tests run side by side on a busy database: a burst of requests may
+                // wait longer than the product's 1 s for a connection. The outage
+                // tests take the product's own.
+                ("TOOLGATE_DB_ACQUIRE_TIMEOUT".into(), "10s".into()),
             ],
             database_url: None,
         }

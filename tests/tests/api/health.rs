@@ -16,10 +16,13 @@ async fn readyz_is_503_when_the_database_goes_away() {
     let proxy = tests::TcpProxy::start_to_database().await;
     let database = tests::test_database().await.expect("test database");
     let through_proxy = tests::with_host_port(&database, "127.0.0.1", proxy.port);
-    let server = TestServer::start_with(ServerOptions {
-        database_url: Some(through_proxy),
-        ..ServerOptions::default()
-    })
+    let server = TestServer::start_with(
+        ServerOptions {
+            database_url: Some(through_proxy),
+            ..ServerOptions::default()
+        }
+        .without("TOOLGATE_DB_ACQUIRE_TIMEOUT"),
+    )
     .await;
     assert_eq!(
         server.send("GET", "/readyz", None, None).await.0,

@@ -62,8 +62,9 @@ async fn costly_definitions_are_refused_quickly_and_the_server_stays_responsive(
             .await;
         assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
         assert!(body["error"]["fields"].get(key).is_some(), "{key}: {body}");
+        // Wide margins for a busy machine: a check that ran away would take minutes.
         assert!(
-            started.elapsed() < Duration::from_secs(2),
+            started.elapsed() < Duration::from_secs(5),
             "{:?}",
             started.elapsed()
         );
@@ -113,10 +114,7 @@ async fn costly_definitions_are_refused_quickly_and_the_server_stays_responsive(
             "{status} {body}"
         );
     }
-    assert!(
-        slowest < Duration::from_millis(500),
-        "healthz took {slowest:?}"
-    );
+    assert!(slowest < Duration::from_secs(2), "healthz took {slowest:?}");
 }
 
 #[tokio::test]

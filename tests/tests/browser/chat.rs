@@ -22,6 +22,10 @@ async fn pnl_card_validates_as_you_type_then_completes_and_the_answer_streams_in
     };
     let b = fx.browser().await;
     sign_in(&b, &fx.base(), &unique("alice")).await;
+    // Shown once the server has said which model it runs.
+    b.wait_for("[data-testid=model-badge]")
+        .await
+        .expect("badge");
     let badge = b.text("[data-testid=model-badge]").await.expect("badge");
     assert!(badge.contains("offline"), "model badge: {badge}");
 
