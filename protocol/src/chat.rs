@@ -537,10 +537,13 @@ pub enum EventKind {
 }
 
 /// The SSE event a stream sends last when the token that opened it expires, just
-/// before it ends (its data: `{"reason": "token_expired"}`). A client that gets it opens
-/// the stream again with a fresh token and `after`, with no need to say it lost the
+/// before it ends (its data: [`STREAM_EXPIRED_DATA`]). A client that gets it opens the
+/// stream again with a fresh token and `after`, with no need to say it lost the
 /// connection.
 pub const STREAM_EXPIRED_EVENT: &str = "expired";
+
+/// The data of [`STREAM_EXPIRED_EVENT`]: why the stream ends.
+pub const STREAM_EXPIRED_DATA: &str = r#"{"reason":"token_expired"}"#;
 
 impl EventKind {
     /// Every SSE event name, for clients that register a listener per name.

@@ -14,7 +14,7 @@ use axum::http::HeaderMap;
 use axum::http::header::AUTHORIZATION;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::Stream;
-use protocol::chat::{STREAM_EXPIRED_EVENT, StreamEvent, StreamToken};
+use protocol::chat::{STREAM_EXPIRED_DATA, STREAM_EXPIRED_EVENT, StreamEvent, StreamToken};
 use serde::Deserialize;
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
@@ -176,7 +176,7 @@ pub async fn stream_events(
                 .data(serde_json::to_string(&event).unwrap_or_default()),
             Outgoing::Expired => Event::default()
                 .event(STREAM_EXPIRED_EVENT)
-                .data(r#"{"reason":"token_expired"}"#),
+                .data(STREAM_EXPIRED_DATA),
         })
     });
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))

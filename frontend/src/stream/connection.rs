@@ -8,7 +8,7 @@ use std::rc::Rc;
 use futures::channel::oneshot;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use protocol::chat::{EventKind, STREAM_EXPIRED_EVENT};
+use protocol::chat::{EventKind, STREAM_EXPIRED_DATA, STREAM_EXPIRED_EVENT};
 use send_wrapper::SendWrapper;
 use wasm_bindgen::JsCast;
 use wasm_bindgen::closure::Closure;
@@ -220,8 +220,12 @@ fn attach(connection: &Rc<Connection>, source: &EventSource, store: ChatStore, a
         listeners.push(listener);
     }
     let weak = Rc::downgrade(connection);
-    let on_expired = EventListener::new(move |_: MessageEvent| {
-        if let Some(connection) = weak.upgrade() {
+    // Only the server's own word: an `expired` event saying anything else ends the
+    // stream as a lost connection would.
+    let on_expired = EventListener::new(move |event: MessageEvent| {
+        if let Some(connection) = weak.upgrade()
+            && event.data().as_string().as_deref() == Some(STREAM_EXPIRED_DATA)
+        {
             connection.expired.set(true);
         }
     });
