@@ -128,6 +128,13 @@ mod tests {
             json!({"database": "ＰＲＯＤＵＣＴＩＯＮ"}),
             // An object where a value was expected could mean anything.
             json!({"database": {"name": "production"}}),
+            // A service may read a name loosely (Go's encoding/json ignores case).
+            json!({"Database": "production"}),
+            json!({"data_base ": "production"}),
+            json!({"data\u{200B}base": "production"}),
+            json!({"ｄａｔａｂａｓｅ": "production"}),
+            json!({"dаtabase": "production"}),
+            json!({"database": "staging", "DATABASE": "production"}),
         ] {
             assert!(needs(asked.clone()), "{asked} slipped past the condition");
         }
@@ -137,6 +144,7 @@ mod tests {
             json!({"database": "production-copy"}),
             json!({"targets": []}),
             json!({"amount": 6}),
+            json!({"databases": "production"}),
             json!({}),
         ] {
             assert!(!needs(not_asked.clone()), "{not_asked} needed approval");
@@ -147,6 +155,17 @@ mod tests {
                 .expect("valid");
         let values = json!({"targets": ["a", "b"]});
         assert!(listed.applies_to(values.as_object().expect("object")));
+    }
+
+    #[test]
+    fn a_condition_on_any_value_sees_the_field_under_another_spelling() {
+        let spec: ApprovalSpec =
+            serde_json::from_value(json!({"when": [{"field": "force"}]})).expect("valid");
+        let needs = |values: Value| spec.applies_to(values.as_object().expect("object"));
+        assert!(needs(json!({"Force": true})));
+        assert!(needs(json!({"FORCE": "yes"})));
+        assert!(!needs(json!({"Force": false})));
+        assert!(!needs(json!({"forced": true})));
     }
 
     #[test]

@@ -410,6 +410,20 @@ fn fill_fields(
 ) -> Filled {
     let mut values = arguments.clone();
     let mut ignored = Vec::new();
+    // An argument named like a field but not as it (`Database`, `api_key ` for `apiKey`)
+    // is dropped: the tool's server may read it as the field, which only its own
+    // sources fill.
+    for name in arguments.keys() {
+        if tool.field(name).is_none()
+            && tool
+                .fields()
+                .iter()
+                .any(|field| fields::same_name(name, &field.name))
+        {
+            values.remove(name);
+            ignored.push(name.clone());
+        }
+    }
     for field in tool.fields() {
         let from_arguments = arguments
             .get(&field.name)
@@ -868,6 +882,45 @@ url = "https://api.example.com/note/{to}"
             filled.values.get("cc"),
             Some(&json!("proposed@example.com"))
         );
+    }
+
+    #[test]
+    fn an_argument_named_like_a_field_is_dropped_and_named() {
+        let tools = crate::tools::registry::parse_tools_file(
+            r#"
+[[tools]]
+name = "pay"
+description = "Pays"
+kind = "http"
+requires_approval = false
+parameters = { type = "object", properties = { memo = { type = "string" } } }
+[tools.requires_user_input]
+reason = "Which account"
+fields = [ { name = "account_id", type = "text" } ]
+[tools.http]
+url = "https://api.example.com/pay/{account_id}"
+"#,
+        )
+        .expect("valid");
+        let tool = &tools[0];
+        let object = |value: Value| value.as_object().cloned().unwrap_or_default();
+        for spelling in [
+            "Account_ID",
+            "accountId",
+            "account-id ",
+            "account\u{200B}_id",
+            "ａｃｃｏｕｎｔ_ｉｄ",
+        ] {
+            let mut arguments = object(json!({"memo": "rent"}));
+            arguments.insert(spelling.to_owned(), json!("attacker-account"));
+            let filled = fill_fields(tool, &arguments, &Map::new(), &Map::new());
+            assert_eq!(
+                filled.values,
+                object(json!({"memo": "rent"})),
+                "{spelling:?} reached the tool"
+            );
+            assert_eq!(filled.ignored, vec![spelling.to_owned()]);
+        }
     }
 
     /// An MCP tool whose input schema has `count` optional integer arguments, each with
