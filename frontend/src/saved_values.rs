@@ -216,7 +216,7 @@ fn SavedValuesList(panel: SavedValues) -> impl IntoView {
                                             view! { "shared as "<code>{key}</code> }.into_any()
                                         }
                                         Some(Owner::Tool(tool)) => {
-                                            view! { "for "<code>{tool}</code> }.into_any()
+                                            view! { "for "<code>{value_text::revealed(&tool)}</code> }.into_any()
                                         }
                                         None => {
                                             view! {

@@ -192,9 +192,9 @@ impl ModelReply {
             let kept = !too_deep && !too_large;
             let problem = if held_nul {
                 Some("it held a NUL (U+0000) character".to_owned())
-            } else if let Some(problem) = crate::tools::identifiers::model_problem(&call.id) {
+            } else if let Some(problem) = crate::tools::identifiers::problem(&call.id) {
                 Some(format!("its id {problem}"))
-            } else if let Some(problem) = crate::tools::identifiers::model_problem(&call.name) {
+            } else if let Some(problem) = crate::tools::identifiers::problem(&call.name) {
                 // Logged and shown as the call's name: it must not forge a log line.
                 Some(format!("its tool name {problem}"))
             } else if too_deep {

@@ -5,7 +5,7 @@ use crate::error::{Error, FieldErrors, Result};
 use crate::tools::identifiers;
 
 /// Refuses, with 400 naming the field, an identifier that is empty, too long, or holds
-/// a control character (newline, escape, …).
+/// a control, invisible or direction-changing character.
 pub fn check(named: &[(&str, &str)]) -> Result<()> {
     let mut fields = FieldErrors::new();
     for (field, value) in named {

@@ -425,7 +425,7 @@ pub fn InputCard(request_id: Uuid) -> impl IntoView {
                             RequestStatus::Rejected => "Rejected · ",
                         }}
                     </span>
-                    <code>{tool_name}</code>
+                    <code>{value_text::revealed(&tool_name)}</code>
                 </h2>
                 <p class="card-reason" data-testid="card-reason">{reason}</p>
                 {asking_server

@@ -525,7 +525,7 @@ async fn a_nul_in_the_original_user_request_is_a_422_naming_it() {
 }
 
 #[tokio::test]
-async fn identifiers_with_control_characters_are_refused() {
+async fn identifiers_with_control_or_invisible_characters_are_refused() {
     let server = TestServer::start().await;
     let (_, token) = server.new_user("ids").await;
     let conversation = server.new_conversation(&token).await;
@@ -533,13 +533,28 @@ async fn identifiers_with_control_characters_are_refused() {
         "call_1\nINFO toolgate: forged line",
         "call_\u{1b}[31mred",
         "call_\r",
+        // Reads as another id, or reorders what follows it in a log line or a card.
+        "call_1\u{200B}",
+        "call_1\u{202E}enil degrof",
+        "call_1\u{2028}INFO toolgate: forged line",
+        "\u{FEFF}",
+        "call_1\u{E0041}",
     ] {
         let mut body = request_with(&conversation, json!([{"name": "a"}]));
         body["tool_call_id"] = json!(forged);
         let (status, response) = server.action(&token, body).await;
-        assert_eq!(status, StatusCode::BAD_REQUEST, "{response}");
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{forged:?}: {response}");
         assert!(
             response["error"]["fields"].get("tool_call_id").is_some(),
+            "{response}"
+        );
+        // A card's header shows the tool's name.
+        let mut body = request_with(&conversation, json!([{"name": "a"}]));
+        body["tool_name"] = json!(forged);
+        let (status, response) = server.action(&token, body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{forged:?}: {response}");
+        assert!(
+            response["error"]["fields"].get("tool_name").is_some(),
             "{response}"
         );
         let (status, _) = server
