@@ -245,6 +245,8 @@ impl TestTools {
                     "extra_questions": {"type": "integer", "description": "How many more questions to ask with it"}}),
             )
             .annotate(read_only()),
+            // A name no registry takes, written to forge a log line.
+            tool(FORGED_NAME, "Named to write a log line of its own", json!({})),
             // No annotations at all: toolgate must treat it as possibly destructive.
             tool("unmarked", "Does something it does not describe", json!({})),
             tool(
@@ -280,6 +282,14 @@ impl TestTools {
         tools
     }
 }
+
+/// A tool's and a form field's name that, written into a log as it is, would start a
+/// line of its own beginning with [`FORGED_LINE`].
+pub const FORGED_NAME: &str =
+    "white space\n2026-01-01T00:00:00.000000Z  INFO toolgate: forged line";
+
+/// How the line [`FORGED_NAME`] tries to write begins.
+pub const FORGED_LINE: &str = "2026-01-01T00:00:00.000000Z  INFO toolgate: forged";
 
 /// Tells the client that a URL-mode question is complete (`notifications/elicitation/complete`).
 async fn say_complete(
@@ -561,7 +571,7 @@ impl ServerHandler for TestTools {
             "bad_schema" => {
                 let params = form(
                     "A field name toolgate cannot show",
-                    json!({"type": "object", "properties": {"white space": {"type": "string"}}}),
+                    json!({"type": "object", "properties": {FORGED_NAME: {"type": "string"}}}),
                 )?;
                 Ok(echo(&self.ask(params, &context).await?))
             }

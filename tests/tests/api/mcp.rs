@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
+use tests::mcp_server::FORGED_LINE;
 use tests::{MockLlm, MockReply, ServerOptions, TempDir, TestServer, write_temp_file};
 
 /// The tools file entry for the test server over stdio, named `name`, whose word that a
@@ -939,6 +940,16 @@ async fn what_a_hostile_server_asks_for_is_refused_or_flagged() {
         "{outcome}"
     );
     assert!(pending(server, &token, &conversation).await.is_empty());
+    // Neither that form's field name nor a listed tool's name writes a log line.
+    let logs = server.logs();
+    assert!(
+        logs.contains("MCP tool left out") && logs.contains("cannot show"),
+        "{logs}"
+    );
+    assert!(
+        !logs.lines().any(|line| line.starts_with(FORGED_LINE)),
+        "{logs}"
+    );
     // A link that is not a plain web address is never offered.
     for url in ["javascript:alert(1)", "https://bank.example@evil.example/"] {
         let (_, outcome) = execute(
@@ -953,6 +964,25 @@ async fn what_a_hostile_server_asks_for_is_refused_or_flagged() {
         assert_eq!(
             outcome["result"]["text"], "url: decline",
             "{url}: {outcome}"
+        );
+    }
+    // Nor one whose id could not be shown or kept as an id.
+    for (n, id) in ["i".repeat(201), "id\u{202E}".to_owned()]
+        .iter()
+        .enumerate()
+    {
+        let (_, outcome) = execute(
+            server,
+            &token,
+            &conversation,
+            "t__open_link",
+            &format!("call_id_{n}"),
+            json!({"url": "https://auth.example.com/connect", "elicitation_id": id}),
+        )
+        .await;
+        assert_eq!(
+            outcome["result"]["text"], "url: decline",
+            "{id:?}: {outcome}"
         );
     }
     assert!(pending(server, &token, &conversation).await.is_empty());
@@ -1376,6 +1406,22 @@ async fn a_round_of_too_many_stateless_questions_is_refused_whole() {
     assert_eq!(outcome["success"], false, "{outcome}");
     assert_eq!(
         outcome["error"], "the MCP server `t` asked 21 questions at once; at most 20",
+        "{outcome}"
+    );
+    // Nor does one that asks toolgate to keep a great state for it between rounds.
+    let (status, outcome) = execute(
+        server,
+        &token,
+        &conversation,
+        "t__ask_code",
+        "call_state",
+        json!({"text": "s".repeat(70_000)}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{outcome}");
+    assert_eq!(
+        outcome["error"],
+        "the MCP server `t` asked toolgate to keep 70008 bytes of state; at most 65536",
         "{outcome}"
     );
     assert!(pending(server, &token, &conversation).await.is_empty());

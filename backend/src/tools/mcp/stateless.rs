@@ -31,6 +31,10 @@ use crate::tools::redact::Redactions;
 /// Most rounds of questions one call may take.
 const MAX_ROUNDS: u32 = 10;
 
+/// The largest state a server may have toolgate keep between rounds, in bytes: it is
+/// stored with every question of the round and sent back.
+const MAX_STATE_BYTES: usize = 64 * 1024;
+
 /// How long an answered round waits for a session while the user's are all in calls.
 const BUSY_SESSIONS_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 /// How often it looks again meanwhile.
@@ -96,6 +100,20 @@ pub async fn park(
             questions.len()
         ));
     }
+    let state_bytes = required.request_state.as_deref().map_or(0, str::len);
+    if state_bytes > MAX_STATE_BYTES {
+        return ToolOutcome::failed(format!(
+            "the MCP server `{server}` asked toolgate to keep {state_bytes} bytes of state; at most {MAX_STATE_BYTES}"
+        ));
+    }
+    if let Some(problem) = questions
+        .keys()
+        .find_map(|key| crate::tools::identifiers::problem(key))
+    {
+        return ToolOutcome::failed(format!(
+            "the MCP server `{server}` named a question by a key that {problem}"
+        ));
+    }
     // The state and the questions' keys are stored as they are and go back to the server
     // so: a secret of the call in them is neither stored nor kept for the next round.
     let state_carries_secret = required
@@ -119,7 +137,7 @@ pub async fn park(
         match Question::of(&elicitation.params, server, redactions) {
             Ok(question) => asked.push((key, question)),
             Err(reason) => {
-                tracing::warn!(%server, %reason, "a stateless question toolgate cannot show");
+                tracing::warn!(%server, reason = %super::as_logged(&reason), "a stateless question toolgate cannot show");
                 return ToolOutcome::failed(format!(
                     "the MCP server `{server}` asked a question toolgate cannot show"
                 ));
