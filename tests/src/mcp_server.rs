@@ -113,8 +113,15 @@ pub async fn serve_http() -> Result<HttpServer> {
     })
 }
 
-/// Serves the test tools on standard input and output until the client leaves.
+/// Serves the test tools on standard input and output until the client leaves; exits
+/// at once while the `MCP_TEST_STATE` folder holds [`REFUSE_START`], as a server that
+/// stays down would.
 pub async fn serve_stdio() -> Result<()> {
+    if let Some(dir) = std::env::var_os("MCP_TEST_STATE")
+        && PathBuf::from(dir).join(REFUSE_START).exists()
+    {
+        anyhow::bail!("told not to start");
+    }
     let running = TestTools::over(Transport::Stdio)
         .serve(rmcp::transport::stdio())
         .await
@@ -307,6 +314,9 @@ async fn say_complete(
         .await
         .map_err(failed)
 }
+
+/// A file in the `MCP_TEST_STATE` folder that keeps the stdio server from starting.
+pub const REFUSE_START: &str = "refuse_start";
 
 fn shared_state_file() -> Option<PathBuf> {
     std::env::var_os("MCP_TEST_STATE").map(|dir| PathBuf::from(dir).join("late_addition"))

@@ -97,11 +97,11 @@ impl EventHub {
             reads: AtomicU64::new(0),
             listening: watch::channel(false).0,
         });
-        let listening = hub.clone();
+        let listener = hub.clone();
         tokio::spawn(async move {
             loop {
-                let result = listening.listen(&pool).await;
-                listening.listening.send_replace(false);
+                let result = listener.listen(&pool).await;
+                listener.listening.send_replace(false);
                 // The pool closes as the server stops: nothing is lost, nothing to say.
                 if pool.is_closed() {
                     return;

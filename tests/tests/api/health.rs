@@ -87,6 +87,8 @@ async fn a_request_that_never_finishes_does_not_hold_the_stop() {
         .trim_start_matches("http://")
         .trim_end_matches('/')
         .to_owned();
+    let started_requests = || server.logs().matches("started processing request").count();
+    let before = started_requests();
     let mut stalled = tokio::net::TcpStream::connect(&address)
         .await
         .expect("connects");
@@ -102,7 +104,15 @@ async fn a_request_that_never_finishes_does_not_hold_the_stop() {
         .await
         .expect("sends the start of a request");
     // The request is under way before the stop begins.
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while started_requests() == before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the request never started: {}",
+            server.logs()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     let status = server
         .terminate()
         .await
