@@ -134,6 +134,9 @@ mod tests {
             json!({"data\u{200B}base": "production"}),
             json!({"ｄａｔａｂａｓｅ": "production"}),
             json!({"dаtabase": "production"}),
+            json!({"databaſe": "production"}),
+            json!({"data.base": "production"}),
+            json!({"data＿base": "production"}),
             json!({"database": "staging", "DATABASE": "production"}),
         ] {
             assert!(needs(asked.clone()), "{asked} slipped past the condition");

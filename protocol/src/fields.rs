@@ -293,9 +293,9 @@ impl VisibleIf {
     /// value, and any object (which could mean anything). For approval conditions, where
     /// a call the rule means must not slip by written another way (`["production"]`,
     /// `"Production "`, `"staging,production"`, `"５"` for `5`). The field is also
-    /// looked for under any name a service might take for its own ([`same_name`]:
-    /// `Database`, `data_base`, `databaſe`), as a service that matches names loosely
-    /// would read `{"Database": "production"}`.
+    /// looked for under any name a service might take for its own
+    /// ([`name_key`](crate::unseen::name_key): `Database`, `data_base`, `databaſe`), as
+    /// a service that matches names loosely would read `{"Database": "production"}`.
     pub fn may_hold(&self, values: &Map<String, Value>) -> bool {
         if self.holds(values) {
             return true;
@@ -306,9 +306,10 @@ impl VisibleIf {
             (None, Some(choices)) => Some(choices.iter().collect()),
             (None, None) => None,
         };
+        let field = crate::unseen::name_key(&self.field);
         values
             .iter()
-            .filter(|(name, _)| same_name(name, &self.field))
+            .filter(|(name, _)| **name == self.field || crate::unseen::name_key(name) == field)
             .any(|(_, actual)| match &expected {
                 Some(expected) => any_item(actual, &|item| {
                     expected.iter().any(|e| same_meaning(item, e))
@@ -316,21 +317,6 @@ impl VisibleIf {
                 None => !is_empty(actual) && actual != &Value::Bool(false),
             })
     }
-}
-
-/// Whether two names may be taken for one by a service that reads names loosely:
-/// the same once invisible characters, spaces, `_` and `-` are left out, look-alike
-/// and fullwidth letters read as the Latin ones they imitate, and case ignored.
-pub fn same_name(a: &str, b: &str) -> bool {
-    a == b || name_as_read(a) == name_as_read(b)
-}
-
-fn name_as_read(name: &str) -> String {
-    name.chars()
-        .filter(|c| !crate::unseen::is_unseen(*c) && !c.is_whitespace() && !matches!(c, '_' | '-'))
-        .map(crate::unseen::as_latin)
-        .flat_map(char::to_lowercase)
-        .collect()
 }
 
 /// Whether `matches` accepts `value` or, for a list, any item at any depth; an object

@@ -45,6 +45,18 @@ pub fn is_unseen(c: char) -> bool {
         )
 }
 
+/// A name as a service that matches names loosely may read it: in lower case, look-alike
+/// and fullwidth letters as the Latin ones they imitate, the long s as `s` (Go's and
+/// .NET's case-insensitive matching fold it so), and only letters and digits, so that
+/// `Account_ID`, `account-id `, `accountId` and `ａｃｃｏｕｎｔ＿ｉｄ` are one name.
+pub fn name_key(name: &str) -> String {
+    name.chars()
+        .flat_map(char::to_lowercase)
+        .map(|c| if c == 'ſ' { 's' } else { as_latin(c) })
+        .filter(|c| c.is_alphanumeric())
+        .collect()
+}
+
 /// The ASCII character a reader takes `c` for, in lower case: fullwidth forms and
 /// mathematical letters (bold, italic, script, fraktur, double-struck, sans-serif,
 /// monospace) as their ASCII, Cyrillic and Greek letters and small capitals that look
@@ -111,6 +123,29 @@ mod tests {
         ] {
             assert!(!is_unseen(c), "{:04X}", u32::from(c));
         }
+    }
+
+    #[test]
+    fn names_a_service_may_take_for_one_have_one_key() {
+        for spelling in [
+            "Account_ID",
+            "account-id ",
+            "accountId",
+            "account.id",
+            "ａｃｃｏｕｎｔ＿ｉｄ",
+            "аccount_id",
+            "ACCOUNT\u{200B}_ID",
+            "\u{212A}ey_account_id",
+        ] {
+            let expected = if spelling.starts_with('\u{212A}') {
+                "keyaccountid"
+            } else {
+                "accountid"
+            };
+            assert_eq!(name_key(spelling), expected, "{spelling:?}");
+        }
+        assert_eq!(name_key("databaſe"), name_key("database"));
+        assert_ne!(name_key("databases"), name_key("database"));
     }
 
     #[test]

@@ -266,6 +266,14 @@ fn check_edit(
     let mut edited = arguments.clone();
     let mut field_values = Map::new();
     for (name, value) in arguments {
+        if let Some(field) = tool.field_variant(name) {
+            // The executor would drop it, and the call differ from what was approved.
+            errors.insert(
+                format!("arguments.{name}"),
+                format!("reads as the field `{}`: name it exactly", field.name),
+            );
+            continue;
+        }
         match tool.field(name) {
             Some(field) if field.is_secret() => {
                 errors.insert(

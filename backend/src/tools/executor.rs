@@ -121,7 +121,7 @@ pub async fn execute(executor: &Executor, user_id: &str, call: ToolCall) -> Resu
     .await?;
     let filled = fill_fields(&tool, &call.arguments, &remembered, &Map::new());
     if !filled.ignored.is_empty() {
-        tracing::warn!(tool = %tool.name, ignored = ?filled.ignored, "arguments aimed at user-only fields were ignored");
+        tracing::warn!(tool = %tool.name, ignored = ?filled.ignored, "arguments aimed at user-only fields, or named like a field, were ignored");
     }
     let ctx = RequestContext {
         user_id,
@@ -414,12 +414,7 @@ fn fill_fields(
     // is dropped: the tool's server may read it as the field, which only its own
     // sources fill.
     for name in arguments.keys() {
-        if tool.field(name).is_none()
-            && tool
-                .fields()
-                .iter()
-                .any(|field| fields::same_name(name, &field.name))
-        {
+        if tool.field_variant(name).is_some() {
             values.remove(name);
             ignored.push(name.clone());
         }

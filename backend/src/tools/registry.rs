@@ -11,6 +11,7 @@ use anyhow::{Context, bail};
 use protocol::api::{McpServerInfo, ToolInfo};
 use protocol::approval::ApprovalSpec;
 use protocol::fields::{self, FieldSpec, FieldType, InputRequestSpec};
+use protocol::unseen;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
@@ -84,6 +85,8 @@ pub struct Tool {
     /// Why its MCP server cannot be reached now, in words any caller may see.
     pub offline: Option<String>,
     validator: jsonschema::Validator,
+    /// Each field's name as a service may read it ([`unseen::name_key`]), in order.
+    field_keys: Vec<String>,
 }
 
 /// Everything a tool is made of; [`Tool::assemble`] checks the schema.
@@ -105,6 +108,12 @@ impl Tool {
     pub fn assemble(parts: ToolParts) -> anyhow::Result<Tool> {
         let validator = jsonschema::validator_for(&parts.parameters)
             .map_err(|err| anyhow::anyhow!("parameters is not a valid JSON Schema: {err}"))?;
+        let field_keys = parts.input_spec.as_ref().map_or_else(Vec::new, |spec| {
+            spec.fields
+                .iter()
+                .map(|field| unseen::name_key(&field.name))
+                .collect()
+        });
         Ok(Tool {
             name: parts.name,
             description: parts.description,
@@ -117,6 +126,7 @@ impl Tool {
             runner: parts.runner,
             offline: None,
             validator,
+            field_keys,
         })
     }
 
@@ -240,12 +250,37 @@ impl Tool {
         self.field(name).is_some_and(|f| !f.model_may_fill)
     }
 
+    /// The field an argument named `name` may be taken for by the tool's server though
+    /// it is not that field's name (`Account_ID` for `account_id`, see
+    /// [`unseen::name_key`]): such an argument would fill the field past the gate.
+    /// `None` for a field's own name, and for an argument the tool's schema declares by
+    /// exactly that name, which its server tells apart from the field.
+    pub fn field_variant(&self, name: &str) -> Option<&FieldSpec> {
+        if self.field(name).is_some() || self.declares(name) {
+            return None;
+        }
+        let key = unseen::name_key(name);
+        self.field_keys
+            .iter()
+            .position(|field| *field == key)
+            .and_then(|index| self.fields().get(index))
+    }
+
+    /// Whether the argument schema names `name` among its properties.
+    fn declares(&self, name: &str) -> bool {
+        self.parameters
+            .get("properties")
+            .and_then(Value::as_object)
+            .is_some_and(|properties| properties.contains_key(name))
+    }
+
     /// The call's arguments as they may be kept and shown: without the user-only
-    /// fields it tried to set (ignored anyway) and so without any secret.
+    /// fields it tried to set (ignored anyway), so without any secret, and without
+    /// arguments named like a field (dropped anyway).
     pub fn storable_arguments(&self, arguments: &Map<String, Value>) -> Map<String, Value> {
         arguments
             .iter()
-            .filter(|(name, _)| !self.is_user_only(name))
+            .filter(|(name, _)| !self.is_user_only(name) && self.field_variant(name).is_none())
             .map(|(name, value)| (name.clone(), value.clone()))
             .collect()
     }

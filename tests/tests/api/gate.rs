@@ -1171,6 +1171,21 @@ async fn approvals_approve_edit_reject_and_refuse_what_they_must() {
         fields.get("arguments.query").is_some() && fields.get("arguments.database").is_some(),
         "{body}"
     );
+    // So does an edit naming an argument like a field but not as it, which the tool's
+    // server may read as the field.
+    let (status, body) = g
+        .decide(
+            &token,
+            json!({"tool_call_id": id, "decision": "edit",
+            "arguments": {"query": "select 1", "database": "staging", "Data_Base": "production"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(
+        body["error"]["fields"]["arguments.Data_Base"],
+        "reads as the field `database`: name it exactly",
+        "{body}"
+    );
     // A valid edit runs the edited query.
     let (status, edited) = g
         .decide(
