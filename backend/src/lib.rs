@@ -9,6 +9,7 @@ pub mod db;
 pub mod demo;
 pub mod error;
 mod listen;
+mod logged;
 pub mod requests;
 pub mod state;
 pub mod tools;

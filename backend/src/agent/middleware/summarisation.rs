@@ -267,7 +267,7 @@ impl Middleware for Summarisation {
                     return Ok(());
                 }
                 Err(err) => {
-                    tracing::warn!(conversation = %ctx.run.conversation_id, error = %err, "summarising failed; not summarising");
+                    tracing::warn!(conversation = %ctx.run.conversation_id, error = %crate::logged::outside(&err), "summarising failed; not summarising");
                     return Ok(());
                 }
             };

@@ -189,7 +189,7 @@ pub async fn supervise(hub: Arc<McpHub>, server: Arc<Server>) {
         let session = match Session::open(&server.config, shared.clone()).await {
             Ok(session) => session,
             Err(unreachable) => {
-                tracing::warn!(server = %name, detail = %super::as_logged(&unreachable.detail), "MCP server unavailable; retrying in {backoff:?}");
+                tracing::warn!(server = %name, detail = %crate::logged::outside(&unreachable.detail), "MCP server unavailable; retrying in {backoff:?}");
                 hub.deps.registry.mark_mcp_server_down(
                     &name,
                     info(
@@ -228,7 +228,7 @@ pub async fn supervise(hub: Arc<McpHub>, server: Arc<Server>) {
             }
         };
         session.close();
-        tracing::warn!(server = %name, reason = %super::as_logged(&down), "MCP server went away");
+        tracing::warn!(server = %name, reason = %crate::logged::outside(&down), "MCP server went away");
         hub.deps.registry.mark_mcp_server_down(
             &name,
             info(
@@ -254,7 +254,7 @@ async fn refresh(hub: &Arc<McpHub>, server: &Server, session: &Session) -> Resul
         .await
         .map_err(|_| format!("the MCP server `{name}` did not list its tools in time"))?
         .map_err(|err| {
-            tracing::warn!(server = %name, error = %super::as_logged(&err), "listing MCP tools failed");
+            tracing::warn!(server = %name, error = %crate::logged::outside(&err), "listing MCP tools failed");
             format!("the MCP server `{name}` could not list its tools")
         })?;
     if listed.len() > MAX_TOOLS {
@@ -265,7 +265,7 @@ async fn refresh(hub: &Arc<McpHub>, server: &Server, session: &Session) -> Resul
     let mut catalog_bytes: usize = 0;
     for remote in listed.iter().take(MAX_TOOLS) {
         if !seen.insert(remote.name.to_string()) {
-            tracing::warn!(server = %name, tool = %super::as_logged(&remote.name), "tool listed twice; keeping the first");
+            tracing::warn!(server = %name, tool = %crate::logged::outside(&remote.name), "tool listed twice; keeping the first");
             continue;
         }
         match tool_of(hub, &server.config, remote) {
@@ -275,13 +275,13 @@ async fn refresh(hub: &Arc<McpHub>, server: &Server, session: &Session) -> Resul
                     .saturating_add(tool.name.len() + tool.description.len());
                 catalog_bytes = catalog_bytes.saturating_add(bytes);
                 if catalog_bytes > MAX_CATALOG_BYTES {
-                    tracing::warn!(server = %name, tool = %super::as_logged(&remote.name), "the server's tools take more than {MAX_CATALOG_BYTES} bytes; this one and the rest are left out");
+                    tracing::warn!(server = %name, tool = %crate::logged::outside(&remote.name), "the server's tools take more than {MAX_CATALOG_BYTES} bytes; this one and the rest are left out");
                     break;
                 }
                 tools.push(Arc::new(tool));
             }
             Err(err) => {
-                tracing::warn!(server = %name, tool = %super::as_logged(&remote.name), error = %super::as_logged(format!("{err:#}")), "MCP tool left out")
+                tracing::warn!(server = %name, tool = %crate::logged::outside(&remote.name), error = %crate::logged::outside(format!("{err:#}")), "MCP tool left out")
             }
         }
     }

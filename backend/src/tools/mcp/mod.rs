@@ -39,30 +39,6 @@ use crate::tools::registry::ToolRegistry;
 /// Between a server's name and its tool's name in the registry: `github__create_issue`.
 pub const NAMESPACE_SEPARATOR: &str = "__";
 
-/// Most characters of what a server said that one log line keeps.
-const MOST_LOGGED_CHARS: usize = 500;
-
-/// What an MCP server said (a tool's name, an error, a reason quoting its form), as a
-/// log line may hold it: line breaks, control and invisible characters written as
-/// `\u{…}`, so a server cannot write lines of its own into the log or reorder one,
-/// and cut after [`MOST_LOGGED_CHARS`].
-pub(crate) fn as_logged(said: impl std::fmt::Display) -> String {
-    let said = said.to_string();
-    let mut logged = String::with_capacity(said.len().min(MOST_LOGGED_CHARS));
-    for (count, c) in said.chars().enumerate() {
-        if count == MOST_LOGGED_CHARS {
-            logged.push('…');
-            break;
-        }
-        if c == '\n' || c == '\t' || protocol::unseen::is_unseen(c) {
-            logged.push_str(&format!("\\u{{{:04x}}}", u32::from(c)));
-        } else {
-            logged.push(c);
-        }
-    }
-    logged
-}
-
 /// Which server's tool a registry tool calls.
 #[derive(Clone, Debug)]
 pub struct McpTarget {
@@ -209,28 +185,5 @@ impl McpHub {
 
     fn is_stopping(&self) -> bool {
         *self.stopping.borrow()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn what_a_server_said_is_logged_on_one_line_as_it_reads() {
-        let forged = "tool\n2026-01-01T00:00:00Z  INFO toolgate: approved\r\u{202E}x\u{2028}y";
-        let logged = as_logged(forged);
-        assert!(
-            !logged.contains(['\n', '\r', '\u{202E}', '\u{2028}']),
-            "{logged:?}"
-        );
-        assert_eq!(
-            logged,
-            "tool\\u{000a}2026-01-01T00:00:00Z  INFO toolgate: approved\\u{000d}\\u{202e}x\\u{2028}y"
-        );
-        let long = as_logged("é".repeat(MOST_LOGGED_CHARS + 10));
-        assert_eq!(long.chars().count(), MOST_LOGGED_CHARS + 1);
-        assert!(long.ends_with('…'));
-        assert_eq!(as_logged("plain words"), "plain words");
     }
 }
