@@ -888,7 +888,7 @@ name = "pay"
 description = "Pays"
 kind = "http"
 requires_approval = false
-parameters = { type = "object", properties = { memo = { type = "string" } } }
+parameters = { type = "object", properties = { memo = { type = "string" }, accountId = { type = "string" } } }
 [tools.requires_user_input]
 reason = "Which account"
 fields = [ { name = "account_id", type = "text" } ]
@@ -901,7 +901,6 @@ url = "https://api.example.com/pay/{account_id}"
         let object = |value: Value| value.as_object().cloned().unwrap_or_default();
         for spelling in [
             "Account_ID",
-            "accountId",
             "account-id ",
             "account\u{200B}_id",
             "ａｃｃｏｕｎｔ_ｉｄ",
@@ -916,6 +915,11 @@ url = "https://api.example.com/pay/{account_id}"
             );
             assert_eq!(filled.ignored, vec![spelling.to_owned()]);
         }
+        // A name the tool's own schema declares is its server's to tell apart.
+        let arguments = object(json!({"memo": "rent", "accountId": "ledger-7"}));
+        let filled = fill_fields(tool, &arguments, &Map::new(), &Map::new());
+        assert_eq!(filled.values, arguments);
+        assert!(filled.ignored.is_empty());
     }
 
     /// An MCP tool whose input schema has `count` optional integer arguments, each with
