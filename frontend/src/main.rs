@@ -10,6 +10,7 @@ mod chat;
 mod clock;
 mod conversations;
 mod deferred;
+mod drafts;
 mod focus;
 mod input_card;
 mod local_time;

@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use crate::api::{self, ApiError};
 use crate::auth::{self, Session};
-use crate::{address, clock, ordered};
+use crate::{address, clock, drafts, ordered};
 
 /// What the server said about itself.
 #[derive(Clone, Debug)]
@@ -137,6 +137,7 @@ impl AppState {
 
     pub fn sign_out(&self) {
         auth::clear_session();
+        drafts::forget_all();
         self.conversations.set(Vec::new());
         self.tool_servers.set(None);
         self.current.set(None);

@@ -6,9 +6,9 @@ use protocol::chat::RunStatus;
 use uuid::Uuid;
 
 use crate::api::{self, ApiError};
-use crate::focus;
 use crate::state::AppState;
 use crate::stream::{ChatStore, RunView};
+use crate::{drafts, focus};
 
 /// A conversation's title: the first line of its first message, shortened.
 fn title_from(text: &str) -> String {
@@ -29,7 +29,12 @@ fn title_from(text: &str) -> String {
 #[component]
 pub(super) fn Composer(store: Option<ChatStore>) -> impl IntoView {
     let app = expect_context::<AppState>();
-    let text = RwSignal::new(String::new());
+    let user = app
+        .session
+        .with_untracked(|s| s.as_ref().map(|s| s.user_id.clone()))
+        .unwrap_or_default();
+    let draft = StoredValue::new(drafts::key(&user, store.map(|s| s.id)));
+    let text = RwSignal::new(draft.with_value(|key| drafts::load(key)));
     let sending = RwSignal::new(false);
     let error = RwSignal::new(None::<String>);
     let input = NodeRef::<leptos::html::Textarea>::new();
@@ -74,6 +79,7 @@ pub(super) fn Composer(store: Option<ChatStore>) -> impl IntoView {
             match posted {
                 Ok((id, posted)) => {
                     app.reached();
+                    draft.with_value(|key| drafts::save(key, ""));
                     text.set(String::new());
                     if let Some(input) = input.get_untracked() {
                         input.set_value("");
@@ -144,7 +150,12 @@ pub(super) fn Composer(store: Option<ChatStore>) -> impl IntoView {
                 rows="2"
                 placeholder="Ask something…"
                 aria-describedby="composer-keys composer-status"
-                on:input=move |ev| text.set(event_target_value(&ev))
+                prop:value=text.get_untracked()
+                on:input=move |ev| {
+                    let typed = event_target_value(&ev);
+                    draft.with_value(|key| drafts::save(key, &typed));
+                    text.set(typed);
+                }
                 on:keydown=move |ev| {
                     if ev.key() == "Enter" && !ev.shift_key() && !ev.is_composing() {
                         ev.prevent_default();

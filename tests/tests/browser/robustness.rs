@@ -485,3 +485,74 @@ async fn without_dev_sign_in_the_page_explains_tokens_and_accepts_a_pasted_one()
     );
     b.quit().await;
 }
+
+/// What was typed and not sent outlives a session that runs out while it is on the
+/// screen (signing in again brings it back), but not a sign-out on purpose.
+#[tokio::test]
+async fn a_draft_outlives_an_expired_session_but_not_a_sign_out() {
+    let Some(fx) = Fixture::start("draft").await else {
+        return;
+    };
+    let b = fx.browser().await;
+    let user = unique("erin");
+    sign_in(&b, &fx.base(), &user).await;
+    new_conversation(&b).await;
+    ask(&b, "What can you do?").await;
+    let address = b.current_url().await.expect("url");
+    assert!(address.contains("#/c/"), "{address}");
+
+    // A session the page knows runs out in a few seconds, with a token the server takes.
+    let token = tests::sign_token(
+        &json!({"sub": user, "exp": tests::now() + 3600}),
+        tests::JWT_SECRET,
+        jsonwebtoken::Algorithm::HS256,
+    );
+    b.execute(
+        "localStorage.setItem('toolgate.session', JSON.stringify({token: arguments[0], user_id: arguments[1], expires_at_ms: Date.now() + 10000}))",
+        vec![json!(token), json!(user)],
+    )
+    .await
+    .expect("plant session");
+    reload(&b).await;
+    let draft = "Half a thought about the Q3 report";
+    b.wait_for("[data-testid=composer-input]")
+        .await
+        .expect("message box")
+        .send_keys(draft)
+        .await
+        .expect("type");
+    b.wait_for("[data-testid=signed-out-reason]")
+        .await
+        .expect("signed out when the session ran out");
+
+    let composer_text = "document.querySelector('[data-testid=composer-input]').value";
+    sign_in(&b, &fx.base(), &user).await;
+    b.goto(&address).await.expect("open the conversation");
+    let kept = b
+        .wait_until(
+            "the draft to be back",
+            &format!("{composer_text} === {}", json!(draft)),
+        )
+        .await;
+    assert!(kept.is_ok(), "{}", b.page_summary().await);
+
+    // Signing out forgets it.
+    b.find("[data-testid=sign-out]")
+        .await
+        .expect("sign-out button")
+        .click()
+        .await
+        .expect("sign out");
+    sign_in(&b, &fx.base(), &user).await;
+    b.goto(&address).await.expect("open the conversation again");
+    b.wait_for("[data-testid=composer-input]")
+        .await
+        .expect("message box");
+    assert_eq!(
+        b.execute(&format!("return {composer_text}"), vec![])
+            .await
+            .expect("value"),
+        json!("")
+    );
+    b.quit().await;
+}
