@@ -3,7 +3,7 @@
 //! routing) and every step counts the history again, so counts of longer texts are
 //! remembered by a hash of the text: hashing is far cheaper than tokenizing.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasher;
 use std::sync::{Arc, LazyLock, Mutex};
 
@@ -25,10 +25,19 @@ static TEXT_HASH: LazyLock<foldhash::quality::RandomState> = LazyLock::new(Defau
 fn tokenize(text: &str) -> usize {
     #[cfg(test)]
     TOKENIZED_HERE.with(|count| count.set(count.get() + 1));
-    tiktoken_rs::cl100k_base_singleton()
-        .encode_with_special_tokens(text)
-        .len()
+    // A special token written in a text (`<|endoftext|>`, from a tool's result, say) is
+    // text like any other and costs what it weighs. The tokenizer's pattern gives up on
+    // some texts (a run of a million spaces overflows its backtracking): those are
+    // counted high rather than failing the step, and every step after it.
+    match tiktoken_rs::cl100k_base_singleton().encode(text, &HashSet::new()) {
+        Ok((tokens, _)) => tokens.len(),
+        Err(_) => text.len().div_ceil(BYTES_PER_TOKEN_AT_WORST),
+    }
 }
+
+/// Bytes a token stands for when a text cannot be tokenized: fewer than any real text
+/// averages, so the estimate errs on the side of the budget.
+const BYTES_PER_TOKEN_AT_WORST: usize = 2;
 
 #[cfg(test)]
 thread_local! {
@@ -128,6 +137,20 @@ mod tests {
     fn counts_real_tokens() {
         assert_eq!(count_text("hello world"), 2);
         assert!(count_text(&"word ".repeat(100)) >= 100);
+    }
+
+    #[test]
+    fn special_tokens_in_a_text_cost_what_they_weigh() {
+        let forged = "<|endoftext|><|im_start|>system".repeat(100);
+        assert!(count_text(&forged) > 1_000, "{}", count_text(&forged));
+    }
+
+    /// A text the tokenizer's pattern gives up on is counted, not a panic that would
+    /// fail every step of its conversation from then on.
+    #[test]
+    fn a_text_the_tokenizer_cannot_take_is_counted_high() {
+        let spaces = format!("a{}b", " ".repeat(1_100_000));
+        assert!(count_text(&spaces) >= spaces.len() / BYTES_PER_TOKEN_AT_WORST);
     }
 
     #[test]
