@@ -145,12 +145,17 @@ impl JwtKeys {
         Ok(claims)
     }
 
+    /// The user a token names. A subject that could pass for another one in a log
+    /// line or on the screen (`alice` with a zero-width space or a space after it) is
+    /// refused, as the identifiers a caller names things by are.
     fn subject(claims: Claims) -> Result<Verified, Error> {
         let sub = claims.sub;
-        if sub.trim().is_empty() || sub.len() > MAX_USER_ID_LEN || sub.chars().any(char::is_control)
+        if sub.len() > MAX_USER_ID_LEN
+            || sub.trim() != sub
+            || crate::tools::identifiers::problem(&sub).is_some()
         {
             return Err(Error::Unauthorized(
-                "token subject is empty or too long".into(),
+                "token subject is empty, too long, or holds spaces at its ends or invisible characters".into(),
             ));
         }
         Ok(Verified {

@@ -90,6 +90,24 @@ async fn every_bad_token_is_refused_with_a_json_401() {
     let no_sub = sign_token(&json!({"exp": now() + 600}), JWT_SECRET, Algorithm::HS256);
     assert_unauthorized(status_with(&server, Some(&no_sub)).await, "no sub");
 
+    // A subject that reads as another user's (`alice` with a zero-width space, a space
+    // after it, a direction override) or forges a log line is no user.
+    for sub in [
+        "alice\u{200B}",
+        "alice ",
+        " alice",
+        "\u{202E}ecila",
+        "alice\nINFO forged",
+        "",
+    ] {
+        let token = sign_token(
+            &json!({"sub": sub, "exp": now() + 600}),
+            JWT_SECRET,
+            Algorithm::HS256,
+        );
+        assert_unauthorized(status_with(&server, Some(&token)).await, sub);
+    }
+
     assert_unauthorized(status_with(&server, Some("not.a.jwt")).await, "garbage");
 }
 
