@@ -107,6 +107,37 @@ fn summary_cap_chars(start: usize) -> usize {
     start.max(400)
 }
 
+/// What stands where the middle of an over-long summary was.
+const SUMMARY_MIDDLE_LEFT_OUT: &str = "\n[… part of the summary was left out here to fit …]\n";
+
+/// `summary` held to `chars` characters, if it is longer: its start (where the task and
+/// the user's requirements are) and its end (the newest points, which every summary
+/// carried on and added to) stay, the middle goes, at line ends where it can. The turns
+/// a summary covers leave the context for good, so losing its end would lose them.
+fn capped_summary(summary: &str, chars: usize) -> Option<String> {
+    let count = summary.chars().count();
+    if count <= chars {
+        return None;
+    }
+    let room = chars.saturating_sub(SUMMARY_MIDDLE_LEFT_OUT.chars().count());
+    let head_chars = room / 2;
+    let tail_chars = room - head_chars;
+    let head_end = summary
+        .char_indices()
+        .nth(head_chars)
+        .map_or(summary.len(), |(at, _)| at);
+    let tail_start = summary
+        .char_indices()
+        .nth(count - tail_chars)
+        .map_or(summary.len(), |(at, _)| at);
+    let head = &summary[..head_end];
+    let tail = &summary[tail_start..];
+    // Whole lines where a line ends within the part kept.
+    let head = head.rfind('\n').map_or(head, |at| &head[..at]);
+    let tail = tail.find('\n').map_or(tail, |at| &tail[at + 1..]);
+    Some(format!("{head}{SUMMARY_MIDDLE_LEFT_OUT}{tail}"))
+}
+
 /// The summary request for `older`, cut to `budget` tokens: images become stubs and,
 /// when the whole does not fit, every long text, argument and result is shortened to an
 /// equal share.
@@ -198,7 +229,7 @@ impl Middleware for Summarisation {
                 // Held to today's cap: one written under a larger budget (or before
                 // there was a cap) must not fill the request by itself.
                 let capped = StoredSummary {
-                    text: shorten_text(&stored.text, summary_cap_chars(start))
+                    text: capped_summary(&stored.text, summary_cap_chars(start))
                         .unwrap_or_else(|| stored.text.clone()),
                     ..stored.clone()
                 };
@@ -271,7 +302,7 @@ impl Middleware for Summarisation {
                     return Ok(());
                 }
             };
-            let mut text = shorten_text(&text, summary_cap_chars(start)).unwrap_or(text);
+            let mut text = capped_summary(&text, summary_cap_chars(start)).unwrap_or(text);
             // Stored with the step's answer: a NUL, which Postgres cannot hold, would
             // fail the step, and every later one would ask for the summary again.
             crate::db::storable::replace_nul_in_text(&mut text);
@@ -293,6 +324,42 @@ mod tests {
     use super::*;
     use crate::agent::history::tests::{answer, call, result, user, write_file_key};
     use serde_json::json;
+
+    #[test]
+    fn an_over_long_summary_keeps_its_start_and_its_newest_points() {
+        let mut summary =
+            String::from("- The task: a scraper that must use only the standard library.\n");
+        for n in 0..200 {
+            summary.push_str(&format!(
+                "- Step {n}: the model rewrote the parser again.\n"
+            ));
+        }
+        summary.push_str("- The user asked: never store the password.");
+        let capped = capped_summary(&summary, 1_000).expect("over the cap");
+        assert!(
+            capped.chars().count() <= 1_000,
+            "{}",
+            capped.chars().count()
+        );
+        assert!(capped.starts_with("- The task: a scraper"), "{capped}");
+        assert!(
+            capped.ends_with("- The user asked: never store the password."),
+            "{capped}"
+        );
+        assert!(capped.contains(SUMMARY_MIDDLE_LEFT_OUT), "{capped}");
+        // Whole lines on both sides of the cut.
+        for line in capped.lines().filter(|line| !line.is_empty()) {
+            assert!(
+                line.starts_with("- ") || line.starts_with("[…"),
+                "{line:?} in {capped}"
+            );
+        }
+        assert_eq!(capped_summary("short", 1_000), None);
+        // One long line is cut inside it, still within the cap.
+        let one_line = "é".repeat(5_000);
+        let capped = capped_summary(&one_line, 1_000).expect("over the cap");
+        assert!(capped.chars().count() <= 1_000);
+    }
 
     fn numbered(mut messages: Vec<ChatMessage>) -> Vec<ChatMessage> {
         for (seq, message) in messages.iter_mut().enumerate() {
