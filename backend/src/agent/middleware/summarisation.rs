@@ -132,9 +132,23 @@ fn capped_summary(summary: &str, chars: usize) -> Option<String> {
         .map_or(summary.len(), |(at, _)| at);
     let head = &summary[..head_end];
     let tail = &summary[tail_start..];
-    // Whole lines where a line ends within the part kept.
-    let head = head.rfind('\n').map_or(head, |at| &head[..at]);
-    let tail = tail.find('\n').map_or(tail, |at| &tail[at + 1..]);
+    // Whole lines where a line ends near the cut (in the quarter of the part kept next
+    // to it): a cut inside a long paragraph stays where it is, rather than losing most
+    // of what it keeps.
+    let head = if summary[head_end..].starts_with('\n') {
+        head
+    } else {
+        head.rfind('\n')
+            .filter(|at| *at >= head.len() * 3 / 4)
+            .map_or(head, |at| &head[..at])
+    };
+    let tail = if summary[..tail_start].ends_with('\n') {
+        tail
+    } else {
+        tail.find('\n')
+            .filter(|at| *at < tail.len() / 4)
+            .map_or(tail, |at| &tail[at + 1..])
+    };
     Some(format!("{head}{SUMMARY_MIDDLE_LEFT_OUT}{tail}"))
 }
 
@@ -355,6 +369,19 @@ mod tests {
             );
         }
         assert_eq!(capped_summary("short", 1_000), None);
+        // A last paragraph longer than the part kept of the end, ending in a line end,
+        // keeps its last words; so does a long first paragraph its first ones.
+        let prose = format!(
+            "The task: a scraper.\n{}\n{} and never store the password.\n",
+            "Earlier work. ".repeat(200),
+            "Newest work. ".repeat(200)
+        );
+        let capped = capped_summary(&prose, 1_000).expect("over the cap");
+        assert!(capped.ends_with("never store the password.\n"), "{capped}");
+        assert!(
+            capped.starts_with("The task: a scraper.\nEarlier work."),
+            "{capped}"
+        );
         // One long line is cut inside it, still within the cap.
         let one_line = "é".repeat(5_000);
         let capped = capped_summary(&one_line, 1_000).expect("over the cap");
