@@ -35,9 +35,9 @@ fn tokenize(text: &str) -> usize {
     }
 }
 
-/// Bytes a token stands for when a text cannot be tokenized: fewer than any real text
-/// averages, so the estimate errs on the side of the budget.
-const BYTES_PER_TOKEN_AT_WORST: usize = 2;
+/// Bytes a token stands for when a text cannot be tokenized: no text takes more than a
+/// token a byte, so the estimate errs on the side of the budget.
+const BYTES_PER_TOKEN_AT_WORST: usize = 1;
 
 #[cfg(test)]
 thread_local! {
