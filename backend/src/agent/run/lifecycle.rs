@@ -142,9 +142,13 @@ pub(super) fn spawn_drive(runner: Runner, user_id: String, conversation_id: Uuid
     let driving = runner.active_runs.enter(run_id, &user_id);
     tokio::spawn(async move {
         let _driving = driving;
-        let keeper = tokio::spawn(keep_lease(runner.clone(), user_id.clone(), run_id));
+        let keeper = LeaseKeeper(tokio::spawn(keep_lease(
+            runner.clone(),
+            user_id.clone(),
+            run_id,
+        )));
         let result = drive(&runner, &user_id, conversation_id, run_id).await;
-        keeper.abort();
+        drop(keeper);
         if let Err(err) = result {
             tracing::warn!(%run_id, error = ?err, "run failed");
             let message = public_failure(&err);
@@ -172,6 +176,17 @@ fn public_failure(err: &Error) -> String {
             "the run stopped on a database error".to_owned()
         }
         _ => "the run stopped on an internal error".to_owned(),
+    }
+}
+
+/// The task renewing a run's lease, stopped when this is dropped: also when driving the
+/// run panics, so a run whose driver died is left to the recovery sweep once its lease
+/// lapses, not held (and its user's run slot with it) for as long as the process lives.
+struct LeaseKeeper(tokio::task::JoinHandle<()>);
+
+impl Drop for LeaseKeeper {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
