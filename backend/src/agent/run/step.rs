@@ -35,11 +35,13 @@ pub(super) struct StepLimit(i32);
 /// The stored history as the model sees it, without chat commands and their replies.
 /// The first request, which set the conversation's task, is pinned like the ones the
 /// user pinned.
-fn context_messages(stored: &[Arc<Message>]) -> Vec<ChatMessage> {
+pub(super) fn context_messages(stored: &[Arc<Message>]) -> Vec<ChatMessage> {
     let mut messages: Vec<ChatMessage> = stored
         .iter()
         .filter(|m| !m.is_command())
-        .filter(|m| m.model.as_deref() != Some(COMMAND_MODEL))
+        // A command's answer is written outside any run; a model's reply is inside one,
+        // whatever name its endpoint gave the model.
+        .filter(|m| !(m.run_id.is_none() && m.model.as_deref() == Some(COMMAND_MODEL)))
         .map(|m| ChatMessage {
             role: m.role,
             content: m.content.clone(),

@@ -364,3 +364,40 @@ async fn an_outcome_offered_twice_is_recorded_once() {
         .count();
     assert_eq!(results, 1);
 }
+
+/// A command's answer stays out of the model's context; a model's reply whose endpoint
+/// named its model as toolgate names command answers stays in.
+#[test]
+fn only_a_commands_answer_is_left_out_of_the_context() {
+    let message = |role: Role, text: &str, run_id: Option<Uuid>| {
+        Arc::new(protocol::chat::Message {
+            id: Uuid::new_v4(),
+            seq: 0,
+            role,
+            content: vec![ContentBlock::Text { text: text.into() }],
+            model: (role == Role::Assistant).then(|| crate::agent::commands::COMMAND_MODEL.into()),
+            run_id,
+            pinned: false,
+            created_at: chrono::Utc::now(),
+        })
+    };
+    let stored = vec![
+        message(Role::User, "/help", None),
+        message(Role::Assistant, "the commands are…", None),
+        message(Role::User, "summarise the report", None),
+        message(Role::Assistant, "the report says…", Some(Uuid::new_v4())),
+    ];
+    let texts: Vec<String> = step::context_messages(&stored)
+        .iter()
+        .flat_map(|m| m.content.iter())
+        .filter_map(|block| match block {
+            ContentBlock::Text { text } => Some(text.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        !texts.iter().any(|t| t.contains("the commands are")),
+        "{texts:?}"
+    );
+    assert!(texts.iter().any(|t| t == "the report says…"), "{texts:?}");
+}
