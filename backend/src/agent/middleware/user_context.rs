@@ -35,7 +35,8 @@ impl Middleware for UserContext {
     ) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
             request.append_system_section(&section(ctx));
-            history::defuse_forged_markers(&mut request.messages);
+            // Forged markers were defused when the history was loaded: the ones put
+            // here are the only ones.
             if request.messages.iter().any(|m| m.pinned) {
                 history::mark_pinned(&mut request.messages);
                 request.append_system_section(PINNED_NOTE);

@@ -14,6 +14,7 @@ use uuid::Uuid;
 use super::Runner;
 use super::lifecycle::{emit, hand_over, lease, move_run};
 use crate::agent::commands::COMMAND_MODEL;
+use crate::agent::history;
 use crate::agent::middleware::Ctx;
 use crate::agent::model::{ChatMessage, ModelRequest, Purpose, RunContext, ToolSpec};
 use crate::agent::step_inputs::{StepInputs, StepOutputs};
@@ -52,6 +53,9 @@ pub(super) fn context_messages(stored: &[Arc<Message>]) -> Vec<ChatMessage> {
     if let Some(first) = messages.iter_mut().find(|m| m.role == Role::User) {
         first.pinned = true;
     }
+    // Here, whatever middleware the chain holds: a pin marker or a turn token that a
+    // tool's result or the model wrote must never reach the model as one.
+    history::defuse_forged_markers(&mut messages);
     messages
 }
 
@@ -62,10 +66,16 @@ fn tool_specs(runner: &Runner) -> Vec<ToolSpec> {
         .all()
         .iter()
         .filter(|tool| tool.unavailable_reason().is_none())
-        .map(|tool| ToolSpec {
-            name: tool.name.clone(),
-            description: tool.description.clone(),
-            parameters: tool.parameters.clone(),
+        .map(|tool| {
+            // Templates write the tool list into the prompt: an MCP server's words must
+            // not open a turn there either.
+            let mut parameters = tool.parameters.clone();
+            history::defuse_schema_words(&mut parameters);
+            ToolSpec {
+                name: tool.name.clone(),
+                description: history::defused(&tool.description),
+                parameters,
+            }
         })
         .collect()
 }
