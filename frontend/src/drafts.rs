@@ -1,7 +1,8 @@
-//! What the user typed into the message box and has not sent, kept in this tab's
-//! `sessionStorage` per user and conversation: a token that runs out signs the user out
-//! and takes the message box away, and signing in again brings the text back. Signing
-//! out on purpose forgets every draft.
+//! What the user had typed into the message box when their session ran out: the
+//! sign-out takes the message box away, and signing in again brings the text back.
+//! Only then is it written down (in this tab's `sessionStorage`, per user and
+//! conversation, read once); signing out on purpose, or another user signing in,
+//! forgets it.
 
 const PREFIX: &str = "toolgate.draft.";
 
@@ -9,7 +10,7 @@ fn storage() -> Option<web_sys::Storage> {
     web_sys::window()?.session_storage().ok().flatten()
 }
 
-/// Where the draft of `user`'s message box in `conversation` (`None`: a new one) lives.
+/// Where the draft of `user`'s message box in `conversation` (`None`: a new one) is kept.
 pub fn key(user: &str, conversation: Option<uuid::Uuid>) -> String {
     match conversation {
         Some(id) => format!("{PREFIX}{user}.{id}"),
@@ -17,33 +18,43 @@ pub fn key(user: &str, conversation: Option<uuid::Uuid>) -> String {
     }
 }
 
-pub fn load(key: &str) -> String {
-    storage()
-        .and_then(|s| s.get_item(key).ok().flatten())
-        .unwrap_or_default()
+/// The draft kept under `key`, which is forgotten as it is read.
+pub fn take(key: &str) -> String {
+    let Some(storage) = storage() else {
+        return String::new();
+    };
+    let draft = storage.get_item(key).ok().flatten().unwrap_or_default();
+    let _ = storage.remove_item(key);
+    draft
 }
 
-/// Keeps `text` under `key`; empty text forgets it. A full or refused storage keeps
-/// nothing, and the message box works as before.
+/// Keeps `text` under `key`; empty text keeps nothing. A full or refused storage keeps
+/// nothing either, rather than an older draft.
 pub fn save(key: &str, text: &str) {
-    if let Some(storage) = storage() {
-        let _ = if text.is_empty() {
-            storage.remove_item(key)
-        } else {
-            storage.set_item(key, text)
-        };
+    let Some(storage) = storage() else {
+        return;
+    };
+    if text.is_empty() || storage.set_item(key, text).is_err() {
+        let _ = storage.remove_item(key);
     }
 }
 
-/// Forgets every draft of this tab.
-pub fn forget_all() {
+/// Forgets every draft but `user`'s (every draft when `None`).
+pub fn forget_all_but(user: Option<&str>) {
     let Some(storage) = storage() else {
         return;
     };
     let count = storage.length().unwrap_or(0);
     let keys: Vec<String> = (0..count)
         .filter_map(|i| storage.key(i).ok().flatten())
-        .filter(|key| key.starts_with(PREFIX))
+        .filter(|key| {
+            // `<user>.<conversation or "new">`: a user id may hold dots, the rest not.
+            let owner = key
+                .strip_prefix(PREFIX)
+                .and_then(|rest| rest.rsplit_once('.'))
+                .map(|(owner, _)| owner);
+            owner.is_some() && owner != user
+        })
         .collect();
     for key in keys {
         let _ = storage.remove_item(&key);

@@ -128,6 +128,7 @@ impl AppState {
 
     pub fn sign_in(&self, session: Session) {
         auth::save_session(&session);
+        drafts::forget_all_but(Some(&session.user_id));
         self.signed_out_reason.set(None);
         self.notice.set(None);
         self.conversations.set(Vec::new());
@@ -137,7 +138,7 @@ impl AppState {
 
     pub fn sign_out(&self) {
         auth::clear_session();
-        drafts::forget_all();
+        drafts::forget_all_but(None);
         self.conversations.set(Vec::new());
         self.tool_servers.set(None);
         self.current.set(None);

@@ -33,8 +33,18 @@ pub(super) fn Composer(store: Option<ChatStore>) -> impl IntoView {
         .session
         .with_untracked(|s| s.as_ref().map(|s| s.user_id.clone()))
         .unwrap_or_default();
-    let draft = StoredValue::new(drafts::key(&user, store.map(|s| s.id)));
-    let text = RwSignal::new(draft.with_value(|key| drafts::load(key)));
+    let draft_key = drafts::key(&user, store.map(|s| s.id));
+    let text = RwSignal::new(drafts::take(&draft_key));
+    // Cleanups run while this component's signals still hold their values.
+    on_cleanup(move || {
+        // Taken away because the session ran out: kept for when the user is back.
+        // Leaving the conversation or signing out keeps nothing.
+        let expired = app.session.try_with_untracked(Option::is_none) == Some(true)
+            && app.signed_out_reason.try_with_untracked(Option::is_some) == Some(true);
+        if expired && let Some(typed) = text.try_get_untracked() {
+            drafts::save(&draft_key, &typed);
+        }
+    });
     let sending = RwSignal::new(false);
     let error = RwSignal::new(None::<String>);
     let input = NodeRef::<leptos::html::Textarea>::new();
@@ -79,7 +89,6 @@ pub(super) fn Composer(store: Option<ChatStore>) -> impl IntoView {
             match posted {
                 Ok((id, posted)) => {
                     app.reached();
-                    draft.with_value(|key| drafts::save(key, ""));
                     text.set(String::new());
                     if let Some(input) = input.get_untracked() {
                         input.set_value("");
@@ -151,11 +160,7 @@ pub(super) fn Composer(store: Option<ChatStore>) -> impl IntoView {
                 placeholder="Ask something…"
                 aria-describedby="composer-keys composer-status"
                 prop:value=text.get_untracked()
-                on:input=move |ev| {
-                    let typed = event_target_value(&ev);
-                    draft.with_value(|key| drafts::save(key, &typed));
-                    text.set(typed);
-                }
+                on:input=move |ev| text.set(event_target_value(&ev))
                 on:keydown=move |ev| {
                     if ev.key() == "Enter" && !ev.shift_key() && !ev.is_composing() {
                         ev.prevent_default();
