@@ -135,7 +135,7 @@ fn capped_summary(summary: &str, chars: usize) -> Option<String> {
     // Whole lines where a line ends near the cut (in the quarter of the part kept next
     // to it): a cut inside a long paragraph stays where it is, rather than losing most
     // of what it keeps.
-    let head = if summary[head_end..].starts_with('\n') {
+    let head = if summary[head_end..].starts_with(['\r', '\n']) {
         head
     } else {
         head.rfind('\n')
