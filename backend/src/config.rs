@@ -156,18 +156,37 @@ impl fmt::Debug for Config {
     }
 }
 
-/// Hides the password of a connection URL.
+/// Hides the password of a connection URL: the one after the user name (everything to
+/// the last `@`, which an unencoded password may hold), and one given as a query
+/// parameter after the host (`?password=`, `sslpassword=`), which libpq takes as well.
 pub fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
+    let (head, rest) = match (url.find("://"), url.rfind('@')) {
         (Some(scheme_end), Some(at)) if at > scheme_end => {
             let credentials = &url[scheme_end + 3..at];
             match credentials.split_once(':') {
-                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme_end + 3], &url[at..]),
-                None => url.to_owned(),
+                Some((user, _)) => (
+                    format!("{}{user}:***@", &url[..scheme_end + 3]),
+                    &url[at + 1..],
+                ),
+                None => (url[..=at].to_owned(), &url[at + 1..]),
             }
         }
-        _ => url.to_owned(),
-    }
+        (Some(scheme_end), _) => (url[..scheme_end + 3].to_owned(), &url[scheme_end + 3..]),
+        _ => (String::new(), url),
+    };
+    let Some((host, query)) = rest.split_once('?') else {
+        return format!("{head}{rest}");
+    };
+    let parameters: Vec<String> = query
+        .split('&')
+        .map(|parameter| match parameter.split_once('=') {
+            Some((name, _)) if name.to_ascii_lowercase().contains("password") => {
+                format!("{name}=***")
+            }
+            _ => parameter.to_owned(),
+        })
+        .collect();
+    format!("{head}{host}?{}", parameters.join("&"))
 }
 
 impl Config {
@@ -481,6 +500,36 @@ pub fn parse_duration(text: &str) -> anyhow::Result<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_database_urls_passwords_are_hidden_wherever_they_are_given() {
+        assert_eq!(
+            redact_url("postgres://app:s3cret@db:5432/toolgate"),
+            "postgres://app:***@db:5432/toolgate"
+        );
+        assert_eq!(
+            redact_url(
+                "postgres://app@db/toolgate?sslmode=require&password=s3cret&SSLPASSWORD=k3y"
+            ),
+            "postgres://app@db/toolgate?sslmode=require&password=***&SSLPASSWORD=***"
+        );
+        // An `@` in both: more is hidden than needed, nothing shown that should not be.
+        let both = redact_url("postgres://app:s3c@ret@db/t?password=p@ss");
+        assert!(
+            !both.contains("s3c") && !both.contains("ret") && !both.contains("p@"),
+            "{both}"
+        );
+        assert_eq!(
+            redact_url("postgres://db/toolgate"),
+            "postgres://db/toolgate"
+        );
+        // An unencoded `?` or `/` in the password stays hidden with it.
+        assert_eq!(
+            redact_url("postgres://app:a?b/c@db/t"),
+            "postgres://app:***@db/t"
+        );
+        assert_eq!(redact_url("not a url?password=x"), "not a url?password=***");
+    }
     use std::collections::HashMap;
 
     fn config(vars: &[(&str, &str)]) -> anyhow::Result<Config> {
