@@ -10,6 +10,10 @@ use serde_json::{Value, json};
 use tests::mcp_server::FORGED_LINE;
 use tests::{MockLlm, MockReply, ServerOptions, TempDir, TestServer, write_temp_file};
 
+/// The tools-file line that has the test server ask its questions the stateless way
+/// (MCP 2026-07-28).
+const STATELESS: &str = "protocol_version = \"2026-07-28\"";
+
 /// The tools file entry for the test server over stdio, named `name`, whose word that a
 /// tool only reads is trusted.
 fn stdio_server(name: &str, extra: &str) -> String {
@@ -1232,13 +1236,8 @@ async fn a_question_repeating_a_secret_of_the_call_shows_it_masked() {
 #[tokio::test]
 async fn a_secret_hidden_in_a_servers_question_state_is_not_kept() {
     const SECRET: &str = "s3cret-token-5151";
-    let (setup, token, conversation, done) = secret_given_to_over(
-        "ask_code",
-        "mcp-state-secret",
-        SECRET,
-        "protocol_version = \"2026-07-28\"",
-    )
-    .await;
+    let (setup, token, conversation, done) =
+        secret_given_to_over("ask_code", "mcp-state-secret", SECRET, STATELESS).await;
     let server = &setup.server;
     assert_eq!(done["tool_result"]["success"], false, "{done}");
     assert!(
@@ -1333,7 +1332,7 @@ async fn a_changed_tool_list_reaches_the_registry_and_slow_calls_time_out() {
 
 #[tokio::test]
 async fn stateless_questions_of_2026_07_28_survive_a_restart_and_call_again() {
-    let tools = stdio_server("t", "protocol_version = \"2026-07-28\"");
+    let tools = stdio_server("t", STATELESS);
     let (dir, path) = write_temp_file("tools.toml", &tools);
     let options = ServerOptions::default().env("TOOLGATE_TOOLS", &path.to_string_lossy());
     let mut first = TestServer::start_with(options).await;
@@ -1389,11 +1388,7 @@ async fn stateless_questions_of_2026_07_28_survive_a_restart_and_call_again() {
 /// A server that asks a flood of questions at once puts no card before the user.
 #[tokio::test]
 async fn a_round_of_too_many_stateless_questions_is_refused_whole() {
-    let (setup, token, conversation) = ready(
-        &stdio_server("t", "protocol_version = \"2026-07-28\""),
-        "mcp-flood",
-    )
-    .await;
+    let (setup, token, conversation) = ready(&stdio_server("t", STATELESS), "mcp-flood").await;
     let server = &setup.server;
     let (status, outcome) = execute(
         server,
@@ -1433,11 +1428,7 @@ async fn a_round_of_too_many_stateless_questions_is_refused_whole() {
 /// rather than throwing the answers away.
 #[tokio::test]
 async fn an_answered_round_waits_for_a_session_while_the_users_are_busy() {
-    let (setup, token, conversation) = ready(
-        &stdio_server("t", "protocol_version = \"2026-07-28\""),
-        "mcp-busy-round",
-    )
-    .await;
+    let (setup, token, conversation) = ready(&stdio_server("t", STATELESS), "mcp-busy-round").await;
     let server = &setup.server;
     let (_, asked) = execute(
         server,
@@ -1539,10 +1530,9 @@ async fn answer_after_a_restart_with(before: &str, after: &str) -> (Value, TestS
 /// of a server switched off since calls nothing, and says why.
 #[tokio::test]
 async fn a_question_answered_after_its_server_was_switched_off_calls_nothing() {
-    let stateless = "protocol_version = \"2026-07-28\"";
     let (done, second) = answer_after_a_restart_with(
-        &stdio_server("t", stateless),
-        &stdio_server("t", &format!("{stateless}\nenabled = false")),
+        &stdio_server("t", STATELESS),
+        &stdio_server("t", &format!("{STATELESS}\nenabled = false")),
     )
     .await;
     assert_eq!(done["tool_result"]["success"], false, "{done}");
@@ -1561,10 +1551,9 @@ async fn a_question_answered_after_its_server_was_switched_off_calls_nothing() {
 /// The same for one tool switched off by an overlay while its server stays on.
 #[tokio::test]
 async fn a_question_answered_after_its_tool_was_switched_off_calls_nothing() {
-    let stateless = "protocol_version = \"2026-07-28\"";
     let (done, _second) = answer_after_a_restart_with(
-        &stdio_server("t", stateless),
-        &(stdio_server("t", stateless)
+        &stdio_server("t", STATELESS),
+        &(stdio_server("t", STATELESS)
             + "\n[[tool_overlays]]\nname = \"t__ask_code\"\nenabled = false\n"),
     )
     .await;
