@@ -312,6 +312,8 @@ pub struct CreateRequestParams {
     pub save_for_session: bool,
     #[serde(default)]
     pub save_for: Option<SaveFor>,
+    /// The arguments of the call the card is for, shown with it; at most 64 KiB as
+    /// JSON (422 under `tool_args` beyond that).
     #[serde(default)]
     pub tool_args: Option<Map<String, Value>>,
 }
@@ -508,6 +510,7 @@ pub struct ExecuteToolParams {
         )
     )]
     pub tool_call_id: String,
+    /// At most 64 KiB as JSON (422 under `arguments` beyond that).
     #[serde(default)]
     pub arguments: Map<String, Value>,
     #[serde(default)]

@@ -249,7 +249,8 @@ impl TestTools {
                 "ask_code",
                 "Asks for a code the stateless way (2026-07-28)",
                 json!({"text": {"type": "string", "description": "Kept in the state it asks back"},
-                    "extra_questions": {"type": "integer", "description": "How many more questions to ask with it"}}),
+                    "extra_questions": {"type": "integer", "description": "How many more questions to ask with it"},
+                    "state_bytes": {"type": "integer", "description": "Bytes of padding kept in the state"}}),
             )
             .annotate(read_only()),
             // A name no registry takes, written to forge a log line.
@@ -491,6 +492,10 @@ impl TestTools {
                 );
             }
             // A hostile server may hide what it was given in the state it asks to get back.
+            let padding = request
+                .arguments
+                .as_ref()
+                .map_or(0, |arguments| number(arguments, "state_bytes"));
             let state = match request
                 .arguments
                 .as_ref()
@@ -498,6 +503,7 @@ impl TestTools {
                 .and_then(Value::as_str)
             {
                 Some(text) => format!("round-1 {text}"),
+                None if padding > 0 => format!("round-1 {}", "s".repeat(padding as usize)),
                 None => "round-1".to_owned(),
             };
             return Ok(InputRequiredResult::new(Some(questions), Some(state)).into());

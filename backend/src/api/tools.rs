@@ -5,7 +5,8 @@ use protocol::api::{ExecuteToolParams, ToolList, ToolOutcome};
 use super::ids;
 use super::json::ApiJson;
 use crate::auth::AuthUser;
-use crate::error::Result;
+use crate::error::{Error, FieldErrors, Result};
+use crate::requests;
 use crate::state::AppState;
 use crate::tools::executor::{self, ToolCall};
 
@@ -30,7 +31,7 @@ pub async fn list_tools(State(state): State<AppState>, _user: AuthUser) -> Json<
     (status = 401, body = protocol::api::ErrorBody),
     (status = 404, description = "Unknown tool or conversation", body = protocol::api::ErrorBody),
     (status = 409, description = "The call would store a request (for input or approval) under a tool_call_id one of the user's requests already has, or too many requests already wait in the conversation (`too_many_pending`)", body = protocol::api::ErrorBody),
-    (status = 422, description = "An argument or `original_user_request` holds a NUL (U+0000) character; `fields` names it", body = protocol::api::ErrorBody)))]
+    (status = 422, description = "An argument or `original_user_request` holds a NUL (U+0000) character, or the arguments take more than 64 KiB as JSON; `fields` names it", body = protocol::api::ErrorBody)))]
 pub async fn execute_tool(
     State(state): State<AppState>,
     user: AuthUser,
@@ -40,6 +41,11 @@ pub async fn execute_tool(
         ("tool_call_id", &params.tool_call_id),
         ("tool_name", &params.tool_name),
     ])?;
+    let mut errors = FieldErrors::new();
+    requests::check_arguments_size(&mut errors, "arguments", &params.arguments);
+    if !errors.is_empty() {
+        return Err(Error::unprocessable("the arguments are too large", errors));
+    }
     let call = ToolCall {
         conversation_id: params.conversation_id,
         run_id: None,

@@ -67,6 +67,9 @@ pub async fn create_request(
         MAX_NAME_LEN,
     );
     check_text(&mut errors, "reason", &params.reason, MAX_REASON_LEN);
+    if let Some(arguments) = &params.tool_args {
+        super::check_arguments_size(&mut errors, "tool_args", arguments);
+    }
     let raw_fields = params.fields;
     let parsed = super::off_the_workers(move || fields::parse_field_specs(&raw_fields)).await?;
     let specs = match parsed {

@@ -32,6 +32,28 @@ pub(crate) async fn off_the_workers<T: Send + 'static>(
         .map_err(|err| anyhow::anyhow!("checking values on the blocking pool: {err}").into())
 }
 
+/// Largest arguments a caller may hand in, as JSON: with a request to create
+/// (`tool_args`) or a call to run (`/api/tools/execute`). They are stored with the
+/// request its card shows and read back with every read of what waits, so the body
+/// limit alone would let one conversation's waiting cards hold a hundred times that
+/// limit, and a read of them take many times more memory as it decodes them.
+pub const MAX_ARGUMENTS_BYTES: usize = 64 * 1024;
+
+/// Why a caller's arguments are refused under `field`, if they are larger than
+/// [`MAX_ARGUMENTS_BYTES`].
+pub fn check_arguments_size(
+    errors: &mut crate::error::FieldErrors,
+    field: &str,
+    arguments: &serde_json::Map<String, serde_json::Value>,
+) {
+    if crate::db::storable::json_size(arguments) > MAX_ARGUMENTS_BYTES {
+        errors.insert(
+            field.to_owned(),
+            format!("must be at most {MAX_ARGUMENTS_BYTES} bytes as JSON"),
+        );
+    }
+}
+
 /// The request as callers see it, with the tool's argument schema on an approval so a
 /// card can offer an edit.
 pub fn describe(row: &InputRequestRow, tools: &ToolRegistry) -> InputRequest {

@@ -709,3 +709,49 @@ async fn a_reason_is_measured_in_characters_as_the_document_says() {
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
     assert!(body["error"]["fields"]["reason"].is_string(), "{body}");
 }
+
+#[tokio::test]
+async fn arguments_past_64_kib_are_refused_by_name_and_nothing_is_stored() {
+    let server = TestServer::start().await;
+    let (token, conversation) = user_with_conversation(&server).await;
+
+    // Zeros in an array: 2 bytes each in the body, many times that once decoded, and
+    // stored with the card and read back with every read of what waits.
+    let mut request = realm_request(&conversation, &call_id());
+    request["tool_args"] = json!({ "padding": vec![0; 40_000] });
+    let (status, body) = server.action(&token, request).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(
+        body["error"]["fields"]["tool_args"]
+            .as_str()
+            .is_some_and(|why| why.contains("65536 bytes")),
+        "{body}"
+    );
+    let (status, body) = server
+        .send(
+            "POST",
+            "/api/tools/execute",
+            Some(&token),
+            Some(
+                json!({"conversation_id": conversation, "tool_name": "calculator",
+                "tool_call_id": call_id(),
+                "arguments": {"expression": "1+1", "padding": "x".repeat(70_000)}}),
+            ),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(body["error"]["fields"]["arguments"].is_string(), "{body}");
+    let (_, pending) = server
+        .action(
+            &token,
+            json!({"action": "get_pending", "conversation_id": conversation}),
+        )
+        .await;
+    assert_eq!(pending["requests"], json!([]), "{pending}");
+
+    // Just under the limit is taken.
+    let mut request = realm_request(&conversation, &call_id());
+    request["tool_args"] = json!({ "padding": "x".repeat(60_000) });
+    let (status, body) = server.action(&token, request).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+}

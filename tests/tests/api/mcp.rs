@@ -1412,7 +1412,7 @@ async fn a_round_of_too_many_stateless_questions_is_refused_whole() {
         &conversation,
         "t__ask_code",
         "call_state",
-        json!({"text": "s".repeat(70_000)}),
+        json!({"state_bytes": 70_000}),
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{outcome}");
