@@ -353,20 +353,14 @@ pub async fn find_for_update(
 /// How many of the conversation's requests wait for the user now (not yet expired),
 /// counted up to `up_to`.
 ///
-/// Takes a lock on the conversation until the transaction ends first, so requests made
-/// side by side are counted one after the other. Call it inside the transaction that
-/// inserts the request.
+/// Call it inside the transaction that inserts the request, holding the conversation's
+/// writer lock (`conversations::lock_for_writing`), so requests made side by side are
+/// counted one after the other.
 pub async fn count_waiting(
     conn: &mut PgConnection,
     conversation_id: Uuid,
     up_to: u32,
 ) -> sqlx::Result<i64> {
-    sqlx::query!(
-        "select pg_advisory_xact_lock(hashtextextended($1::text, 7303))",
-        conversation_id.to_string(),
-    )
-    .execute(&mut *conn)
-    .await?;
     sqlx::query_scalar!(
         r#"select count(*) as "waiting!" from (
              select 1 from tool_user_input_requests

@@ -230,6 +230,13 @@ pub async fn insert_request(
             )
         }
     };
+    // The conversation's writer lock comes first, as in every writer (see
+    // `conversations::lock_for_writing`): an MCP server's question is stored by a
+    // transaction that already holds it, and one that took it after the counting
+    // below would deadlock with it.
+    if !conversations::lock_for_writing(conn, conversation_id).await? {
+        return Err(Error::NotFound("conversation"));
+    }
     // The unique key holds one request of each kind per id; a model that gives one id
     // to two calls (an input request and an approval, say) would leave two cards that
     // one answer or cancel by id cannot tell apart.

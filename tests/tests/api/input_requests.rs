@@ -755,3 +755,64 @@ async fn arguments_past_64_kib_are_refused_by_name_and_nothing_is_stored() {
     let (status, body) = server.action(&token, request).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
 }
+
+/// Every writer takes the conversation's writer lock before any other lock, so two
+/// writers never wait on each other in a circle: a request made while an MCP server's
+/// question is being stored (which holds that lock first) waits for it holding nothing.
+#[tokio::test]
+async fn a_new_request_waits_for_the_conversations_writer_lock_holding_no_other_lock() {
+    let server = TestServer::start().await;
+    let (token, conversation) = user_with_conversation(&server).await;
+    let mut holder = server.db().await;
+    sqlx::query("begin").execute(&mut holder).await.unwrap();
+    sqlx::query("select 1 from conversations where id = $1::uuid for no key update")
+        .bind(&conversation)
+        .execute(&mut holder)
+        .await
+        .unwrap();
+
+    let creating = {
+        let server_url = server.url("/api/tool-user-input");
+        let body = realm_request(&conversation, &call_id());
+        let token = token.clone();
+        tokio::spawn(async move {
+            tests::http_client()
+                .post(server_url)
+                .bearer_auth(token)
+                .json(&body)
+                .send()
+                .await
+                .map(|response| response.status())
+        })
+    };
+    // The request's transaction, once it waits for a lock.
+    let mut observer = server.db().await;
+    let mut waiting = None;
+    for _ in 0..100 {
+        waiting = sqlx::query_scalar::<_, i32>(
+            "select pid from pg_stat_activity
+             where datname = current_database() and wait_event_type = 'Lock'",
+        )
+        .fetch_optional(&mut observer)
+        .await
+        .unwrap();
+        if waiting.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let waiting = waiting.expect("the new request waits for the conversation's lock");
+    // Its other locks are advisory ones (on the call id, on the count of waiting cards).
+    let held: Vec<String> = sqlx::query_scalar(
+        "select objid::text from pg_locks where pid = $1 and granted and locktype = 'advisory'",
+    )
+    .bind(waiting)
+    .fetch_all(&mut observer)
+    .await
+    .unwrap();
+    assert_eq!(held, Vec::<String>::new(), "locks held while waiting");
+
+    sqlx::query("rollback").execute(&mut holder).await.unwrap();
+    let status = creating.await.unwrap().expect("the request is answered");
+    assert_eq!(status, StatusCode::CREATED);
+}
