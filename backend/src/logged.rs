@@ -31,6 +31,35 @@ pub fn outside(said: impl std::fmt::Display) -> String {
     logged
 }
 
+/// The text log's way of writing an event's fields: `name=value` (the message as it
+/// is), with line breaks, control and invisible characters written as escapes. Text
+/// from outside that a library logs as it was given (rmcp logs a peer's JSON-RPC request
+/// id so) can then add no line of its own to the log.
+pub fn one_line_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> + 'static {
+    use tracing_subscriber::field::MakeExt;
+    tracing_subscriber::fmt::format::debug_fn(|writer, field, value| {
+        let text = if field.name() == "message" {
+            format!("{value:?}")
+        } else {
+            format!("{}={value:?}", field.name())
+        };
+        writer.write_str(&on_one_line(&text))
+    })
+    .delimited(" ")
+}
+
+/// `text` with every character that could break or reorder a line escaped.
+fn on_one_line(text: &str) -> std::borrow::Cow<'_, str> {
+    let breaks = |c: char| c == '\n' || c == '\t' || protocol::unseen::is_unseen(c);
+    if !text.contains(breaks) {
+        return text.into();
+    }
+    text.chars()
+        .map(|c| if breaks(c) { escaped(c) } else { c.to_string() })
+        .collect::<String>()
+        .into()
+}
+
 fn escaped(c: char) -> String {
     format!("\\u{{{:04x}}}", u32::from(c))
 }
@@ -38,6 +67,45 @@ fn escaped(c: char) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a library logs as it was given (rmcp: `warn!(%id, "response error")` with
+    /// a peer's request id) stays on its own line.
+    #[test]
+    fn a_field_from_outside_cannot_add_a_line_to_the_text_log() {
+        use std::sync::{Arc, Mutex};
+        #[derive(Clone, Default)]
+        struct Captured(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Captured {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0
+                    .lock()
+                    .map_err(|_| std::io::ErrorKind::Other)?
+                    .extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .fmt_fields(one_line_fields())
+            .finish();
+        let id = "1\n2026-01-01T00:00:00Z  INFO toolgate: approved\u{2028}x";
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::warn!(%id, "rejected peer request");
+            tracing::warn!(id, "and {} in the message", id);
+        });
+        let log = String::from_utf8(captured.0.lock().map(|b| b.clone()).unwrap_or_default())
+            .unwrap_or_default();
+        assert_eq!(log.lines().count(), 2, "{log}");
+        assert!(!log.contains('\u{2028}'), "{log}");
+        assert!(log.contains("id=1\\u{000a}2026-01-01"), "{log}");
+        assert!(log.contains("rejected peer request id="), "{log}");
+    }
 
     #[test]
     fn outside_text_is_logged_on_one_line_as_it_reads() {
