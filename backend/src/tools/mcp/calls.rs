@@ -318,6 +318,19 @@ async fn run(
     }
 }
 
+/// The kind of a block that is not text, as the protocol names it.
+fn content_kind(block: &rmcp::model::ContentBlock) -> &'static str {
+    use rmcp::model::ContentBlock;
+    match block {
+        ContentBlock::Text(_) => "text",
+        ContentBlock::Image(_) => "image",
+        ContentBlock::Audio(_) => "audio",
+        ContentBlock::Resource(_) => "resource",
+        ContentBlock::ResourceLink(_) => "resource_link",
+        _ => "content",
+    }
+}
+
 fn excerpt(text: &str, most: usize) -> String {
     let mut cut: String = text.chars().take(most).collect();
     if cut.len() < text.len() {
@@ -338,16 +351,12 @@ pub(super) fn outcome_of(
     match result {
         Ok(result) => {
             let mut texts = Vec::new();
-            let mut other = Vec::new();
+            // Counted by kind, not listed: a server may send millions of empty blocks.
+            let mut other = std::collections::BTreeMap::<&str, u64>::new();
             for block in &result.content {
                 match block.as_text() {
                     Some(text) => texts.push(text.text.clone()),
-                    None => other.push(
-                        serde_json::to_value(block)
-                            .ok()
-                            .and_then(|v| v.get("type").and_then(Value::as_str).map(str::to_owned))
-                            .unwrap_or_else(|| "content".to_owned()),
-                    ),
+                    None => *other.entry(content_kind(block)).or_default() += 1,
                 }
             }
             let mut joined = texts.join("\n");
@@ -1014,6 +1023,23 @@ mod tests {
 
         let shallow = json!({"rows": [1, 2, 3]});
         assert_eq!(stored_size(&shallow), shallow.to_string().len());
+    }
+
+    /// A server that answers with a flood of empty blocks gets a count of them stored,
+    /// not a list as long as the flood.
+    #[test]
+    fn blocks_that_are_not_text_are_counted_by_kind() {
+        let mut blocks = vec![rmcp::model::ContentBlock::text("chart below")];
+        blocks.extend((0..100_000).map(|_| rmcp::model::ContentBlock::image("", "image/png")));
+        blocks.push(rmcp::model::ContentBlock::audio("", "audio/wav"));
+        let outcome = outcome_of(
+            "files",
+            Ok(CallToolResult::success(blocks)),
+            &Redactions::new([]),
+        );
+        let stored = outcome.result.unwrap_or_default();
+        assert_eq!(stored["omitted"], json!({"image": 100_000, "audio": 1}));
+        assert!(storable::json_size(&stored) < 100, "{stored}");
     }
 
     #[test]
