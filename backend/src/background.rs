@@ -32,7 +32,7 @@ const FOLLOW_UPS_WAIT: Duration = Duration::from_secs(2);
 pub async fn sweep_once(state: &AppState) -> anyhow::Result<(usize, usize)> {
     let expired = expire_overdue(state).await?;
     end_orphaned_questions(state).await?;
-    state.mcp.close_idle_sessions(MCP_IDLE).await;
+    state.mcp.close_idle_sessions(MCP_IDLE);
     state.limits.forget_idle();
     let runner = state.runner();
     let failed = agent::fail_abandoned_runs(&runner).await?;

@@ -115,12 +115,17 @@ pub async fn serve_http() -> Result<HttpServer> {
 
 /// Serves the test tools on standard input and output until the client leaves; exits
 /// at once while the `MCP_TEST_STATE` folder holds [`REFUSE_START`], as a server that
-/// stays down would.
+/// stays down would, and starts 6 s late while it holds [`SLOW_START`].
 pub async fn serve_stdio() -> Result<()> {
     if let Some(dir) = std::env::var_os("MCP_TEST_STATE")
         && PathBuf::from(dir).join(REFUSE_START).exists()
     {
         anyhow::bail!("told not to start");
+    }
+    if let Some(dir) = std::env::var_os("MCP_TEST_STATE")
+        && PathBuf::from(dir).join(SLOW_START).exists()
+    {
+        tokio::time::sleep(Duration::from_secs(6)).await;
     }
     let running = TestTools::over(Transport::Stdio)
         .serve(rmcp::transport::stdio())
@@ -319,6 +324,9 @@ async fn say_complete(
 /// A file in the `MCP_TEST_STATE` folder that keeps the stdio server from starting.
 pub const REFUSE_START: &str = "refuse_start";
 
+/// A file in the `MCP_TEST_STATE` folder that makes the stdio server start 6 s late.
+pub const SLOW_START: &str = "slow_start";
+
 fn shared_state_file() -> Option<PathBuf> {
     std::env::var_os("MCP_TEST_STATE").map(|dir| PathBuf::from(dir).join("late_addition"))
 }
@@ -332,6 +340,21 @@ fn bloat() -> usize {
         .find(|pair| pair[0] == "--bloat")
         .and_then(|pair| pair[1].parse().ok())
         .unwrap_or(0)
+}
+
+/// `--restless` on the command line: the server says its tool list changed right after
+/// each listing, and counts the listings in [`LISTINGS`] in the `MCP_TEST_STATE` folder
+/// (one character each).
+fn restless() -> bool {
+    std::env::args().any(|argument| argument == "--restless")
+}
+
+/// The file of the `MCP_TEST_STATE` folder where a `--restless` server counts listings.
+pub const LISTINGS: &str = "listings";
+
+/// `--endless-pages` on the command line: a tool list whose pages never end.
+fn endless_pages() -> bool {
+    std::env::args().any(|argument| argument == "--endless-pages")
 }
 
 fn tool(name: &'static str, description: &'static str, properties: Value) -> Tool {
@@ -538,10 +561,34 @@ impl ServerHandler for TestTools {
 
     async fn list_tools(
         &self,
-        _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(self.tools()))
+        if restless() {
+            // Counted in the state folder; and the list "changes" again at once.
+            if let Some(dir) = std::env::var_os("MCP_TEST_STATE") {
+                let file = PathBuf::from(dir).join(LISTINGS);
+                let count = std::fs::read_to_string(&file).map_or(0, |text| text.len());
+                std::fs::write(&file, ".".repeat(count + 1)).map_err(failed)?;
+            }
+            let peer = context.peer.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                let _ = peer.notify_tool_list_changed().await;
+            });
+        }
+        if !endless_pages() {
+            return Ok(ListToolsResult::with_all_items(self.tools()));
+        }
+        // Every page points at one more, the first holding the tools, the rest none.
+        let page: u64 = request
+            .and_then(|params| params.cursor)
+            .and_then(|cursor| cursor.strip_prefix("page-")?.parse().ok())
+            .unwrap_or(0);
+        let mut result =
+            ListToolsResult::with_all_items(if page == 0 { self.tools() } else { Vec::new() });
+        result.next_cursor = Some(format!("page-{}", page + 1));
+        Ok(result)
     }
 
     async fn call_tool(

@@ -206,6 +206,96 @@ async fn a_servers_catalogue_past_its_budget_is_cut() {
     );
 }
 
+/// A server whose tool list hands out cursors without end is read up to a point and
+/// its first page's tools are kept, rather than read until the call times out.
+#[tokio::test]
+async fn a_tool_list_without_end_is_read_up_to_a_point() {
+    let setup = start(&stdio_server("t", "args = [\"--endless-pages\"]")).await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("mcp-pages").await;
+    let listed = tools_when_settled(server, &token, &["t"]).await;
+    assert_eq!(server_info(&listed, "t")["status"], "connected", "{listed}");
+    let names: Vec<&str> = listed["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(names.contains(&"t__echo"), "{names:?}");
+    assert!(
+        server.logs().contains("did not end after 50 pages"),
+        "{}",
+        server.logs()
+    );
+}
+
+/// A server that says its tool list changed right after every listing is listed about
+/// once a second, not as fast as it can say so.
+#[tokio::test]
+async fn a_server_that_keeps_saying_its_list_changed_is_listed_once_a_second() {
+    let state = TempDir::new("mcp-restless");
+    let extra = format!(
+        "args = [\"--restless\"]\nenv = {{ MCP_TEST_STATE = \"{}\" }}",
+        state.0.display()
+    );
+    let (setup, _token, _conversation) = ready(&stdio_server("t", &extra), "mcp-restless").await;
+    let listings = || {
+        std::fs::read_to_string(state.0.join(tests::mcp_server::LISTINGS)).map_or(0, |t| t.len())
+    };
+    let before = listings();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let during = listings() - before;
+    // Four seconds at one a second, with room for the edges; unchecked, the server's
+    // 20 ms between notices would make it a hundred or more.
+    assert!(
+        (2..=6).contains(&during),
+        "{during} listings in 4 s\n{}",
+        setup.server.logs()
+    );
+}
+
+/// A session slow to open holds up its own call only: another user's call to the same
+/// server goes on meanwhile.
+#[tokio::test]
+async fn a_session_slow_to_open_holds_up_no_other_users_call() {
+    let state = TempDir::new("mcp-slow-open");
+    let extra = format!("env = {{ MCP_TEST_STATE = \"{}\" }}", state.0.display());
+    let (setup, token, conversation) = ready(&stdio_server("t", &extra), "mcp-open").await;
+    let server = &setup.server;
+    let echo = |call: &'static str, token: String, conversation: String| async move {
+        execute(
+            server,
+            &token,
+            &conversation,
+            "t__echo",
+            call,
+            json!({"text": call}),
+        )
+        .await
+    };
+    // The first user's session is open.
+    let (_, outcome) = echo("call_first", token.clone(), conversation.clone()).await;
+    assert_eq!(outcome["success"], true, "{outcome}");
+
+    std::fs::write(state.0.join(tests::mcp_server::SLOW_START), b"slow").expect("marker");
+    let (_, other) = server.new_user("mcp-slow").await;
+    let other_conversation = server.new_conversation(&other).await;
+    let slow = echo("call_slow", other, other_conversation);
+    let meanwhile = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let started = tokio::time::Instant::now();
+        let answer = echo("call_meanwhile", token.clone(), conversation.clone()).await;
+        (answer, started.elapsed())
+    };
+    let ((_, slow), ((_, meanwhile), took)) = tokio::join!(slow, meanwhile);
+    assert_eq!(meanwhile["success"], true, "{meanwhile}");
+    assert!(
+        took < Duration::from_secs(3),
+        "the other call took {took:?}"
+    );
+    assert_eq!(slow["success"], true, "{slow}");
+}
+
 #[tokio::test]
 async fn a_server_that_is_down_at_start_up_leaves_start_up_alone_and_says_why() {
     let closed = tests::free_port().expect("port");

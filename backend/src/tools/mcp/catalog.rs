@@ -26,7 +26,14 @@ const MAX_DESCRIPTION_CHARS: usize = 2000;
 /// every tool goes with every model request, so 500 tools of the largest schema would
 /// put 32 MiB into each step of every conversation.
 const MAX_CATALOG_BYTES: usize = 1024 * 1024;
+/// Most pages one listing of a server's tools may take, and most bytes (as JSON) of
+/// tools read from it: a server that hands out cursors without end, or pages of tools
+/// that will be left out anyway, is stopped there rather than read into memory.
+const MAX_LIST_PAGES: usize = 50;
+const MAX_LISTED_BYTES: usize = 8 * MAX_CATALOG_BYTES;
 const LONGEST_BACKOFF: Duration = Duration::from_secs(60);
+/// Least time between two listings of one server's tools.
+const LIST_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Most sessions one user has with one server at once: a call waiting for the user's
 /// answer keeps its session, so the user's next call takes another.
@@ -35,8 +42,59 @@ const SESSIONS_PER_USER: usize = 4;
 /// One configured server and the sessions its users have with it.
 pub struct Server {
     pub config: ServerConfig,
-    sessions: tokio::sync::Mutex<HashMap<String, Vec<Arc<Session>>>>,
+    /// Held only to look and to book, never while a session opens: a server slow to
+    /// open one holds up that call alone, not its other users nor the sweep.
+    sessions: std::sync::Mutex<Sessions>,
     list_changed: Arc<Notify>,
+}
+
+/// The users' sessions with one server, and how many each user has being opened.
+#[derive(Default)]
+struct Sessions {
+    open: HashMap<String, Vec<Arc<Session>>>,
+    opening: HashMap<String, usize>,
+}
+
+impl Sessions {
+    fn of(&self, user_id: &str) -> usize {
+        self.open.get(user_id).map_or(0, Vec::len) + self.opening.get(user_id).copied().unwrap_or(0)
+    }
+
+    fn total(&self) -> usize {
+        self.open.values().map(Vec::len).sum::<usize>() + self.opening.values().sum::<usize>()
+    }
+
+    fn forget_closed(&mut self) {
+        for list in self.open.values_mut() {
+            list.retain(|session| !session.is_closed());
+        }
+        self.open.retain(|_, list| !list.is_empty());
+    }
+}
+
+/// A session booked for a user while it opens; the booking ends however the opening
+/// ends, a call given up on included.
+struct Booking<'a> {
+    server: &'a Server,
+    user_id: &'a str,
+}
+
+impl Drop for Booking<'_> {
+    fn drop(&mut self) {
+        let mut sessions = self.server.lock();
+        if let Some(count) = sessions.opening.get_mut(self.user_id) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                sessions.opening.remove(self.user_id);
+            }
+        }
+    }
+}
+
+/// What a user's call finds: an idle session of theirs, or room for a new one.
+enum Found<'a> {
+    Idle(Taken),
+    Booked(Booking<'a>),
 }
 
 /// A session taken for one call: nobody else's call runs in it until this is dropped.
@@ -49,9 +107,13 @@ impl Server {
     pub fn new(config: ServerConfig) -> Self {
         Server {
             config,
-            sessions: tokio::sync::Mutex::default(),
+            sessions: std::sync::Mutex::default(),
             list_changed: Arc::new(Notify::new()),
         }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Sessions> {
+        self.sessions.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn busy(&self, detail: String) -> Unreachable {
@@ -71,30 +133,58 @@ impl Server {
         hub: &Arc<McpHub>,
         user_id: &str,
     ) -> Result<Taken, Unreachable> {
-        let mut sessions = self.sessions.lock().await;
-        for list in sessions.values_mut() {
-            list.retain(|session| !session.is_closed());
-        }
-        sessions.retain(|_, list| !list.is_empty());
-        if let Some(list) = sessions.get(user_id) {
+        let booking = match self.take_or_book(user_id)? {
+            Found::Idle(taken) => return Ok(taken),
+            Found::Booked(booking) => booking,
+        };
+        let shared = SessionShared::new(
+            &self.config.name,
+            Some(user_id),
+            Arc::downgrade(hub),
+            self.list_changed.clone(),
+        );
+        let session = Session::open(&self.config, shared).await?;
+        let turn = session
+            .try_take()
+            .ok_or_else(|| self.busy("a new session was taken at once".to_owned()))?;
+        let mut sessions = self.lock();
+        sessions
+            .open
+            .entry(user_id.to_owned())
+            .or_default()
+            .push(session.clone());
+        drop(sessions);
+        drop(booking);
+        Ok(Taken {
+            session,
+            _turn: turn,
+        })
+    }
+
+    /// An idle session of the user's taken, or room booked for a new one (the idlest
+    /// session of anyone's closed when the server has no room left).
+    fn take_or_book<'a>(&'a self, user_id: &'a str) -> Result<Found<'a>, Unreachable> {
+        let mut sessions = self.lock();
+        sessions.forget_closed();
+        if let Some(list) = sessions.open.get(user_id) {
             for session in list {
                 if let Some(turn) = session.try_take() {
                     session.touch();
-                    return Ok(Taken {
+                    return Ok(Found::Idle(Taken {
                         session: session.clone(),
                         _turn: turn,
-                    });
+                    }));
                 }
             }
-            if list.len() >= SESSIONS_PER_USER {
-                return Err(self.busy(format!(
-                    "the user's {SESSIONS_PER_USER} sessions are all in calls"
-                )));
-            }
         }
-        let total: usize = sessions.values().map(Vec::len).sum();
-        if total >= self.config.max_sessions {
+        if sessions.of(user_id) >= SESSIONS_PER_USER {
+            return Err(self.busy(format!(
+                "the user's {SESSIONS_PER_USER} sessions are all in calls"
+            )));
+        }
+        if sessions.total() >= self.config.max_sessions {
             let idlest = sessions
+                .open
                 .iter()
                 .flat_map(|(user, list)| list.iter().map(move |s| (user.clone(), s.clone())))
                 .filter(|(_, session)| !session.in_call())
@@ -106,32 +196,19 @@ impl Server {
                 )));
             };
             evicted.close();
-            if let Some(list) = sessions.get_mut(&owner) {
+            if let Some(list) = sessions.open.get_mut(&owner) {
                 list.retain(|session| !Arc::ptr_eq(session, &evicted));
             }
         }
-        let shared = SessionShared::new(
-            &self.config.name,
-            Some(user_id),
-            Arc::downgrade(hub),
-            self.list_changed.clone(),
-        );
-        let session = Session::open(&self.config, shared).await?;
-        let turn = session
-            .try_take()
-            .ok_or_else(|| self.busy("a new session was taken at once".to_owned()))?;
-        sessions
-            .entry(user_id.to_owned())
-            .or_default()
-            .push(session.clone());
-        Ok(Taken {
-            session,
-            _turn: turn,
-        })
+        *sessions.opening.entry(user_id.to_owned()).or_default() += 1;
+        Ok(Found::Booked(Booking {
+            server: self,
+            user_id,
+        }))
     }
 
-    pub async fn close_sessions(&self) {
-        for (_, list) in self.sessions.lock().await.drain() {
+    pub fn close_sessions(&self) {
+        for (_, list) in self.lock().open.drain() {
             for session in list {
                 session.close();
             }
@@ -139,9 +216,9 @@ impl Server {
     }
 
     /// Closes the sessions nobody used for `idle` (and none running a call).
-    pub async fn close_idle(&self, idle: Duration) {
-        let mut sessions = self.sessions.lock().await;
-        for list in sessions.values_mut() {
+    pub fn close_idle(&self, idle: Duration) {
+        let mut sessions = self.lock();
+        for list in sessions.open.values_mut() {
             list.retain(|session| {
                 let keep = !session.is_closed() && (session.idle_for() < idle || session.in_call());
                 if !keep {
@@ -150,7 +227,7 @@ impl Server {
                 keep
             });
         }
-        sessions.retain(|_, list| !list.is_empty());
+        sessions.open.retain(|_, list| !list.is_empty());
     }
 }
 
@@ -212,12 +289,19 @@ pub async fn supervise(hub: Arc<McpHub>, server: Arc<Server>) {
         tracing::info!(server = %name, protocol = ?session.protocol_version, "MCP server connected");
         let mut closed = shared.closed.subscribe();
         let down = loop {
+            let listed_at = tokio::time::Instant::now();
             if let Err(reason) = refresh(&hub, &server, &session).await {
                 break reason;
             }
             backoff = Duration::from_secs(1);
+            // A server that says its list changed again and again is listed at most once
+            // a second; what changed meanwhile is in the next listing.
+            let changed = async {
+                server.list_changed.notified().await;
+                tokio::time::sleep_until(listed_at + LIST_INTERVAL).await;
+            };
             tokio::select! {
-                () = server.list_changed.notified() => {}
+                () = changed => {}
                 _ = closed.wait_for(|closed| *closed) => {
                     break format!("the MCP server `{name}` stopped; toolgate is reconnecting");
                 }
@@ -247,10 +331,42 @@ pub async fn supervise(hub: Arc<McpHub>, server: Arc<Server>) {
     }
 }
 
+/// The server's tools, page by page, up to [`MAX_TOOLS`], [`MAX_LIST_PAGES`] and
+/// [`MAX_LISTED_BYTES`], and never past a cursor the server already gave.
+async fn list_tools(
+    name: &str,
+    session: &Session,
+) -> Result<Vec<rmcp::model::Tool>, rmcp::ServiceError> {
+    let mut tools = Vec::new();
+    let mut cursors = BTreeSet::new();
+    let mut cursor = None;
+    let mut bytes: usize = 0;
+    for _ in 0..MAX_LIST_PAGES {
+        let params = rmcp::model::PaginatedRequestParams::default().with_cursor(cursor);
+        let page = session.peer.list_tools(Some(params)).await?;
+        bytes = bytes.saturating_add(crate::db::storable::json_size(&page.tools));
+        tools.extend(page.tools);
+        let Some(next) = page.next_cursor else {
+            return Ok(tools);
+        };
+        if tools.len() >= MAX_TOOLS || bytes > MAX_LISTED_BYTES {
+            tracing::warn!(server = %name, listed = tools.len(), bytes, "the server lists more tools than are kept; the rest are not asked for");
+            return Ok(tools);
+        }
+        if !cursors.insert(next.clone()) {
+            tracing::warn!(server = %name, "the server gave a cursor it gave before; its list ends there");
+            return Ok(tools);
+        }
+        cursor = Some(next);
+    }
+    tracing::warn!(server = %name, "the server's tool list did not end after {MAX_LIST_PAGES} pages; the tools listed so far are kept");
+    Ok(tools)
+}
+
 /// Lists the server's tools into the registry; why not, in public words.
 async fn refresh(hub: &Arc<McpHub>, server: &Server, session: &Session) -> Result<(), String> {
     let name = &server.config.name;
-    let listed = tokio::time::timeout(server.config.call_timeout, session.peer.list_all_tools())
+    let listed = tokio::time::timeout(server.config.call_timeout, list_tools(name, session))
         .await
         .map_err(|_| format!("the MCP server `{name}` did not list its tools in time"))?
         .map_err(|err| {

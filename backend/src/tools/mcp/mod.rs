@@ -171,14 +171,14 @@ impl McpHub {
         let _ = self.stopping.send(true);
         calls::end_all(self, "toolgate was restarted").await;
         for server in self.servers.values() {
-            server.close_sessions().await;
+            server.close_sessions();
         }
     }
 
     /// Closes sessions nobody used for a while.
-    pub async fn close_idle_sessions(&self, idle: Duration) {
+    pub fn close_idle_sessions(&self, idle: Duration) {
         for server in self.servers.values() {
-            server.close_idle(idle).await;
+            server.close_idle(idle);
         }
         calls::forget_finished(self);
     }
