@@ -216,8 +216,9 @@ pub async fn dispatch_action(
             .into_response());
         }
         Action::SubmitResponse(params) => {
+            let answer = endings::check_answer(&state.db, user_id, params).await?;
             let mut tx = begin().await?;
-            let row = endings::submit(&mut tx, deps, user_id, params).await?;
+            let row = endings::submit(&mut tx, deps, user_id, answer).await?;
             (Settled::WithResult(row), tx)
         }
         Action::SubmitDecision(params) => {

@@ -151,6 +151,22 @@ pub async fn find(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<Inpu
         .await
 }
 
+/// The caller's pending input request for a tool call, read without a lock.
+pub async fn pending_input(
+    conn: &mut PgConnection,
+    tool_call_id: &str,
+) -> sqlx::Result<Option<InputRequestRow>> {
+    request_rows!(
+        "select",
+        "from tool_user_input_requests
+         where tool_call_id = $1 and kind = 'input' and status = 'pending'
+         limit 1",
+        tool_call_id,
+    )
+    .fetch_optional(conn)
+    .await
+}
+
 /// The caller's request with this id, locked, if it is still pending.
 pub async fn pending_for_update(
     conn: &mut PgConnection,

@@ -108,16 +108,47 @@ fn check_message(message: Option<&str>) -> Result<Option<String>> {
     Ok(Some(message.to_owned()))
 }
 
-/// The user's values: checked against the request's fields, remembered as its
-/// `save_for` asks (bound to the tool), secrets sealed.
-pub async fn submit(
-    conn: &mut PgConnection,
-    deps: Deps<'_>,
+/// A user's answer, with its values checked against the fields of the request it
+/// answers (the one of that id pending when it was checked).
+pub struct Answer {
+    params: SubmitResponseParams,
+    checked: Option<CheckedValues>,
+}
+
+struct CheckedValues {
+    request_id: Uuid,
+    accepted: Map<String, Value>,
+    cleared: Map<String, Value>,
+}
+
+/// Checks the user's values against the fields of the request they answer, before any
+/// transaction or lock is taken: a caller's patterns matched against a caller's values
+/// may take a while, and neither the conversation's other writers nor the pool's
+/// connections wait for that. Values that are not valid are refused here (422).
+pub async fn check_answer(
+    pool: &sqlx::PgPool,
     user_id: &str,
     params: SubmitResponseParams,
-) -> Result<InputRequestRow> {
-    let row = locked(conn, &params.tool_call_id, Some(RequestKind::Input)).await?;
-    let (definition, inputs) = (row.fields().to_vec(), params.user_inputs);
+) -> Result<Answer> {
+    let mut tx = crate::db::begin_as_user(pool, user_id).await?;
+    let pending = input_requests::pending_input(&mut tx, &params.tool_call_id).await?;
+    tx.commit().await?;
+    // Not pending (or not the caller's): the ending says which, under its lock.
+    let Some(row) = pending else {
+        return Ok(Answer {
+            params,
+            checked: None,
+        });
+    };
+    let checked = check_values(&row, &params.user_inputs).await?;
+    Ok(Answer {
+        params,
+        checked: Some(checked),
+    })
+}
+
+async fn check_values(row: &InputRequestRow, inputs: &Map<String, Value>) -> Result<CheckedValues> {
+    let (definition, inputs) = (row.fields().to_vec(), inputs.clone());
     let (accepted, cleared) = super::off_the_workers(move || {
         fields::validate_inputs(&definition, &inputs).map(|accepted| {
             let sent = fields::with_cleared(&definition, &inputs, &accepted);
@@ -126,6 +157,31 @@ pub async fn submit(
     })
     .await?
     .map_err(|errors| Error::unprocessable("some values are not valid", errors))?;
+    Ok(CheckedValues {
+        request_id: row.id,
+        accepted,
+        cleared,
+    })
+}
+
+/// The user's values (checked by [`check_answer`]): remembered as the request's
+/// `save_for` asks (bound to the tool), secrets sealed.
+pub async fn submit(
+    conn: &mut PgConnection,
+    deps: Deps<'_>,
+    user_id: &str,
+    answer: Answer,
+) -> Result<InputRequestRow> {
+    let row = locked(conn, &answer.params.tool_call_id, Some(RequestKind::Input)).await?;
+    // A request's fields never change; checked against another request of the same id
+    // (the one checked ended, and a new one came, in between), the values are checked
+    // again.
+    let CheckedValues {
+        accepted, cleared, ..
+    } = match answer.checked {
+        Some(checked) if checked.request_id == row.id => checked,
+        _ => check_values(&row, &answer.params.user_inputs).await?,
+    };
     let request_scope = SaveFor::parse(&row.save_for).unwrap_or_default();
     let mut stored = Map::new();
     for (name, value) in &accepted {

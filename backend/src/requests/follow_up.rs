@@ -239,13 +239,7 @@ mod tests {
                 tools: &fx.executor.tools,
             },
             "ann",
-            SubmitResponseParams {
-                tool_call_id: id.clone(),
-                user_inputs: json!({"account": "acme-42"})
-                    .as_object()
-                    .cloned()
-                    .unwrap_or_default(),
-            },
+            answer,
         )
         .await
         .expect("answered");

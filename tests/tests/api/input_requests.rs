@@ -816,3 +816,52 @@ async fn a_new_request_waits_for_the_conversations_writer_lock_holding_no_other_
     let status = creating.await.unwrap().expect("the request is answered");
     assert_eq!(status, StatusCode::CREATED);
 }
+
+/// Values are checked against the request's fields before the conversation is locked:
+/// matching a caller's patterns against a caller's values may take a while, and the
+/// conversation's other writers do not wait for it. Values that are not valid are
+/// refused while another transaction holds the conversation.
+#[tokio::test]
+async fn values_are_checked_before_the_conversation_is_locked() {
+    let server = TestServer::start().await;
+    let (token, conversation) = user_with_conversation(&server).await;
+    let id = call_id();
+    let (status, created) = server
+        .action(&token, realm_request(&conversation, &id))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let mut holder = server.db().await;
+    sqlx::query("begin").execute(&mut holder).await.unwrap();
+    sqlx::query("select 1 from conversations where id = $1::uuid for no key update")
+        .bind(&conversation)
+        .execute(&mut holder)
+        .await
+        .unwrap();
+
+    let refused = tokio::time::timeout(
+        Duration::from_secs(5),
+        server.action(
+            &token,
+            json!({"action": "submit_response", "tool_call_id": id,
+                "user_inputs": {"quickbooks_realm_id": "not digits"}}),
+        ),
+    )
+    .await;
+    sqlx::query("rollback").execute(&mut holder).await.unwrap();
+    let (status, body) = refused.expect("refused without waiting for the lock");
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(
+        body["error"]["fields"]["quickbooks_realm_id"].is_string(),
+        "{body}"
+    );
+
+    // Valid values, once the conversation is free, are taken.
+    let (status, body) = server
+        .action(
+            &token,
+            json!({"action": "submit_response", "tool_call_id": id,
+                "user_inputs": {"quickbooks_realm_id": "9130346988354456"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+}
