@@ -458,8 +458,9 @@ pub async fn abandon_question(
     settle(conn, &row, settlement).await.map(Some)
 }
 
-/// A URL-mode question the server says is complete: still pending, it completes as if
-/// the user had confirmed it.
+/// A URL-mode question the server says is complete: still pending and not past its
+/// time, it completes as if the user had confirmed it. One past its time stays for the
+/// sweep to expire, as any other ending finds it expired.
 pub async fn complete_url_question(
     conn: &mut PgConnection,
     id: Uuid,
@@ -467,6 +468,9 @@ pub async fn complete_url_question(
     let Some(row) = input_requests::pending_for_update(conn, id).await? else {
         return Ok(None);
     };
+    if row.status() != RequestStatus::Pending {
+        return Ok(None);
+    }
     settle(conn, &row, ending(RequestStatus::Completed, None))
         .await
         .map(Some)

@@ -225,10 +225,55 @@ mod tests {
         );
     }
 
+    /// A server may say its URL-mode question is complete after the question's time
+    /// ran out and before the sweep expired it: the question stays unanswered.
+    #[tokio::test]
+    async fn a_question_past_its_time_is_not_completed_by_its_server() {
+        let fx = fixture().await;
+        let id = asked(&fx.executor, "cy", false).await;
+        let mut tx = db::begin_as_user(&fx.executor.pool, "cy")
+            .await
+            .expect("tx");
+        let row = crate::db::input_requests::find_for_update(&mut tx, &id, None)
+            .await
+            .expect("read")
+            .expect("the request");
+        sqlx::query(
+            "update tool_user_input_requests set expires_at = now() - interval '1 second'
+             where id = $1",
+        )
+        .bind(row.id)
+        .execute(&mut *tx)
+        .await
+        .expect("past its time");
+        let completed = endings::complete_url_question(&mut tx, row.id)
+            .await
+            .expect("looked at");
+        assert!(completed.is_none(), "{completed:?}");
+        let stored = crate::db::input_requests::find(&mut tx, row.id)
+            .await
+            .expect("read")
+            .expect("the request");
+        assert_eq!(stored.status, protocol::api::RequestStatus::Pending);
+    }
+
     #[tokio::test]
     async fn an_answered_request_retries_the_tool_and_its_run_gets_that_outcome() {
         let fx = fixture().await;
         let id = asked(&fx.executor, "ann", true).await;
+        let answer = endings::check_answer(
+            &fx.executor.pool,
+            "ann",
+            SubmitResponseParams {
+                tool_call_id: id.clone(),
+                user_inputs: json!({"account": "acme-42"})
+                    .as_object()
+                    .cloned()
+                    .unwrap_or_default(),
+            },
+        )
+        .await
+        .expect("checked");
         let mut tx = db::begin_as_user(&fx.executor.pool, "ann")
             .await
             .expect("tx");
