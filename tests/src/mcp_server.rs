@@ -598,10 +598,14 @@ impl ServerHandler for TestTools {
     ) -> Result<CallToolResponse, ErrorData> {
         let arguments = request.arguments.clone().unwrap_or_default();
         match request.name.as_ref() {
-            "echo" => Ok(text(format!(
-                "echo: {}",
-                arguments.get("text").and_then(Value::as_str).unwrap_or("")
-            ))),
+            "echo" => {
+                // As servers often do: what it was called with, on standard error.
+                eprintln!("echo called with {}", Value::Object(arguments.clone()));
+                Ok(text(format!(
+                    "echo: {}",
+                    arguments.get("text").and_then(Value::as_str).unwrap_or("")
+                )))
+            }
             "ask_everything" => {
                 let mut params = form("Tell me everything", every_kind())?;
                 if let ElicitRequestParams::FormElicitationParams {

@@ -1227,15 +1227,17 @@ async fn one_call_id_in_two_conversations_is_two_calls() {
 /// secret field: the user `login` submits `secret` on the card. The server, the user's
 /// token, the conversation and the answer to the submit.
 async fn secret_given_to(tool: &str, login: &str, secret: &str) -> (Setup, String, String, Value) {
-    secret_given_to_over(tool, login, secret, "").await
+    secret_given_to_over(tool, login, secret, "", ServerOptions::default()).await
 }
 
-/// [`secret_given_to`] with `settings` added to the server's table.
+/// [`secret_given_to`] with `settings` added to the server's table, and toolgate
+/// started with `options`.
 async fn secret_given_to_over(
     tool: &str,
     login: &str,
     secret: &str,
     settings: &str,
+    options: ServerOptions,
 ) -> (Setup, String, String, Value) {
     let overlay = format!(
         r#"
@@ -1246,7 +1248,7 @@ reason = "The token"
 fields = [ {{ name = "text", label = "Token", type = "secret" }} ]
 "#
     );
-    let setup = start(&(stdio_server("t", settings) + &overlay)).await;
+    let setup = start_with(&(stdio_server("t", settings) + &overlay), options).await;
     let server = &setup.server;
     let (_, token) = server.new_user(login).await;
     tools_when_settled(server, &token, &["t"]).await;
@@ -1290,6 +1292,27 @@ async fn a_secret_given_to_an_mcp_tool_never_reaches_the_model_even_when_echoed(
     assert!(!server.logs().contains(SECRET));
 }
 
+/// A server that writes what it was called with to its standard error: toolgate's log
+/// of that, even at debug level, shows the user's secret masked.
+#[tokio::test]
+async fn a_secret_a_server_writes_to_its_standard_error_is_masked_in_the_log() {
+    const SECRET: &str = "s3cret-token-5151";
+    let debug = ServerOptions::default().env("TOOLGATE_LOG", "info,backend::tools::mcp=debug");
+    let (setup, _, _, done) = secret_given_to_over("echo", "mcp-stderr", SECRET, "", debug).await;
+    let server = &setup.server;
+    assert_eq!(done["tool_result"]["success"], true, "{done}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !server.logs().contains("echo called with") {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the server's standard error was not logged:\n{}",
+            server.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!server.logs().contains(SECRET), "{}", server.logs());
+}
+
 /// Asserts that no stored request, in any column, holds `secret` in the clear.
 async fn assert_no_request_holds(server: &TestServer, secret: &str) {
     let mut db = server.db().await;
@@ -1326,8 +1349,14 @@ async fn a_question_repeating_a_secret_of_the_call_shows_it_masked() {
 #[tokio::test]
 async fn a_secret_hidden_in_a_servers_question_state_is_not_kept() {
     const SECRET: &str = "s3cret-token-5151";
-    let (setup, token, conversation, done) =
-        secret_given_to_over("ask_code", "mcp-state-secret", SECRET, STATELESS).await;
+    let (setup, token, conversation, done) = secret_given_to_over(
+        "ask_code",
+        "mcp-state-secret",
+        SECRET,
+        STATELESS,
+        ServerOptions::default(),
+    )
+    .await;
     let server = &setup.server;
     assert_eq!(done["tool_result"]["success"], false, "{done}");
     assert!(

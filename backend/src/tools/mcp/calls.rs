@@ -81,7 +81,14 @@ pub struct CallSlot {
     /// call finished), so the step must not record it too.
     delivers: AtomicBool,
     /// The call's secrets: masked in what the server answers and in what it asks.
-    redactions: Redactions,
+    redactions: Arc<Redactions>,
+}
+
+impl CallSlot {
+    /// The call's secrets, for what else the server says while it runs.
+    pub fn redactions(&self) -> Arc<Redactions> {
+        self.redactions.clone()
+    }
 }
 
 /// A call the hub remembers, for those who wait for what it does next.
@@ -156,7 +163,7 @@ pub async fn start(
         questions: AtomicUsize::new(0),
         first_question: std::sync::OnceLock::new(),
         delivers: AtomicBool::new(false),
-        redactions: call_redactions(&server.config, &arguments, &secret_fields),
+        redactions: Arc::new(call_redactions(&server.config, &arguments, &secret_fields)),
     });
     hub.calls.lock().unwrap_or_else(|p| p.into_inner()).insert(
         key(&context),

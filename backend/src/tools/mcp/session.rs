@@ -27,6 +27,7 @@ use super::McpHub;
 use super::calls::{self, CallSlot};
 use super::config::{Revision, ServerConfig, Transport};
 use crate::tools::kinds::http::egress::EgressPolicy;
+use crate::tools::redact::Redactions;
 use crate::tools::template::{Part, Template};
 
 /// Environment variables a server process keeps from toolgate's: enough to run, and
@@ -65,6 +66,10 @@ pub struct SessionShared {
     pub closed: watch::Sender<bool>,
     /// Pinged when the server says its tool list changed.
     pub list_changed: Arc<Notify>,
+    /// The secrets of the latest call made in this session (kept after it ends: what a
+    /// server writes about a call may come later), masked in what the server writes to
+    /// its standard error before it is logged.
+    carried_secrets: Mutex<Option<Arc<Redactions>>>,
 }
 
 impl SessionShared {
@@ -81,6 +86,7 @@ impl SessionShared {
             current: Mutex::new(None),
             closed: watch::channel(false).0,
             list_changed,
+            carried_secrets: Mutex::new(None),
         })
     }
 
@@ -92,7 +98,30 @@ impl SessionShared {
     }
 
     pub fn set_current(&self, slot: Option<Arc<CallSlot>>) {
+        if let Some(slot) = &slot {
+            self.carrying(slot.redactions());
+        }
         *self.current.lock().unwrap_or_else(|p| p.into_inner()) = slot;
+    }
+
+    /// A call with these secrets is made in this session.
+    pub fn carrying(&self, secrets: Arc<Redactions>) {
+        *self
+            .carried_secrets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(secrets);
+    }
+
+    /// `text` with the secrets of the latest call made in this session masked.
+    fn mask(&self, text: &mut String) {
+        let secrets = self
+            .carried_secrets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if let Some(secrets) = secrets {
+            secrets.text(text);
+        }
     }
 }
 
@@ -335,9 +364,16 @@ async fn connect(
                         Unreachable::new(server, "could not be started", err.to_string())
                     })?;
                 if let Some(stderr) = stderr {
+                    // A server may write what it was called with (a user's secret) or
+                    // its settings (from the environment) to its standard error.
                     let name = server.to_owned();
+                    let shared = handler.0.clone();
+                    let settings =
+                        Redactions::new(config.secret_env_values().iter().map(String::as_str));
                     tokio::spawn(read_lines_cut(stderr, MAX_STDERR_LINE, move |line| {
-                        let line = String::from_utf8_lossy(line);
+                        let mut line = String::from_utf8_lossy(line).into_owned();
+                        settings.text(&mut line);
+                        shared.mask(&mut line);
                         tracing::debug!(server = %name, stderr = ?line, "MCP server said");
                     }));
                 }

@@ -356,13 +356,18 @@ pub async fn answer_round(hub: &Arc<McpHub>, row: &InputRequestRow) -> Result<Op
     if let Some(request_state) = &state.request_state {
         params = params.with_request_state(request_state.clone());
     }
+    let redactions = Arc::new(call_redactions(
+        &server.config,
+        &arguments,
+        &state.secret_fields,
+    ));
+    taken.session.shared.carrying(redactions.clone());
     let answered = tokio::time::timeout(
         server.config.call_timeout,
         taken.session.peer.call_tool_once(params),
     )
     .await;
     drop(taken);
-    let redactions = call_redactions(&server.config, &arguments, &state.secret_fields);
     let outcome = match answered {
         Err(_) => ToolOutcome::failed(format!(
             "the MCP server `{}` did not finish the call within {} s",
