@@ -230,6 +230,13 @@ impl InputRequest {
             .map_or(&self.tool_call_id, |e| &e.tool_call_id)
     }
 
+    /// Whether this request is about the call `id` of the tool `name`: its id alone is
+    /// not enough, since a caller of the action API may give a request any id no other
+    /// request has, a call's of another tool included.
+    pub fn belongs_to(&self, id: &str, name: &str) -> bool {
+        self.call_id() == id && self.tool_name == name
+    }
+
     /// An MCP server's question in URL mode: a page to open, nothing to type.
     pub fn is_link(&self) -> bool {
         self.elicitation

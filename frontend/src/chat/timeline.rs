@@ -11,24 +11,25 @@ use uuid::Uuid;
 use crate::api;
 use crate::cards::RequestCard;
 use crate::state::{AppState, InfoState};
-use crate::stream::{ChatStore, ToolState, stored_call_ids};
+use crate::stream::{ChatStore, ToolState, stored_calls};
 use crate::{clock, value_text};
 
 #[component]
 pub(super) fn Timeline() -> impl IntoView {
     let store = expect_context::<ChatStore>();
-    // Requests whose tool call is not on the page (made outside a run) go last.
+    // Requests whose tool call is not on the page (made outside a run, or under the id
+    // of a call of another tool) go last, under their own tool's name.
     let loose_requests = Memo::new(move |_| {
-        let mut ids = store.messages.with(|m| stored_call_ids(m));
-        ids.extend(
-            store
-                .live_calls
-                .with(|calls| calls.iter().map(|c| c.id.clone()).collect::<Vec<_>>()),
-        );
+        let mut calls = store.messages.with(|m| stored_calls(m));
+        calls.extend(store.live_calls.with(|live| {
+            live.iter()
+                .map(|c| (c.id.clone(), c.name.clone()))
+                .collect::<Vec<_>>()
+        }));
         store.requests.with(|requests| {
             requests
                 .iter()
-                .filter(|r| !ids.iter().any(|id| id == r.call_id()))
+                .filter(|r| !calls.iter().any(|(id, name)| r.belongs_to(id, name)))
                 .map(|r| r.id)
                 .collect::<Vec<_>>()
         })
@@ -236,12 +237,12 @@ fn ToolCallView(id: String, name: String, arguments: Map<String, Value>) -> impl
             }
         })
     });
-    let call_id = id.clone();
+    let (call_id, call_name) = (id.clone(), name.clone());
     let requests = move || {
         store.requests.with(|requests| {
             requests
                 .iter()
-                .filter(|r| r.call_id() == call_id)
+                .filter(|r| r.belongs_to(&call_id, &call_name))
                 .map(|r| r.id)
                 .collect::<Vec<Uuid>>()
         })

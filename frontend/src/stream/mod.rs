@@ -13,4 +13,4 @@ mod connection;
 mod store;
 
 pub use connection::{follow, refresh_pending};
-pub use store::{ChatStore, Link, RunView, ToolState, stored_call_ids};
+pub use store::{ChatStore, Link, RunView, ToolState, stored_calls};

@@ -97,13 +97,13 @@ impl From<&Run> for RunView {
     }
 }
 
-/// The tool call ids that appear in stored messages.
-pub fn stored_call_ids(messages: &[Message]) -> Vec<String> {
+/// The tool calls (id and tool name) that appear in stored messages.
+pub fn stored_calls(messages: &[Message]) -> Vec<(String, String)> {
     messages
         .iter()
         .flat_map(|m| m.content.iter())
         .filter_map(|block| match block {
-            ContentBlock::ToolCall { id, .. } => Some(id.clone()),
+            ContentBlock::ToolCall { id, name, .. } => Some((id.clone(), name.clone())),
             _ => None,
         })
         .collect()
@@ -211,13 +211,13 @@ impl ChatStore {
         });
         let known = self
             .messages
-            .with_untracked(|messages| stored_call_ids(messages));
+            .with_untracked(|messages| stored_calls(messages));
+        let stored = |call: &LiveCall| known.iter().any(|(id, _)| *id == call.id);
         if self
             .live_calls
-            .with_untracked(|calls| calls.iter().any(|c| known.contains(&c.id)))
+            .with_untracked(|calls| calls.iter().any(stored))
         {
-            self.live_calls
-                .update(|calls| calls.retain(|c| !known.contains(&c.id)));
+            self.live_calls.update(|calls| calls.retain(|c| !stored(c)));
         }
         if assistant_arrived && !self.draft.with_untracked(String::is_empty) {
             self.draft.set(String::new());
@@ -238,6 +238,24 @@ impl ChatStore {
                 });
             }
         }
+    }
+
+    /// Whether the call `request` names is on the page as a call of another tool.
+    fn call_of_another_tool(&self, request: &InputRequest) -> bool {
+        let id = request.call_id();
+        let live = self.live_calls.with_untracked(|calls| {
+            calls
+                .iter()
+                .find(|c| c.id == id)
+                .map(|c| c.name != request.tool_name)
+        });
+        live.unwrap_or_else(|| {
+            self.messages.with_untracked(|messages| {
+                stored_calls(messages)
+                    .iter()
+                    .any(|(stored, name)| stored == id && *name != request.tool_name)
+            })
+        })
     }
 
     /// Adds or updates a request. A request never goes back to pending once it has
@@ -339,7 +357,10 @@ impl ChatStore {
                 });
             }
             EventKind::InputRequested { request } => {
-                if request.status == RequestStatus::Pending {
+                // A request under the id of a call of another tool says nothing of
+                // that call.
+                if request.status == RequestStatus::Pending && !self.call_of_another_tool(&request)
+                {
                     let state = match request.kind {
                         RequestKind::Input => ToolState::NeedsInput,
                         RequestKind::Approval => ToolState::NeedsApproval,

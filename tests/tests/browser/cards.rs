@@ -69,7 +69,8 @@ async fn open_with_requests(
 }
 
 fn card(tool_call_id: &str) -> String {
-    format!("[data-testid=input-card][data-tool-call-id={tool_call_id}]")
+    // Quoted: an id may begin with a digit, which a bare CSS value may not.
+    format!("[data-testid=input-card][data-tool-call-id=\"{tool_call_id}\"]")
 }
 
 #[tokio::test]
@@ -535,4 +536,64 @@ async fn a_user_wide_secret_is_forgotten_from_the_panel_in_every_conversation() 
     assert_eq!(remembered(conversation).await, Vec::<Value>::new());
     assert_eq!(remembered(elsewhere).await, Vec::<Value>::new());
     b.quit().await;
+}
+
+/// A card made through the action API under the id of a genuine call of another tool
+/// is not shown inside that call, as if that tool had asked: it stands apart, under its
+/// own tool's name, and the call keeps its own state.
+#[tokio::test]
+async fn a_card_under_the_id_of_another_tools_call_is_not_shown_as_that_tools() {
+    let Some(fx) = Fixture::start("spoofed_card").await else {
+        return;
+    };
+    let b = fx.browser().await;
+    let user = unique("cards");
+    let token = fx.server.token(&user).await;
+    let conversation = fx.server.new_conversation(&token).await;
+    fx.server
+        .start_run(&token, &conversation, json!("what is (1200 - 300) * 1.2?"))
+        .await;
+    fx.server
+        .events_until(
+            &token,
+            &conversation,
+            0,
+            std::time::Duration::from_secs(30),
+            |e| e["type"] == "run_status" && e["run"]["status"] == "completed",
+        )
+        .await;
+    let messages = fx.server.messages(&token, &conversation).await;
+    let call = messages
+        .iter()
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .find(|block| block["type"] == "tool_call")
+        .unwrap_or_else(|| panic!("a tool call: {messages:#?}"));
+    assert_eq!(call["name"], "calculator", "{call}");
+    let id = call["id"].as_str().expect("call id").to_owned();
+    let (status, created) = fx.server.action(&token, simple(&conversation, &id)).await;
+    assert_eq!(status.as_u16(), 201, "{created}");
+
+    sign_in(&b, &fx.base(), &user).await;
+    open_app(&b, &format!("{}/#/c/{conversation}", fx.base())).await;
+    b.wait_for(&card(&id)).await.expect("the card is shown");
+    let inside = b
+        .execute(
+            "return document.querySelectorAll(`[data-testid=tool-call] ${arguments[0]}`).length",
+            vec![json!(card(&id))],
+        )
+        .await
+        .expect("count");
+    assert_eq!(
+        inside,
+        json!(0),
+        "the card sits inside the calculator's call"
+    );
+    let state = b
+        .execute(
+            "return document.querySelector('[data-testid=tool-call][data-tool=calculator]').dataset.state",
+            vec![],
+        )
+        .await
+        .expect("state");
+    assert_eq!(state, json!("done"));
 }
