@@ -599,8 +599,14 @@ impl ServerHandler for TestTools {
         let arguments = request.arguments.clone().unwrap_or_default();
         match request.name.as_ref() {
             "echo" => {
-                // As servers often do: what it was called with, on standard error.
-                eprintln!("echo called with {}", Value::Object(arguments.clone()));
+                // As servers often do: what it was called with, on standard error; padded
+                // so that an argument begins just before the 500th character, where a
+                // log that keeps 500 characters of a line cuts it.
+                eprintln!(
+                    "echo called with {} {}",
+                    ".".repeat(470),
+                    Value::Object(arguments.clone())
+                );
                 Ok(text(format!(
                     "echo: {}",
                     arguments.get("text").and_then(Value::as_str).unwrap_or("")

@@ -370,10 +370,14 @@ async fn connect(
                     let shared = handler.0.clone();
                     let settings =
                         Redactions::new(config.secret_env_values().iter().map(String::as_str));
-                    tokio::spawn(read_lines_cut(stderr, MAX_STDERR_LINE, move |line| {
+                    tokio::spawn(read_lines_cut(stderr, READ_STDERR_LINE, move |line| {
+                        if !tracing::enabled!(tracing::Level::DEBUG) {
+                            return;
+                        }
                         let mut line = String::from_utf8_lossy(line).into_owned();
                         settings.text(&mut line);
                         shared.mask(&mut line);
+                        let line: String = line.chars().take(MAX_STDERR_LINE).collect();
                         tracing::debug!(server = %name, stderr = ?line, "MCP server said");
                     }));
                 }
@@ -448,8 +452,13 @@ async fn connect(
         })?
 }
 
-/// The most of one line of a server process's standard error that is logged.
+/// The most of one line of a server process's standard error that is logged, in
+/// characters.
 const MAX_STDERR_LINE: usize = 500;
+/// The most of one line that is read: enough past what is logged for a secret that
+/// begins in the logged part to be read whole (a value the user gives is at most
+/// 20,000 characters), so it is masked before the line is cut.
+const READ_STDERR_LINE: usize = 128 * 1024;
 
 /// Hands `each` every line `reader` gives, cut to its first `most` bytes: a process that
 /// never ends a line costs no more memory than that.
