@@ -1186,6 +1186,17 @@ async fn approvals_approve_edit_reject_and_refuse_what_they_must() {
         "reads as the field `database`: name it exactly",
         "{body}"
     );
+    // And an edit larger than any caller's arguments may be.
+    let (status, body) = g
+        .decide(
+            &token,
+            json!({"tool_call_id": id, "decision": "edit",
+            "arguments": {"query": format!("select 1 -- {}", "x".repeat(70_000)),
+                "database": "staging"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(body["error"]["fields"]["arguments"].is_string(), "{body}");
     // A valid edit runs the edited query.
     let (status, edited) = g
         .decide(
