@@ -133,8 +133,9 @@ pub async fn check_answer(
     let mut tx = crate::db::begin_as_user(pool, user_id).await?;
     let pending = input_requests::pending_input(&mut tx, &params.tool_call_id).await?;
     tx.commit().await?;
-    // Not pending (or not the caller's): the ending says which, under its lock.
-    let Some(row) = pending else {
+    // Not pending, past its time or not the caller's: the ending says which, under its
+    // lock.
+    let Some(row) = pending.filter(|row| row.status() == RequestStatus::Pending) else {
         return Ok(Answer {
             params,
             checked: None,

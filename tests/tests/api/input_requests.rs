@@ -865,3 +865,33 @@ async fn values_are_checked_before_the_conversation_is_locked() {
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
 }
+
+/// A request past its time says so (409), whatever the values sent with the answer.
+#[tokio::test]
+async fn an_answer_to_a_request_past_its_time_is_told_it_expired_before_its_values() {
+    let server = TestServer::start().await;
+    let (token, conversation) = user_with_conversation(&server).await;
+    let id = call_id();
+    let (status, created) = server
+        .action(&token, realm_request(&conversation, &id))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    // Past its time, not yet expired by the sweep.
+    sqlx::query(
+        "update tool_user_input_requests set expires_at = now() - interval '1 second'
+         where tool_call_id = $1",
+    )
+    .bind(&id)
+    .execute(&mut server.db().await)
+    .await
+    .unwrap();
+    let (status, body) = server
+        .action(
+            &token,
+            json!({"action": "submit_response", "tool_call_id": id,
+                "user_inputs": {"quickbooks_realm_id": "not digits"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"]["code"], "request_not_pending", "{body}");
+}
