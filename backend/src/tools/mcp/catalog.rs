@@ -64,6 +64,15 @@ impl Sessions {
         self.open.values().map(Vec::len).sum::<usize>() + self.opening.values().sum::<usize>()
     }
 
+    fn unbook(&mut self, user_id: &str) {
+        if let Some(count) = self.opening.get_mut(user_id) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                self.opening.remove(user_id);
+            }
+        }
+    }
+
     fn forget_closed(&mut self) {
         for list in self.open.values_mut() {
             list.retain(|session| !session.is_closed());
@@ -77,16 +86,22 @@ impl Sessions {
 struct Booking<'a> {
     server: &'a Server,
     user_id: &'a str,
+    ended: bool,
+}
+
+impl Booking<'_> {
+    /// Ends the booking under a lock the caller holds (where the session it was for
+    /// takes its place, so nobody sees it counted twice).
+    fn end(mut self, sessions: &mut Sessions) {
+        sessions.unbook(self.user_id);
+        self.ended = true;
+    }
 }
 
 impl Drop for Booking<'_> {
     fn drop(&mut self) {
-        let mut sessions = self.server.lock();
-        if let Some(count) = sessions.opening.get_mut(self.user_id) {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                sessions.opening.remove(self.user_id);
-            }
+        if !self.ended {
+            self.server.lock().unbook(self.user_id);
         }
     }
 }
@@ -148,13 +163,18 @@ impl Server {
             .try_take()
             .ok_or_else(|| self.busy("a new session was taken at once".to_owned()))?;
         let mut sessions = self.lock();
+        booking.end(&mut sessions);
+        // Opened while the server shut down: the sessions it closed did not hold it.
+        if hub.is_stopping() {
+            session.close();
+            return Err(self.busy("toolgate is stopping".to_owned()));
+        }
         sessions
             .open
             .entry(user_id.to_owned())
             .or_default()
             .push(session.clone());
         drop(sessions);
-        drop(booking);
         Ok(Taken {
             session,
             _turn: turn,
@@ -204,6 +224,7 @@ impl Server {
         Ok(Found::Booked(Booking {
             server: self,
             user_id,
+            ended: false,
         }))
     }
 
