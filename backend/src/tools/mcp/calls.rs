@@ -860,7 +860,8 @@ async fn complete_url_question(
     )
     .await?;
     tx.commit().await?;
-    let Some(row) = found else {
+    // Past its time, the question is the sweep's to expire, not the server's to close.
+    let Some(row) = found.filter(|row| row.status() != RequestStatus::Expired) else {
         return Ok(());
     };
     let mut tx = db::begin_as_user(&hub.deps.pool, &row.user_id).await?;
