@@ -54,7 +54,7 @@ pub async fn run_from_env() -> std::process::ExitCode {
     if json {
         builder.json().init();
     } else {
-        builder.fmt_fields(logged::one_line_fields()).init();
+        builder.fmt_fields(logged::OneLineFields).init();
     }
     let result = match Config::from_env() {
         Ok(config) => serve(config).await,

@@ -34,18 +34,46 @@ pub fn outside(said: impl std::fmt::Display) -> String {
 /// The text log's way of writing an event's fields: `name=value` (the message as it
 /// is), with line breaks, control and invisible characters written as escapes. Text
 /// from outside that a library logs as it was given (rmcp logs a peer's JSON-RPC request
-/// id so) can then add no line of its own to the log.
-pub fn one_line_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> + 'static {
-    use tracing_subscriber::field::MakeExt;
-    tracing_subscriber::fmt::format::debug_fn(|writer, field, value| {
+/// id so) can then add no line of its own to the log. Like the default, it leaves out
+/// the `log.*` fields of events that come from the `log` crate.
+pub struct OneLineFields;
+
+impl<'w> tracing_subscriber::fmt::FormatFields<'w> for OneLineFields {
+    fn format_fields<R: tracing_subscriber::field::RecordFields>(
+        &self,
+        writer: tracing_subscriber::fmt::format::Writer<'w>,
+        fields: R,
+    ) -> std::fmt::Result {
+        let mut line = OneLine {
+            writer,
+            first: true,
+            result: Ok(()),
+        };
+        fields.record(&mut line);
+        line.result
+    }
+}
+
+struct OneLine<'w> {
+    writer: tracing_subscriber::fmt::format::Writer<'w>,
+    first: bool,
+    result: std::fmt::Result,
+}
+
+impl tracing::field::Visit for OneLine<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if self.result.is_err() || field.name().starts_with("log.") {
+            return;
+        }
         let text = if field.name() == "message" {
             format!("{value:?}")
         } else {
             format!("{}={value:?}", field.name())
         };
-        writer.write_str(&on_one_line(&text))
-    })
-    .delimited(" ")
+        let separator = if self.first { "" } else { " " };
+        self.first = false;
+        self.result = write!(self.writer, "{separator}{}", on_one_line(&text));
+    }
 }
 
 /// `text` with every character that could break or reorder a line escaped.
@@ -92,7 +120,7 @@ mod tests {
         let subscriber = tracing_subscriber::fmt()
             .with_ansi(false)
             .with_writer(move || writer.clone())
-            .fmt_fields(one_line_fields())
+            .fmt_fields(OneLineFields)
             .finish();
         let id = "1\n2026-01-01T00:00:00Z  INFO toolgate: approved\u{2028}x";
         tracing::subscriber::with_default(subscriber, || {
