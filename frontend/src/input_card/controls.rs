@@ -190,7 +190,9 @@ pub(super) fn control(
                 .iter()
                 .enumerate()
                 .map(|(index, option)| {
-                    let box_id = format!("{id}-{index}");
+                    // `:` appears in no field name (letters, digits, `_`, `-`, `.`), so
+                    // no other field's input (`plan-0` beside `plan`) has this id.
+                    let box_id = format!("{id}:{index}");
                     let for_id = box_id.clone();
                     let value = option.value.clone();
                     let name = name.clone();

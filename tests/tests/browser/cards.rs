@@ -597,3 +597,55 @@ async fn a_card_under_the_id_of_another_tools_call_is_not_shown_as_that_tools() 
         .expect("state");
     assert_eq!(state, json!("done"));
 }
+
+/// A field's name is the caller's to choose: a text field named like a choice of a
+/// multiselect beside it (`plan-0`) gets an input of its own, its label pointing at it,
+/// not at the choice.
+#[tokio::test]
+async fn every_input_of_a_card_has_an_id_of_its_own() {
+    let Some(fx) = Fixture::start("unique_ids").await else {
+        return;
+    };
+    let b = fx.browser().await;
+    let id = call_id();
+    open_with_requests(&fx, &b, |c| {
+        vec![json!({
+            "action": "create_request", "conversation_id": c, "tool_name": "deploy_service",
+            "tool_call_id": id, "reason": "Choose",
+            "fields": [
+                {"name": "plan", "label": "Plan", "type": "multiselect",
+                 "options": ["share publicly", "keep private"]},
+                {"name": "plan-0", "label": "Card number", "type": "text"}
+            ]
+        })]
+    })
+    .await;
+    b.wait_for(&format!("{} input", card(&id)))
+        .await
+        .expect("card");
+    let ids = b
+        .execute(
+            "return [...document.querySelectorAll(`${arguments[0]} [id]`)].map(e => e.id)",
+            vec![json!(card(&id))],
+        )
+        .await
+        .expect("ids");
+    let ids: Vec<&str> = ids
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    let unique: std::collections::BTreeSet<&&str> = ids.iter().collect();
+    assert_eq!(unique.len(), ids.len(), "{ids:?}");
+    let labelled = b
+        .execute(
+            "const label = [...document.querySelectorAll(`${arguments[0]} label`)]\
+               .find(l => l.textContent.includes('Card number'));\
+             return document.getElementById(label.htmlFor).type",
+            vec![json!(card(&id))],
+        )
+        .await
+        .expect("label target");
+    assert_eq!(labelled, json!("text"));
+}
