@@ -6,7 +6,7 @@ use protocol::fields::fmt_number;
 use protocol::{FieldSpec, FieldType};
 use serde_json::Value;
 
-use super::form::{CardForm, RequiredMark};
+use super::form::{CardForm, RequiredMark, part_id};
 use crate::{local_time, value_text};
 
 /// The input element for a field's type. Inputs start from the card's values and write
@@ -190,9 +190,7 @@ pub(super) fn control(
                 .iter()
                 .enumerate()
                 .map(|(index, option)| {
-                    // `:` appears in no field name (letters, digits, `_`, `-`, `.`), so
-                    // no other field's input (`plan-0` beside `plan`) has this id.
-                    let box_id = format!("{id}:{index}");
+                    let box_id = part_id(id, index);
                     let for_id = box_id.clone();
                     let value = option.value.clone();
                     let name = name.clone();

@@ -26,6 +26,13 @@ pub(super) fn input_id(request: Uuid, field: &str) -> String {
     format!("f-{}-{field}", request.simple())
 }
 
+/// The id of a part of a field's row (a choice, its help, its error): `:` appears in no
+/// field name (letters, digits, `_`, `-`, `.`), so no other field's input or part (a
+/// field named `plan-0` or `plan-error` beside `plan`) has it.
+pub(super) fn part_id(input_id: &str, part: impl std::fmt::Display) -> String {
+    format!("{input_id}:{part}")
+}
+
 /// What a card starts with: defaults, and `false` for a checkbox nobody has ticked.
 pub(super) fn initial_values(fields: &[FieldSpec]) -> Map<String, Value> {
     let mut values = with_defaults(fields, &Map::new());
@@ -111,7 +118,7 @@ impl CardForm {
         let id = input_id(self.request_id, name);
         if !focus::move_to(&id) {
             // A multiselect: its first checkbox.
-            focus::move_to(&format!("{id}-0"));
+            focus::move_to(&part_id(&id, 0));
         }
     }
 }
@@ -119,15 +126,15 @@ impl CardForm {
 #[component]
 pub(super) fn FieldRow(field: FieldSpec, form: CardForm) -> impl IntoView {
     let id = input_id(form.request_id, &field.name);
-    let help_id = format!("{id}-help");
-    let error_id = format!("{id}-error");
+    let help_id = part_id(&id, "help");
+    let error_id = part_id(&id, "error");
     let name = field.name.clone();
     let shown_field = field.clone();
     let visible = Memo::new(move |_| form.visible(&shown_field));
     let error_name = name.clone();
     let error = Memo::new(move |_| form.error(&error_name));
     let scope = field.save_for.unwrap_or(form.save_for);
-    let warning_id = format!("{id}-warning");
+    let warning_id = part_id(&id, "warning");
     let described_by = {
         let mut ids = vec![error_id.clone()];
         if field.warning.is_some() {

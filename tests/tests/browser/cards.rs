@@ -598,9 +598,10 @@ async fn a_card_under_the_id_of_another_tools_call_is_not_shown_as_that_tools() 
     assert_eq!(state, json!("done"));
 }
 
-/// A field's name is the caller's to choose: a text field named like a choice of a
-/// multiselect beside it (`plan-0`) gets an input of its own, its label pointing at it,
-/// not at the choice.
+/// A field's name is the caller's to choose: a text field named like a choice or a part
+/// of a multiselect beside it (`plan-0`, `plan-error`) gets an input of its own, its
+/// label pointing at it, not at the choice; and a multiselect with nothing chosen still
+/// takes the focus when the card says it is missing.
 #[tokio::test]
 async fn every_input_of_a_card_has_an_id_of_its_own() {
     let Some(fx) = Fixture::start("unique_ids").await else {
@@ -615,7 +616,8 @@ async fn every_input_of_a_card_has_an_id_of_its_own() {
             "fields": [
                 {"name": "plan", "label": "Plan", "type": "multiselect",
                  "options": ["share publicly", "keep private"]},
-                {"name": "plan-0", "label": "Card number", "type": "text"}
+                {"name": "plan-0", "label": "Card number", "type": "text"},
+                {"name": "plan-error", "label": "Note", "type": "text", "required": false}
             ]
         })]
     })
@@ -648,4 +650,18 @@ async fn every_input_of_a_card_has_an_id_of_its_own() {
         .await
         .expect("label target");
     assert_eq!(labelled, json!("text"));
+
+    // A multiselect left empty: the card's complaint moves focus to its first choice.
+    b.find(&format!("{} input[type=text]", card(&id)))
+        .await
+        .expect("text field")
+        .send_keys(ENTER)
+        .await
+        .expect("submit with Enter");
+    b.wait_until(
+        "the first choice to have focus",
+        "document.activeElement && document.activeElement.type === 'checkbox'",
+    )
+    .await
+    .expect("focus on the multiselect");
 }
