@@ -42,7 +42,12 @@ pub async fn execute_tool(
         ("tool_name", &params.tool_name),
     ])?;
     let mut errors = FieldErrors::new();
-    requests::check_arguments_size(&mut errors, "arguments", &params.arguments);
+    requests::check_arguments_size(
+        &mut errors,
+        "arguments",
+        &params.arguments,
+        requests::MAX_ARGUMENTS_BYTES,
+    );
     if !errors.is_empty() {
         return Err(Error::unprocessable("the arguments are too large", errors));
     }

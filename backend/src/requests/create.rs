@@ -68,7 +68,12 @@ pub async fn create_request(
     );
     check_text(&mut errors, "reason", &params.reason, MAX_REASON_LEN);
     if let Some(arguments) = &params.tool_args {
-        super::check_arguments_size(&mut errors, "tool_args", arguments);
+        super::check_arguments_size(
+            &mut errors,
+            "tool_args",
+            arguments,
+            super::MAX_ARGUMENTS_BYTES,
+        );
     }
     let raw_fields = params.fields;
     let parsed = super::off_the_workers(move || fields::parse_field_specs(&raw_fields)).await?;

@@ -289,7 +289,12 @@ pub async fn decide(
                 ));
             };
             let mut errors = FieldErrors::new();
-            super::check_arguments_size(&mut errors, "arguments", &arguments);
+            super::check_arguments_size(
+                &mut errors,
+                "arguments",
+                &arguments,
+                crate::agent::model::MAX_ARGUMENT_BYTES,
+            );
             if !errors.is_empty() {
                 return Err(Error::unprocessable("the arguments are too large", errors));
             }

@@ -39,17 +39,19 @@ pub(crate) async fn off_the_workers<T: Send + 'static>(
 /// limit, and a read of them take many times more memory as it decodes them.
 pub const MAX_ARGUMENTS_BYTES: usize = 64 * 1024;
 
-/// Why a caller's arguments are refused under `field`, if they are larger than
-/// [`MAX_ARGUMENTS_BYTES`].
+/// Why a caller's arguments are refused under `field`, if they are larger than `most`
+/// bytes as JSON ([`MAX_ARGUMENTS_BYTES`], or for an edit of a model's call the
+/// model's own limit, so that any call the model may make can be edited).
 pub fn check_arguments_size(
     errors: &mut crate::error::FieldErrors,
     field: &str,
     arguments: &serde_json::Map<String, serde_json::Value>,
+    most: usize,
 ) {
-    if crate::db::storable::json_size(arguments) > MAX_ARGUMENTS_BYTES {
+    if crate::db::storable::json_size(arguments) > most {
         errors.insert(
             field.to_owned(),
-            format!("must be at most {MAX_ARGUMENTS_BYTES} bytes as JSON"),
+            format!("must be at most {most} bytes as JSON"),
         );
     }
 }

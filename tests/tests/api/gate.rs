@@ -1186,12 +1186,12 @@ async fn approvals_approve_edit_reject_and_refuse_what_they_must() {
         "reads as the field `database`: name it exactly",
         "{body}"
     );
-    // And an edit larger than any caller's arguments may be.
+    // And an edit larger than any call the model may make.
     let (status, body) = g
         .decide(
             &token,
             json!({"tool_call_id": id, "decision": "edit",
-            "arguments": {"query": format!("select 1 -- {}", "x".repeat(70_000)),
+            "arguments": {"query": format!("select 1 -- {}", "x".repeat(270_000)),
                 "database": "staging"}}),
         )
         .await;
