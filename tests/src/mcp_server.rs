@@ -478,7 +478,10 @@ impl TestTools {
         let after = number(arguments, "complete_after_ms");
         if after > 0 && answer.action == rmcp::model::ElicitationAction::Accept {
             tokio::time::sleep(Duration::from_millis(after)).await;
-            say_complete(context, &elicitation_id).await?;
+            // A server may say so more than once.
+            for _ in 0..number(arguments, "notices").max(1) {
+                say_complete(context, &elicitation_id).await?;
+            }
         }
         let action = serde_json::to_value(answer.action).map_err(failed)?;
         Ok(text(format!("url: {}", action.as_str().unwrap_or("?"))))

@@ -58,6 +58,9 @@ struct Secret {
     any_case: bool,
 }
 
+/// Shortest line of a secret of several lines that is looked for on its own.
+const MIN_SECRET_LINE_CHARS: usize = 8;
+
 /// Shortest secret whose letters are looked for in either case.
 const MIN_ANY_CASE_CHARS: usize = 8;
 
@@ -81,7 +84,22 @@ impl Redactions {
                         text,
                         any_case: false,
                     });
-                std::iter::once(given).chain(encoded)
+                // A secret of several lines (a PEM key) is often written out line by
+                // line, or cut where a line ends: each of its lines is looked for too.
+                let lines: Vec<Secret> = if secret.contains(['\n', '\r']) {
+                    secret
+                        .lines()
+                        .map(str::trim)
+                        .filter(|line| line.chars().count() >= MIN_SECRET_LINE_CHARS)
+                        .map(|line| Secret {
+                            text: line.to_owned(),
+                            any_case: false,
+                        })
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                std::iter::once(given).chain(encoded).chain(lines)
             })
             .collect();
         secrets.sort_by(|a, b| b.text.len().cmp(&a.text.len()).then_with(|| a.cmp(b)));
@@ -467,6 +485,19 @@ mod tests {
 
     /// A service that echoes what it was sent as base64 (a Basic authorization, a
     /// token it wrapped) still shows none of the secret, whatever comes before it.
+    /// A key of several lines, written out one line at a time (a server's log, a
+    /// result cut where a line ends), leaves none of its lines behind.
+    #[test]
+    fn each_line_of_a_secret_of_several_lines_is_masked_on_its_own() {
+        let key = "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEF\nAASCBKcwggSjAgEAAoIBAQC7\n-----END PRIVATE KEY-----";
+        let shown = masked(key, "line 1: MIIEvQIBADANBgkqhkiG9w0BAQEF and then");
+        assert!(!shown.contains("MIIEvQIB"), "{shown}");
+        let shown = masked(key, "AASCBKcwggSjAgEAAoIBAQC7");
+        assert!(!shown.contains("AASCBKcw"), "{shown}");
+        // A secret of one line is looked for whole only.
+        assert_eq!(masked("plain-secret-1234", "plain-secret"), "plain-secret");
+    }
+
     #[test]
     fn a_secret_in_base64_is_found_wherever_it_sits() {
         use base64::Engine;

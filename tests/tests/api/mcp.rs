@@ -932,7 +932,7 @@ async fn url_mode_is_a_link_card_that_completes_when_the_server_says_so() {
         &conversation,
         "t__open_link",
         "call_link",
-        json!({"complete_after_ms": 100}),
+        json!({"complete_after_ms": 100, "notices": 3}),
     )
     .await;
     let request = &asked["user_input_request"];
@@ -957,6 +957,14 @@ async fn url_mode_is_a_link_card_that_completes_when_the_server_says_so() {
             e["type"] == "elicitation_completed" && e["request_id"] == request["id"]
         })
         .await;
+    // Said three times, it is announced once.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let announced: i64 =
+        sqlx::query_scalar("select count(*) from run_events where kind = 'elicitation_completed'")
+            .fetch_one(&mut server.db().await)
+            .await
+            .expect("events");
+    assert_eq!(announced, 1);
 }
 
 /// Servers often number their questions per session, so two users' open link cards can

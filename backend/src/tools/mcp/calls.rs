@@ -839,17 +839,29 @@ pub async fn on_elicitation_complete(shared: &SessionShared, elicitation_id: &st
         tracing::debug!(server = %shared.server, "ignored a completion notice on the tool-list session");
         return;
     };
-    if let Err(err) = complete_url_question(&hub, &shared.server, owner, elicitation_id).await {
-        tracing::warn!(server = %shared.server, error = %err, "could not record an elicitation's completion");
+    // Each question's completion is recorded once, however often (or however many
+    // times at once) the server says it; one not recorded may be said again.
+    if !shared.first_completion_of(elicitation_id) {
+        return;
+    }
+    match complete_url_question(&hub, &shared.server, owner, elicitation_id).await {
+        Ok(true) => {}
+        Ok(false) => shared.forget_completion_of(elicitation_id),
+        Err(err) => {
+            shared.forget_completion_of(elicitation_id);
+            tracing::warn!(server = %shared.server, error = %err, "could not record an elicitation's completion");
+        }
     }
 }
 
+/// Records the completion of the user's question the server names; whether there was
+/// one to record.
 async fn complete_url_question(
     hub: &Arc<McpHub>,
     server: &str,
     user_id: &str,
     elicitation_id: &str,
-) -> Result<()> {
+) -> Result<bool> {
     let mut tx = db::begin_background(&hub.deps.pool).await?;
     let found = input_requests::find_elicitation(
         &mut tx,
@@ -862,7 +874,7 @@ async fn complete_url_question(
     tx.commit().await?;
     // Past its time, the question is the sweep's to expire, not the server's to close.
     let Some(row) = found.filter(|row| row.status() != RequestStatus::Expired) else {
-        return Ok(());
+        return Ok(false);
     };
     let mut tx = db::begin_as_user(&hub.deps.pool, &row.user_id).await?;
     conversations::lock_for_writing(&mut tx, row.conversation_id).await?;
@@ -883,7 +895,7 @@ async fn complete_url_question(
     if let Some(wake) = hub.waiter_if_any(row.id) {
         wake.notify_one();
     }
-    Ok(())
+    Ok(true)
 }
 
 pub async fn after_answer(hub: &Arc<McpHub>, row: &InputRequestRow) -> Result<AfterAnswer> {

@@ -66,10 +66,12 @@ pub struct SessionShared {
     pub closed: watch::Sender<bool>,
     /// Pinged when the server says its tool list changed.
     pub list_changed: Arc<Notify>,
-    /// The secrets of the latest call made in this session (kept after it ends: what a
-    /// server writes about a call may come later), masked in what the server writes to
-    /// its standard error before it is logged.
-    carried_secrets: Mutex<Option<Arc<Redactions>>>,
+    /// The secrets of the latest calls made in this session, all the same user's (kept
+    /// after they end: what a server writes about a call may come later), masked in
+    /// what the server writes to its standard error before it is logged.
+    carried_secrets: Mutex<std::collections::VecDeque<Arc<Redactions>>>,
+    /// The URL-mode questions whose completion the server has already said.
+    completed: Mutex<std::collections::VecDeque<String>>,
 }
 
 impl SessionShared {
@@ -86,7 +88,8 @@ impl SessionShared {
             current: Mutex::new(None),
             closed: watch::channel(false).0,
             list_changed,
-            carried_secrets: Mutex::new(None),
+            carried_secrets: Mutex::default(),
+            completed: Mutex::default(),
         })
     }
 
@@ -106,20 +109,50 @@ impl SessionShared {
 
     /// A call with these secrets is made in this session.
     pub fn carrying(&self, secrets: Arc<Redactions>) {
-        *self
+        let mut carried = self
             .carried_secrets
             .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(secrets);
+            .unwrap_or_else(|p| p.into_inner());
+        if carried.len() == CARRIED_CALLS {
+            carried.pop_front();
+        }
+        carried.push_back(secrets);
     }
 
-    /// `text` with the secrets of the latest call made in this session masked.
+    /// Whether this is the first time the server says the URL-mode question
+    /// `elicitation_id` is complete (among the latest [`REMEMBERED_NOTICES`]); it is
+    /// then taken as said.
+    pub fn first_completion_of(&self, elicitation_id: &str) -> bool {
+        let mut completed = self.completed.lock().unwrap_or_else(|p| p.into_inner());
+        if completed.iter().any(|id| id == elicitation_id) {
+            return false;
+        }
+        if completed.len() == REMEMBERED_NOTICES {
+            completed.pop_front();
+        }
+        completed.push_back(elicitation_id.to_owned());
+        true
+    }
+
+    /// The completion of `elicitation_id` could not be recorded: the server may say it
+    /// again.
+    pub fn forget_completion_of(&self, elicitation_id: &str) {
+        self.completed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|id| id != elicitation_id);
+    }
+
+    /// `text` with the secrets of the latest calls made in this session masked.
     fn mask(&self, text: &mut String) {
-        let secrets = self
+        let carried: Vec<Arc<Redactions>> = self
             .carried_secrets
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        if let Some(secrets) = secrets {
+            .iter()
+            .cloned()
+            .collect();
+        for secrets in carried {
             secrets.text(text);
         }
     }
@@ -452,6 +485,14 @@ async fn connect(
         })?
 }
 
+/// How many of the questions a server said were complete a session remembers, so a
+/// notice said again is not recorded again.
+const REMEMBERED_NOTICES: usize = 64;
+
+/// How many of a session's latest calls have their secrets masked in what the server
+/// writes to its standard error.
+const CARRIED_CALLS: usize = 8;
+
 /// The most of one line of a server process's standard error that is logged, in
 /// characters.
 const MAX_STDERR_LINE: usize = 500;
@@ -468,7 +509,7 @@ async fn read_lines_cut(
     mut each: impl FnMut(&[u8]),
 ) {
     let mut reader = tokio::io::BufReader::new(reader);
-    let mut line = Vec::with_capacity(most);
+    let mut line = Vec::new();
     while let Ok(read) = reader.fill_buf().await {
         if read.is_empty() {
             break;
