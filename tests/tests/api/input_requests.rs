@@ -24,6 +24,27 @@ fn call_id() -> String {
     format!("call_{}", uuid::Uuid::new_v4().simple())
 }
 
+/// A request of the user's for a realm id, waiting: its tool call id.
+async fn pending_request(server: &TestServer, token: &str, conversation: &str) -> String {
+    let id = call_id();
+    let (status, created) = server.action(token, realm_request(conversation, &id)).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    id
+}
+
+/// A connection of its own whose open transaction holds the conversation's writer
+/// lock, as a writer of the conversation would; `rollback` on it lets go.
+async fn holding_the_writer_lock(server: &TestServer, conversation: &str) -> sqlx::PgConnection {
+    let mut holder = server.db().await;
+    sqlx::query("begin").execute(&mut holder).await.unwrap();
+    sqlx::query("select 1 from conversations where id = $1::uuid for no key update")
+        .bind(conversation)
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    holder
+}
+
 async fn user_with_conversation(server: &TestServer) -> (String, String) {
     let (_, token) = server.new_user("user").await;
     let conversation = server.new_conversation(&token).await;
@@ -643,11 +664,7 @@ async fn a_request_made_outside_a_run_reaches_an_open_stream_and_nobody_elses() 
 async fn a_nul_character_anywhere_is_a_422_and_changes_nothing() {
     let server = TestServer::start().await;
     let (token, conversation) = user_with_conversation(&server).await;
-    let id = call_id();
-    let (status, created) = server
-        .action(&token, realm_request(&conversation, &id))
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = pending_request(&server, &token, &conversation).await;
 
     // In a decline message (a text column) and in a tool's arguments (JSON).
     let (status, body) = server
@@ -763,13 +780,7 @@ async fn arguments_past_64_kib_are_refused_by_name_and_nothing_is_stored() {
 async fn a_new_request_waits_for_the_conversations_writer_lock_holding_no_other_lock() {
     let server = TestServer::start().await;
     let (token, conversation) = user_with_conversation(&server).await;
-    let mut holder = server.db().await;
-    sqlx::query("begin").execute(&mut holder).await.unwrap();
-    sqlx::query("select 1 from conversations where id = $1::uuid for no key update")
-        .bind(&conversation)
-        .execute(&mut holder)
-        .await
-        .unwrap();
+    let mut holder = holding_the_writer_lock(&server, &conversation).await;
 
     let creating = {
         let server_url = server.url("/api/tool-user-input");
@@ -825,18 +836,8 @@ async fn a_new_request_waits_for_the_conversations_writer_lock_holding_no_other_
 async fn values_are_checked_before_the_conversation_is_locked() {
     let server = TestServer::start().await;
     let (token, conversation) = user_with_conversation(&server).await;
-    let id = call_id();
-    let (status, created) = server
-        .action(&token, realm_request(&conversation, &id))
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{created}");
-    let mut holder = server.db().await;
-    sqlx::query("begin").execute(&mut holder).await.unwrap();
-    sqlx::query("select 1 from conversations where id = $1::uuid for no key update")
-        .bind(&conversation)
-        .execute(&mut holder)
-        .await
-        .unwrap();
+    let id = pending_request(&server, &token, &conversation).await;
+    let mut holder = holding_the_writer_lock(&server, &conversation).await;
 
     let refused = tokio::time::timeout(
         Duration::from_secs(5),
@@ -871,11 +872,7 @@ async fn values_are_checked_before_the_conversation_is_locked() {
 async fn an_answer_to_a_request_past_its_time_is_told_it_expired_before_its_values() {
     let server = TestServer::start().await;
     let (token, conversation) = user_with_conversation(&server).await;
-    let id = call_id();
-    let (status, created) = server
-        .action(&token, realm_request(&conversation, &id))
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = pending_request(&server, &token, &conversation).await;
     // Past its time, not yet expired by the sweep.
     sqlx::query(
         "update tool_user_input_requests set expires_at = now() - interval '1 second'

@@ -59,6 +59,18 @@ async fn ready(tools: &str, user: &str) -> (Setup, String, String) {
     (setup, token, conversation)
 }
 
+/// [`ready`] with a server `t` (given `settings` too) whose processes share what they
+/// keep in a folder of their own (`MCP_TEST_STATE`): that folder, and the rest.
+async fn ready_with_state(settings: &str, user: &str) -> (TempDir, Setup, String, String) {
+    let state = TempDir::new(user);
+    let extra = format!(
+        "{settings}\nenv = {{ MCP_TEST_STATE = \"{}\" }}",
+        state.0.display()
+    );
+    let (setup, token, conversation) = ready(&stdio_server("t", &extra), user).await;
+    (state, setup, token, conversation)
+}
+
 /// `GET /api/tools` once every named server has been reached (or failed for good).
 async fn tools_when_settled(server: &TestServer, token: &str, names: &[&str]) -> Value {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -82,6 +94,16 @@ async fn tools_when_settled(server: &TestServer, token: &str, names: &[&str]) ->
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// The names of the tools `GET /api/tools` listed.
+fn tool_names(listed: &Value) -> Vec<&str> {
+    listed["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["name"].as_str())
+        .collect()
 }
 
 fn tool<'a>(tools: &'a Value, name: &str) -> &'a Value {
@@ -192,12 +214,7 @@ async fn a_servers_catalogue_past_its_budget_is_cut() {
     let server = &setup.server;
     let (_, token) = server.new_user("mcp-bloat").await;
     let listed = tools_when_settled(server, &token, &["t"]).await;
-    let names: Vec<&str> = listed["tools"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|t| t["name"].as_str())
-        .collect();
+    let names = tool_names(&listed);
     let bloated = names.iter().filter(|n| n.starts_with("t__bloat_")).count();
     assert!(names.contains(&"t__echo"), "{names:?}");
     assert!(
@@ -215,12 +232,7 @@ async fn a_tool_list_without_end_is_read_up_to_a_point() {
     let (_, token) = server.new_user("mcp-pages").await;
     let listed = tools_when_settled(server, &token, &["t"]).await;
     assert_eq!(server_info(&listed, "t")["status"], "connected", "{listed}");
-    let names: Vec<&str> = listed["tools"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|t| t["name"].as_str())
-        .collect();
+    let names = tool_names(&listed);
     assert!(names.contains(&"t__echo"), "{names:?}");
     assert!(
         server.logs().contains("did not end after 50 pages"),
@@ -233,12 +245,7 @@ async fn a_tool_list_without_end_is_read_up_to_a_point() {
 /// once a second, not as fast as it can say so.
 #[tokio::test]
 async fn a_server_that_keeps_saying_its_list_changed_is_listed_once_a_second() {
-    let state = TempDir::new("mcp-restless");
-    let extra = format!(
-        "args = [\"--restless\"]\nenv = {{ MCP_TEST_STATE = \"{}\" }}",
-        state.0.display()
-    );
-    let (setup, _token, _conversation) = ready(&stdio_server("t", &extra), "mcp-restless").await;
+    let (state, setup, _, _) = ready_with_state("args = [\"--restless\"]", "mcp-restless").await;
     let listings = || {
         std::fs::read_to_string(state.0.join(tests::mcp_server::LISTINGS)).map_or(0, |t| t.len())
     };
@@ -258,9 +265,7 @@ async fn a_server_that_keeps_saying_its_list_changed_is_listed_once_a_second() {
 /// server goes on meanwhile.
 #[tokio::test]
 async fn a_session_slow_to_open_holds_up_no_other_users_call() {
-    let state = TempDir::new("mcp-slow-open");
-    let extra = format!("env = {{ MCP_TEST_STATE = \"{}\" }}", state.0.display());
-    let (setup, token, conversation) = ready(&stdio_server("t", &extra), "mcp-open").await;
+    let (state, setup, token, conversation) = ready_with_state("", "mcp-open").await;
     let server = &setup.server;
     let echo = |call: &'static str, token: String, conversation: String| async move {
         execute(
@@ -1414,12 +1419,8 @@ async fn a_server_process_gets_none_of_toolgates_own_secrets() {
 async fn a_changed_tool_list_reaches_the_registry_and_slow_calls_time_out() {
     // Each stdio session is a process of its own; they share what was added here. The
     // time limit covers every call, a session's start included: room for a busy machine.
-    let state = TempDir::new("mcp-state");
-    let extra = format!(
-        "call_timeout_seconds = 3\nenv = {{ MCP_TEST_STATE = \"{}\" }}",
-        state.0.display()
-    );
-    let (setup, token, conversation) = ready(&stdio_server("t", &extra), "mcp-changes").await;
+    let (_state, setup, token, conversation) =
+        ready_with_state("call_timeout_seconds = 3", "mcp-changes").await;
     let server = &setup.server;
     let (_, added) = execute(
         server,
@@ -1695,9 +1696,7 @@ async fn a_question_answered_after_its_tool_was_switched_off_calls_nothing() {
 
 #[tokio::test]
 async fn a_server_that_crashes_is_reconnected_and_meanwhile_its_tools_say_why() {
-    let state = TempDir::new("mcp-comeback");
-    let extra = format!("env = {{ MCP_TEST_STATE = \"{}\" }}", state.0.display());
-    let (setup, token, conversation) = ready(&stdio_server("t", &extra), "mcp-comeback").await;
+    let (state, setup, token, conversation) = ready_with_state("", "mcp-comeback").await;
     let server = &setup.server;
     // The process toolgate keeps its catalogue with (no call has started another yet)
     // dies of a signal, and the server stays down until the checks below are done.
