@@ -106,16 +106,21 @@ impl AppState {
         self.tool_servers.set(Some(BTreeMap::new()));
         let (servers, app) = (self.tool_servers, *self);
         spawn_local(async move {
-            if let Ok(list) = api::tool_servers(&token).await
-                && !servers.is_disposed()
-                && app.token().as_deref() == Some(token.as_str())
-            {
-                let map = ordered::map_of(
-                    list.tools
-                        .into_iter()
-                        .filter_map(|tool| tool.server.map(|server| (tool.name, server))),
-                );
-                servers.set(Some(map));
+            let listed = api::tool_servers(&token).await;
+            if servers.is_disposed() || app.token().as_deref() != Some(token.as_str()) {
+                return;
+            }
+            match listed {
+                Ok(list) => {
+                    let map = ordered::map_of(
+                        list.tools
+                            .into_iter()
+                            .filter_map(|tool| tool.server.map(|server| (tool.name, server))),
+                    );
+                    servers.set(Some(map));
+                }
+                // Not known after all: the next tool row to show asks again.
+                Err(_) => servers.set(None),
             }
         });
     }

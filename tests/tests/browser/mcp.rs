@@ -395,3 +395,53 @@ async fn the_shipped_calendar_plans_a_meeting_through_both_cards() {
     assert!(row.contains("calendar"), "{row}");
     b.quit().await;
 }
+
+/// Which server a tool comes from is asked once; when that one asking fails, the next
+/// tool row to show asks again, and every row of the page says its server.
+#[tokio::test]
+async fn a_failed_look_up_of_the_tools_servers_is_tried_again() {
+    let Some(fx) = Fixture::start("mcp_servers_again").await else {
+        return;
+    };
+    wait_for_server(&fx.server, "calendar").await;
+    let b = fx.browser().await;
+    sign_in(&b, &fx.base(), &unique("mcp-servers-again")).await;
+    new_conversation(&b).await;
+    b.execute(
+        r#"const real = window.fetch;
+           window.fetch = (url, init) => {
+             if (String(url).endsWith('/api/tools') && !window.__failedOnce) {
+               window.__failedOnce = true;
+               return Promise.reject(new TypeError('offline for a moment'));
+             }
+             return real(url, init);
+           };"#,
+        vec![],
+    )
+    .await
+    .expect("stand-in");
+    crate::ask(&b, "List the meeting rooms").await;
+    let rooms = "[data-testid=tool-call][data-tool=calendar__list_rooms]";
+    b.wait_until(
+        "the rooms to be listed",
+        &format!("document.querySelector('{rooms}')?.dataset.state === 'done'"),
+    )
+    .await
+    .expect("rooms listed");
+    wait_idle(&b).await;
+    assert_eq!(
+        b.execute("return window.__failedOnce === true", vec![])
+            .await
+            .expect("asked"),
+        json!(true),
+        "the tool row asked which server its tool comes from"
+    );
+    crate::ask(&b, "what is (1200 - 300) * 1.2?").await;
+    b.wait_until(
+        "the first row to name its server",
+        &format!("document.querySelector('{rooms} [data-testid=tool-server]') !== null"),
+    )
+    .await
+    .expect("the server is named after all");
+    b.quit().await;
+}
