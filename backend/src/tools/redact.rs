@@ -50,12 +50,20 @@ pub struct Redactions {
 }
 
 /// One form of a secret to look for.
-#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Secret {
     text: String,
     /// Its ASCII letters match in either case: the secret as given, when long enough
     /// that a chance match is unlikely (never a base64 form, whose case is its bytes).
     any_case: bool,
+}
+
+/// `secrets` longest first, each once, so a secret that contains another is replaced
+/// whole.
+fn longest_first(mut secrets: Vec<Secret>) -> Vec<Secret> {
+    secrets.sort_by(|a, b| b.text.len().cmp(&a.text.len()).then_with(|| a.cmp(b)));
+    secrets.dedup_by(|a, b| a.text == b.text);
+    secrets
 }
 
 /// Shortest line of a secret of several lines that is looked for on its own.
@@ -70,7 +78,7 @@ const MAX_MASKING_WORK: usize = 10_000_000;
 
 impl Redactions {
     pub fn new<'a>(secrets: impl IntoIterator<Item = &'a str>) -> Self {
-        let mut secrets: Vec<Secret> = secrets
+        let secrets: Vec<Secret> = secrets
             .into_iter()
             .filter(|secret| secret.chars().count() >= MIN_SECRET_CHARS)
             .flat_map(|secret| {
@@ -102,11 +110,19 @@ impl Redactions {
                 std::iter::once(given).chain(encoded).chain(lines)
             })
             .collect();
-        secrets.sort_by(|a, b| b.text.len().cmp(&a.text.len()).then_with(|| a.cmp(b)));
-        secrets.dedup_by(|a, b| a.text == b.text);
         Redactions {
-            secrets,
+            secrets: longest_first(secrets),
             stand_in: MASKED,
+        }
+    }
+
+    /// These secrets and `more` (values the user gave since these were gathered).
+    pub fn adding<'a>(&self, more: impl IntoIterator<Item = &'a str>) -> Self {
+        let mut secrets: Vec<Secret> = self.secrets.clone();
+        secrets.extend(Redactions::new(more).secrets);
+        Redactions {
+            secrets: longest_first(secrets),
+            stand_in: self.stand_in,
         }
     }
 

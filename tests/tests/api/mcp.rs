@@ -1113,6 +1113,29 @@ async fn what_a_hostile_server_asks_for_is_refused_or_flagged() {
             .contains("password"),
         "{field}"
     );
+    // And taken as a secret: typed unseen, stored sealed, sent to the server that asked
+    // as given, and masked where that server repeats it.
+    assert_eq!(field["type"], "secret", "{field}");
+    const PASSWORD: &str = "hunter2-correct-horse";
+    let (status, done) = server
+        .action(
+            &token,
+            json!({"action": "submit_response",
+                "tool_call_id": asked["user_input_request"]["tool_call_id"],
+                "user_inputs": {"password": PASSWORD}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    let echoed = echoed_elicitation(&done["tool_result"]);
+    assert_eq!(echoed["action"], "accept", "{done}");
+    // The server got the password itself (not its sealed form), and said it back.
+    assert_eq!(
+        echoed["content"]["password"],
+        protocol::fields::MASKED,
+        "{done}"
+    );
+    assert!(!done.to_string().contains(PASSWORD), "{done}");
+    assert_no_request_holds(server, PASSWORD).await;
 }
 
 #[tokio::test]

@@ -36,6 +36,7 @@ use crate::error::Result;
 use crate::requests::create::{Ask, RequestContext, insert_request};
 use crate::requests::endings;
 use crate::tools::redact::Redactions;
+use crate::vault::Vault;
 
 /// Longest text of a result the model is given.
 const MAX_RESULT_CHARS: usize = 100_000;
@@ -80,14 +81,27 @@ pub struct CallSlot {
     /// The call's end goes to its run as a delivery (set by `finish` before it says the
     /// call finished), so the step must not record it too.
     delivers: AtomicBool,
-    /// The call's secrets: masked in what the server answers and in what it asks.
-    redactions: Arc<Redactions>,
+    /// The call's secrets: masked in what the server answers and in what it asks. The
+    /// secrets the user gives in answer to the server's questions join them.
+    redactions: Mutex<Arc<Redactions>>,
 }
 
 impl CallSlot {
-    /// The call's secrets, for what else the server says while it runs.
+    /// The call's secrets so far, for what the server says next.
     pub fn redactions(&self) -> Arc<Redactions> {
-        self.redactions.clone()
+        self.redactions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The user gave these secrets in answer to one of the server's questions.
+    fn answered_with(&self, secrets: &[String]) {
+        if secrets.is_empty() {
+            return;
+        }
+        let mut redactions = self.redactions.lock().unwrap_or_else(|p| p.into_inner());
+        *redactions = Arc::new(redactions.adding(secrets.iter().map(String::as_str)));
     }
 }
 
@@ -163,7 +177,11 @@ pub async fn start(
         questions: AtomicUsize::new(0),
         first_question: std::sync::OnceLock::new(),
         delivers: AtomicBool::new(false),
-        redactions: Arc::new(call_redactions(&server.config, &arguments, &secret_fields)),
+        redactions: Mutex::new(Arc::new(call_redactions(
+            &server.config,
+            &arguments,
+            &secret_fields,
+        ))),
     });
     hub.calls.lock().unwrap_or_else(|p| p.into_inner()).insert(
         key(&context),
@@ -180,19 +198,10 @@ pub async fn start(
     );
     let watched = slot.clone();
     tokio::spawn(async move {
-        let redactions = &slot.redactions;
         let ended = {
             let session = &taken.session;
             session.shared.set_current(Some(slot.clone()));
-            let ended = run(
-                session,
-                &config,
-                &slot,
-                remote.clone(),
-                arguments.clone(),
-                redactions,
-            )
-            .await;
+            let ended = run(session, &config, &slot, remote.clone(), arguments.clone()).await;
             session.shared.set_current(None);
             session.touch();
             drop(taken);
@@ -202,7 +211,7 @@ pub async fn start(
             Ended::Outcome(outcome) => {
                 // A secret the user gave the tool never reaches the model, even when the
                 // server repeats it in its answer.
-                let shown = redactions.outcome(*outcome);
+                let shown = slot.redactions().outcome(*outcome);
                 finish(&task_hub, &slot, shown).await
             }
             Ended::Asks(required) => {
@@ -212,7 +221,7 @@ pub async fn start(
                     arguments: &arguments,
                     secret_fields: &secret_fields,
                     round_number: 1,
-                    redactions,
+                    redactions: &slot.redactions(),
                 };
                 let outcome = stateless::park(&task_hub, &slot.context, asking, *required).await;
                 if outcome.requires_user_input {
@@ -288,7 +297,6 @@ async fn run(
     slot: &CallSlot,
     remote: String,
     arguments: Map<String, Value>,
-    redactions: &Redactions,
 ) -> Ended {
     const TICK: Duration = Duration::from_millis(250);
     let call = session
@@ -300,14 +308,14 @@ async fn run(
         tokio::select! {
             result = &mut call => return match result {
                 Ok(CallToolResponse::Complete(result)) => {
-                    Ended::Outcome(Box::new(outcome_of(&config.name, Ok(result), redactions)))
+                    Ended::Outcome(Box::new(outcome_of(&config.name, Ok(result), &slot.redactions())))
                 }
                 Ok(CallToolResponse::InputRequired(required)) => Ended::Asks(Box::new(required)),
                 Ok(_) => Ended::Outcome(Box::new(ToolOutcome::failed(format!(
                     "the MCP server `{}` answered in a way toolgate does not take (a task)",
                     config.name
                 )))),
-                Err(err) => Ended::Outcome(Box::new(outcome_of(&config.name, Err(err), redactions))),
+                Err(err) => Ended::Outcome(Box::new(outcome_of(&config.name, Err(err), &slot.redactions()))),
             },
             () = tokio::time::sleep(TICK) => {
                 if slot.open_questions.lock().unwrap_or_else(|p| p.into_inner()).is_empty() {
@@ -487,7 +495,7 @@ pub async fn on_elicitation(
         tracing::warn!(%server, "declined a question past the most one call may ask");
         return decline;
     }
-    let question = match Question::of(&request, server, &slot.redactions) {
+    let question = match Question::of(&request, server, &slot.redactions()) {
         Ok(question) => question,
         Err(reason) => {
             tracing::warn!(%server, reason = %crate::logged::outside(&reason), "declined an elicitation toolgate cannot show");
@@ -765,7 +773,12 @@ async fn wait_for_answer(
         match read_request(hub, row).await {
             Ok(Some(current)) if current.status() != RequestStatus::Pending => {
                 hub.forget_waiter(row.id);
-                return answer_of(&current);
+                let (answer, secrets) = answer_of(&current, &hub.deps.vault);
+                // A secret given in answer is masked in all the server says after.
+                if let Some(slot) = shared.current() {
+                    slot.answered_with(&secrets);
+                }
+                return answer;
             }
             Ok(_) => {}
             Err(err) => {
@@ -801,8 +814,8 @@ async fn read_request(hub: &McpHub, row: &InputRequestRow) -> Result<Option<Inpu
 }
 
 /// What the server is told: the accepted values, or that the user declined or did not
-/// answer.
-pub(super) fn answer_of(row: &InputRequestRow) -> ElicitResult {
+/// answer; and the secrets among the values, to mask in what the server says next.
+pub(super) fn answer_of(row: &InputRequestRow, vault: &Vault) -> (ElicitResult, Vec<String>) {
     match row.status() {
         RequestStatus::Completed => {
             let accepted = ElicitResult::new(ElicitationAction::Accept);
@@ -811,17 +824,34 @@ pub(super) fn answer_of(row: &InputRequestRow) -> ElicitResult {
                 .as_ref()
                 .is_some_and(|e| e.0.mode == ElicitationMode::Url);
             if url_mode {
-                return accepted;
+                return (accepted, Vec::new());
             }
-            let answered = row
+            let mut answered = row
                 .user_inputs
                 .as_ref()
                 .map(|inputs| inputs.0.clone())
                 .unwrap_or_default();
-            accepted.with_content(elicitation::content_of(row.fields(), &answered))
+            // Secrets are kept sealed; the server that asked gets them as given.
+            let mut secrets = Vec::new();
+            for field in row.fields().iter().filter(|f| f.is_secret()) {
+                let Some(sealed) = answered.get(&field.name).filter(|v| !v.is_null()).cloned()
+                else {
+                    continue;
+                };
+                let Ok(opened) = vault.open(&row.user_id, &field.name, &sealed) else {
+                    tracing::error!(request = %row.id, field = %field.name, "could not open a secret answer to an MCP server's question");
+                    return (ElicitResult::new(ElicitationAction::Cancel), Vec::new());
+                };
+                if let Some(text) = opened.as_str() {
+                    secrets.push(text.to_owned());
+                }
+                answered.insert(field.name.clone(), opened);
+            }
+            let content = elicitation::content_of(row.fields(), &answered);
+            (accepted.with_content(content), secrets)
         }
-        RequestStatus::Declined => ElicitResult::new(ElicitationAction::Decline),
-        _ => ElicitResult::new(ElicitationAction::Cancel),
+        RequestStatus::Declined => (ElicitResult::new(ElicitationAction::Decline), Vec::new()),
+        _ => (ElicitResult::new(ElicitationAction::Cancel), Vec::new()),
     }
 }
 

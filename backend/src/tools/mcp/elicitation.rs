@@ -107,7 +107,13 @@ pub fn fields_of(
                 | FieldType::Email
                 | FieldType::Url
         );
-        if looks_sensitive(&field) || (message_asks_for_secret && typed) {
+        // A field that speaks of a password or a key is treated as one: typed unseen,
+        // kept sealed, and masked in what the server says after it has it.
+        let sensitive = looks_sensitive(&field);
+        if sensitive && matches!(field.kind, FieldType::Text | FieldType::Textarea) {
+            field.kind = FieldType::Secret;
+        }
+        if sensitive || (message_asks_for_secret && typed) {
             field.warning = Some(format!(
                 "This looks like a request for a password or a key. MCP servers must not ask for those in a form; only answer if you trust `{server}`."
             ));

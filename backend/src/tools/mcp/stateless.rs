@@ -308,11 +308,13 @@ pub async fn answer_round(hub: &Arc<McpHub>, row: &InputRequestRow) -> Result<Op
         }
     };
     let mut responses = BTreeMap::new();
+    let mut answered_secrets = Vec::new();
     for question in &round {
         let Some(question_state) = &question.retry_state else {
             continue;
         };
-        let answer: ElicitResult = answer_of(question);
+        let (answer, secrets): (ElicitResult, _) = answer_of(question, &hub.deps.vault);
+        answered_secrets.extend(secrets);
         responses.insert(
             question_state.0.input_key.clone(),
             serde_json::to_value(answer).unwrap_or(Value::Null),
@@ -356,11 +358,10 @@ pub async fn answer_round(hub: &Arc<McpHub>, row: &InputRequestRow) -> Result<Op
     if let Some(request_state) = &state.request_state {
         params = params.with_request_state(request_state.clone());
     }
-    let redactions = Arc::new(call_redactions(
-        &server.config,
-        &arguments,
-        &state.secret_fields,
-    ));
+    let redactions = Arc::new(
+        call_redactions(&server.config, &arguments, &state.secret_fields)
+            .adding(answered_secrets.iter().map(String::as_str)),
+    );
     taken.session.shared.carrying(redactions.clone());
     let answered = tokio::time::timeout(
         server.config.call_timeout,
