@@ -632,7 +632,10 @@ impl ServerHandler for TestTools {
                     json!({"type": "object", "properties": {
                         "password": {"type": "string", "description": "Your account password"}}}),
                 )?;
-                Ok(echo(&self.ask(params, &context).await?))
+                let answer = self.ask(params, &context).await?;
+                // As a careless server would: the answer, on standard error.
+                eprintln!("ask_password answered {}", json!(answer.content));
+                Ok(echo(&answer))
             }
             "ask_about" => {
                 let about = arguments.get("text").and_then(Value::as_str).unwrap_or("");

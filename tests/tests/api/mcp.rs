@@ -1351,6 +1351,47 @@ async fn a_secret_a_server_writes_to_its_standard_error_is_masked_in_the_log() {
     assert!(!server.logs().contains(&SECRET[..3]), "{}", server.logs());
 }
 
+/// A password the user gives in answer to a server's form, which the server then writes
+/// to its standard error: toolgate's debug log shows it masked.
+#[tokio::test]
+async fn a_password_given_to_a_servers_form_is_masked_in_its_standard_error() {
+    const PASSWORD: &str = "hunter2-battery-staple";
+    let debug = ServerOptions::default().env("TOOLGATE_LOG", "info,backend::tools::mcp=debug");
+    let setup = start_with(&stdio_server("t", ""), debug).await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("mcp-form-stderr").await;
+    tools_when_settled(server, &token, &["t"]).await;
+    let conversation = server.new_conversation(&token).await;
+    let (_, asked) = execute(
+        server,
+        &token,
+        &conversation,
+        "t__ask_password",
+        "call_password",
+        json!({}),
+    )
+    .await;
+    let (status, done) = server
+        .action(
+            &token,
+            json!({"action": "submit_response",
+                "tool_call_id": asked["user_input_request"]["tool_call_id"],
+                "user_inputs": {"password": PASSWORD}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !server.logs().contains("ask_password answered") {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the server's standard error was not logged:\n{}",
+            server.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!server.logs().contains(PASSWORD), "{}", server.logs());
+}
+
 /// Asserts that no stored request, in any column, holds `secret` in the clear.
 async fn assert_no_request_holds(server: &TestServer, secret: &str) {
     let mut db = server.db().await;

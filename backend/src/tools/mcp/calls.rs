@@ -774,9 +774,14 @@ async fn wait_for_answer(
             Ok(Some(current)) if current.status() != RequestStatus::Pending => {
                 hub.forget_waiter(row.id);
                 let (answer, secrets) = answer_of(&current, &hub.deps.vault);
-                // A secret given in answer is masked in all the server says after.
-                if let Some(slot) = shared.current() {
+                // A secret given in answer is masked in all the server says after, its
+                // standard error included.
+                if let Some(slot) = shared.current()
+                    && !secrets.is_empty()
+                {
+                    let before = slot.redactions();
                     slot.answered_with(&secrets);
+                    shared.carrying_instead(&before, slot.redactions());
                 }
                 return answer;
             }

@@ -113,10 +113,7 @@ impl SessionShared {
             .carried_secrets
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        if carried.len() == CARRIED_CALLS {
-            carried.pop_front();
-        }
-        carried.push_back(secrets);
+        carry_latest(&mut carried, secrets);
     }
 
     /// Whether this is the first time the server says the URL-mode question
@@ -141,6 +138,19 @@ impl SessionShared {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .retain(|id| id != elicitation_id);
+    }
+
+    /// A call's secrets grew (the user answered the server's question with one): its
+    /// entry takes the larger set, so no other call's secrets make way for it.
+    pub fn carrying_instead(&self, before: &Arc<Redactions>, now: Arc<Redactions>) {
+        let mut carried = self
+            .carried_secrets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        match carried.iter_mut().find(|entry| Arc::ptr_eq(entry, before)) {
+            Some(entry) => *entry = now,
+            None => carry_latest(&mut carried, now),
+        }
     }
 
     /// `text` with the secrets of the latest calls made in this session masked.
@@ -488,6 +498,17 @@ async fn connect(
 /// How many of the questions a server said were complete a session remembers, so a
 /// notice said again is not recorded again.
 const REMEMBERED_NOTICES: usize = 64;
+
+/// `secrets` as the latest call's, the oldest call's let go past [`CARRIED_CALLS`].
+fn carry_latest(
+    carried: &mut std::collections::VecDeque<Arc<Redactions>>,
+    secrets: Arc<Redactions>,
+) {
+    if carried.len() == CARRIED_CALLS {
+        carried.pop_front();
+    }
+    carried.push_back(secrets);
+}
 
 /// How many of a session's latest calls have their secrets masked in what the server
 /// writes to its standard error.
