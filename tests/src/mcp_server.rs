@@ -258,6 +258,12 @@ impl TestTools {
                     "state_bytes": {"type": "integer", "description": "Bytes of padding kept in the state"}}),
             )
             .annotate(read_only()),
+            tool(
+                "ask_password_twice",
+                "Asks for a password, then a confirmation, the stateless way, and says the password back",
+                json!({}),
+            )
+            .annotate(read_only()),
             // A name no registry takes, written to forge a log line.
             tool(FORGED_NAME, "Named to write a log line of its own", json!({})),
             // No annotations at all: toolgate must treat it as possibly destructive.
@@ -319,6 +325,51 @@ async fn say_complete(
         ))
         .await
         .map_err(failed)
+}
+
+/// Three rounds, the stateless way: a password, then a confirmation, then the password
+/// said back. The password is kept between rounds in the `MCP_TEST_STATE` folder (as a
+/// server keeps what it must in memory of its own), never in the state toolgate keeps.
+fn ask_password_twice(request: &CallToolRequestParams) -> Result<CallToolResponse, ErrorData> {
+    let kept = std::env::var_os("MCP_TEST_STATE")
+        .map(|dir| PathBuf::from(dir).join("password"))
+        .ok_or_else(|| failed("MCP_TEST_STATE is not set"))?;
+    let answer_of = |key: &str| {
+        request
+            .input_responses
+            .as_ref()
+            .and_then(|responses| responses.get(key))
+            .and_then(|answer| answer.get("content"))
+            .and_then(|content| content.get(key))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    let ask = |key: &str, message: &str, state: &str| {
+        let question = form(
+            message,
+            json!({"type": "object", "properties": {key: {"type": "string", "title": message}},
+                "required": [key]}),
+        )?;
+        let questions = [(
+            key.to_owned(),
+            InputRequest::Elicitation(ElicitRequest::new(question)),
+        )]
+        .into_iter()
+        .collect();
+        Ok(InputRequiredResult::new(Some(questions), Some(state.to_owned())).into())
+    };
+    match request.request_state.as_deref() {
+        None => ask("password", "Your account password", "asked-password"),
+        Some("asked-password") => {
+            let password = answer_of("password").unwrap_or_default();
+            std::fs::write(&kept, password).map_err(failed)?;
+            ask("confirm", "Type yes to go on", "asked-confirm")
+        }
+        _ => {
+            let password = std::fs::read_to_string(&kept).map_err(failed)?;
+            Ok(text(format!("the password was {password}")))
+        }
+    }
 }
 
 /// A file in the `MCP_TEST_STATE` folder that keeps the stdio server from starting.
@@ -723,6 +774,7 @@ impl ServerHandler for TestTools {
                 Ok(text("added"))
             }
             "ask_code" => self.ask_code(&request),
+            "ask_password_twice" => ask_password_twice(&request),
             "unmarked" => Ok(text("did it")),
             "show_setup" => {
                 let arguments: Vec<String> = std::env::args().skip(1).collect();

@@ -1392,6 +1392,54 @@ async fn a_password_given_to_a_servers_form_is_masked_in_its_standard_error() {
     assert!(!server.logs().contains(PASSWORD), "{}", server.logs());
 }
 
+/// A password given in one round of a server's stateless questions stays masked in the
+/// rounds after: the server says it back two rounds later and the result shows it
+/// masked; nothing stored holds it in the clear.
+#[tokio::test]
+async fn a_password_answered_in_one_round_is_masked_in_the_rounds_after() {
+    const PASSWORD: &str = "hunter2-three-rounds";
+    let (_state, setup, token, conversation) = ready_with_state(STATELESS, "mcp-rounds").await;
+    let server = &setup.server;
+    let (_, asked) = execute(
+        server,
+        &token,
+        &conversation,
+        "t__ask_password_twice",
+        "call_twice",
+        json!({}),
+    )
+    .await;
+    let first = &asked["user_input_request"];
+    assert_eq!(first["fields"][0]["type"], "secret", "{asked}");
+    let (status, done) = server
+        .action(
+            &token,
+            json!({"action": "submit_response", "tool_call_id": first["tool_call_id"],
+                "user_inputs": {"password": PASSWORD}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    let waiting = pending(server, &token, &conversation).await;
+    let second = waiting
+        .iter()
+        .find(|r| r["fields"][0]["name"] == "confirm")
+        .unwrap_or_else(|| panic!("the second round: {waiting:?}"));
+    let (status, done) = server
+        .action(
+            &token,
+            json!({"action": "submit_response", "tool_call_id": second["tool_call_id"],
+                "user_inputs": {"confirm": "yes"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    assert_eq!(
+        done["tool_result"]["result"]["text"],
+        format!("the password was {}", protocol::fields::MASKED),
+        "{done}"
+    );
+    assert_no_request_holds(server, PASSWORD).await;
+}
+
 /// Asserts that no stored request, in any column, holds `secret` in the clear.
 async fn assert_no_request_holds(server: &TestServer, secret: &str) {
     let mut db = server.db().await;

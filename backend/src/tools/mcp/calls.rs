@@ -84,6 +84,9 @@ pub struct CallSlot {
     /// The call's secrets: masked in what the server answers and in what it asks. The
     /// secrets the user gives in answer to the server's questions join them.
     redactions: Mutex<Arc<Redactions>>,
+    /// Those secrets the user gave in answer, for questions the call leaves for a
+    /// later round.
+    answered: Mutex<Vec<String>>,
 }
 
 impl CallSlot {
@@ -102,6 +105,18 @@ impl CallSlot {
         }
         let mut redactions = self.redactions.lock().unwrap_or_else(|p| p.into_inner());
         *redactions = Arc::new(redactions.adding(secrets.iter().map(String::as_str)));
+        self.answered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend_from_slice(secrets);
+    }
+
+    /// The secrets the user gave in answer to this call's questions.
+    fn answered_secrets(&self) -> Vec<String> {
+        self.answered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 }
 
@@ -182,6 +197,7 @@ pub async fn start(
             &arguments,
             &secret_fields,
         ))),
+        answered: Mutex::default(),
     });
     hub.calls.lock().unwrap_or_else(|p| p.into_inner()).insert(
         key(&context),
@@ -222,6 +238,7 @@ pub async fn start(
                     secret_fields: &secret_fields,
                     round_number: 1,
                     redactions: &slot.redactions(),
+                    answered_secrets: &slot.answered_secrets(),
                 };
                 let outcome = stateless::park(&task_hub, &slot.context, asking, *required).await;
                 if outcome.requires_user_input {

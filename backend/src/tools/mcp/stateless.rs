@@ -57,7 +57,14 @@ pub struct RetryState {
     pub arguments: Map<String, Value>,
     #[serde(default)]
     pub secret_fields: Vec<String>,
+    /// Secrets the user gave in answer to the call's earlier questions, sealed by the
+    /// vault: masked in all the server says in the rounds after.
+    #[serde(default)]
+    pub answered_secrets: Vec<Value>,
 }
+
+/// The vault's name for a secret answer a round keeps for the next.
+const ANSWERED_SECRET: &str = "answered_secret";
 
 /// The call a round of questions belongs to.
 pub struct Asking<'a> {
@@ -70,6 +77,9 @@ pub struct Asking<'a> {
     pub round_number: u32,
     /// The call's secrets, masked in the questions.
     pub redactions: &'a Redactions,
+    /// Secrets the user gave in answer to the call's questions so far, in plain text
+    /// (sealed when stored).
+    pub answered_secrets: &'a [String],
 }
 
 /// A call the server answered with questions: they become cards. The outcome is the
@@ -87,6 +97,7 @@ pub async fn park(
         secret_fields,
         round_number,
         redactions,
+        answered_secrets,
     } = asking;
     if round_number > MAX_ROUNDS {
         return ToolOutcome::failed(format!(
@@ -160,6 +171,16 @@ pub async fn park(
             (name.clone(), kept)
         })
         .collect();
+    let answered_secrets: Vec<Value> = answered_secrets
+        .iter()
+        .map(|secret| {
+            hub.deps.vault.seal(
+                &context.user_id,
+                ANSWERED_SECRET,
+                &Value::from(secret.as_str()),
+            )
+        })
+        .collect();
     let round = Uuid::new_v4();
     let stored = store_round(
         hub,
@@ -174,6 +195,7 @@ pub async fn park(
             remote_name: remote_name.to_owned(),
             arguments: sealed.clone(),
             secret_fields: secret_fields.to_vec(),
+            answered_secrets: answered_secrets.clone(),
         },
         &asked,
     )
@@ -308,7 +330,18 @@ pub async fn answer_round(hub: &Arc<McpHub>, row: &InputRequestRow) -> Result<Op
         }
     };
     let mut responses = BTreeMap::new();
+    // The secrets answered in earlier rounds, and in this one.
     let mut answered_secrets = Vec::new();
+    for sealed in &state.answered_secrets {
+        let Ok(opened) = hub.deps.vault.open(&row.user_id, ANSWERED_SECRET, sealed) else {
+            tracing::error!(request = %row.id, "could not open a secret answer kept from an earlier round");
+            return Ok(Some(ToolOutcome::failed(format!(
+                "a stored answer of the call to `{}` could not be opened; call the tool again",
+                row.tool_name
+            ))));
+        };
+        answered_secrets.extend(opened.as_str().map(str::to_owned));
+    }
     for question in &round {
         let Some(question_state) = &question.retry_state else {
             continue;
@@ -383,6 +416,7 @@ pub async fn answer_round(hub: &Arc<McpHub>, row: &InputRequestRow) -> Result<Op
                 secret_fields: &state.secret_fields,
                 round_number: state.round_number + 1,
                 redactions: &redactions,
+                answered_secrets: &answered_secrets,
             };
             park(hub, &context, asking, required).await
         }
