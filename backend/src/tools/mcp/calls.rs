@@ -98,17 +98,24 @@ impl CallSlot {
             .clone()
     }
 
-    /// The user gave these secrets in answer to one of the server's questions.
-    fn answered_with(&self, secrets: &[String]) {
-        if secrets.is_empty() {
+    /// The user gave these secrets in answer to one of the server's questions: they are
+    /// masked in all the server says after, its standard error in `session` included.
+    /// Under the call's locks, so two answers at once both count.
+    fn answered_with(&self, secrets: &[String], session: &SessionShared) {
+        let mut answered = self.answered.lock().unwrap_or_else(|p| p.into_inner());
+        let new: Vec<String> = secrets
+            .iter()
+            .filter(|secret| !answered.contains(secret))
+            .cloned()
+            .collect();
+        if new.is_empty() {
             return;
         }
         let mut redactions = self.redactions.lock().unwrap_or_else(|p| p.into_inner());
-        *redactions = Arc::new(redactions.adding(secrets.iter().map(String::as_str)));
-        self.answered
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend_from_slice(secrets);
+        let before = redactions.clone();
+        *redactions = Arc::new(before.adding(new.iter().map(String::as_str)));
+        session.carrying_instead(&before, redactions.clone());
+        answered.extend(new);
     }
 
     /// The secrets the user gave in answer to this call's questions.
@@ -536,7 +543,7 @@ pub async fn on_elicitation(
         open.push(row.to_api());
         let _ = slot.state.send(CallState::Asked(Box::new(row.to_api())));
     }
-    let answer = wait_for_answer(&hub, shared, &row, withdrawn).await;
+    let answer = wait_for_answer(&hub, shared, &slot, &row, withdrawn).await;
     {
         // Told under the lock, so two answers at once cannot leave an answered question
         // as the one the call waits for.
@@ -776,6 +783,7 @@ async fn news_for(news: &mut broadcast::Receiver<Uuid>, conversation_id: Uuid) {
 async fn wait_for_answer(
     hub: &Arc<McpHub>,
     shared: &SessionShared,
+    slot: &CallSlot,
     row: &InputRequestRow,
     withdrawn: CancellationToken,
 ) -> ElicitResult {
@@ -791,15 +799,7 @@ async fn wait_for_answer(
             Ok(Some(current)) if current.status() != RequestStatus::Pending => {
                 hub.forget_waiter(row.id);
                 let (answer, secrets) = answer_of(&current, &hub.deps.vault);
-                // A secret given in answer is masked in all the server says after, its
-                // standard error included.
-                if let Some(slot) = shared.current()
-                    && !secrets.is_empty()
-                {
-                    let before = slot.redactions();
-                    slot.answered_with(&secrets);
-                    shared.carrying_instead(&before, slot.redactions());
-                }
+                slot.answered_with(&secrets, shared);
                 return answer;
             }
             Ok(_) => {}

@@ -347,7 +347,11 @@ pub async fn answer_round(hub: &Arc<McpHub>, row: &InputRequestRow) -> Result<Op
             continue;
         };
         let (answer, secrets): (ElicitResult, _) = answer_of(question, &hub.deps.vault);
-        answered_secrets.extend(secrets);
+        for secret in secrets {
+            if !answered_secrets.contains(&secret) {
+                answered_secrets.push(secret);
+            }
+        }
         responses.insert(
             question_state.0.input_key.clone(),
             serde_json::to_value(answer).unwrap_or(Value::Null),
