@@ -24,6 +24,26 @@ fn call_id() -> String {
     format!("call_{}", uuid::Uuid::new_v4().simple())
 }
 
+/// A call of the calculator with `arguments` through `/api/tools/execute`.
+async fn calculate(
+    server: &TestServer,
+    token: &str,
+    conversation: &str,
+    arguments: Value,
+) -> (StatusCode, Value) {
+    server
+        .send(
+            "POST",
+            "/api/tools/execute",
+            Some(token),
+            Some(
+                json!({"conversation_id": conversation, "tool_name": "calculator",
+                "tool_call_id": call_id(), "arguments": arguments}),
+            ),
+        )
+        .await
+}
+
 /// A request of the user's for a realm id, waiting: its tool call id.
 async fn pending_request(server: &TestServer, token: &str, conversation: &str) -> String {
     let id = call_id();
@@ -675,17 +695,13 @@ async fn a_nul_character_anywhere_is_a_422_and_changes_nothing() {
         .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
     assert!(body["error"]["fields"]["body"].is_string(), "{body}");
-    let (status, body) = server
-        .send(
-            "POST",
-            "/api/tools/execute",
-            Some(&token),
-            Some(
-                json!({"conversation_id": conversation, "tool_name": "calculator",
-                "tool_call_id": call_id(), "arguments": {"expression": "1+1\u{0}"}}),
-            ),
-        )
-        .await;
+    let (status, body) = calculate(
+        &server,
+        &token,
+        &conversation,
+        json!({"expression": "1+1\u{0}"}),
+    )
+    .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
 
     // The request is still pending, untouched.
@@ -744,18 +760,13 @@ async fn arguments_past_64_kib_are_refused_by_name_and_nothing_is_stored() {
             .is_some_and(|why| why.contains("65536 bytes")),
         "{body}"
     );
-    let (status, body) = server
-        .send(
-            "POST",
-            "/api/tools/execute",
-            Some(&token),
-            Some(
-                json!({"conversation_id": conversation, "tool_name": "calculator",
-                "tool_call_id": call_id(),
-                "arguments": {"expression": "1+1", "padding": "x".repeat(70_000)}}),
-            ),
-        )
-        .await;
+    let (status, body) = calculate(
+        &server,
+        &token,
+        &conversation,
+        json!({"expression": "1+1", "padding": "x".repeat(70_000)}),
+    )
+    .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
     assert!(body["error"]["fields"]["arguments"].is_string(), "{body}");
     let (_, pending) = server

@@ -52,7 +52,12 @@ async fn start(tools: &str) -> Setup {
 /// A server with `tools` whose server `t` has been reached, a new user of it named
 /// after `user`, and a conversation of theirs: the setup, the token, the conversation.
 async fn ready(tools: &str, user: &str) -> (Setup, String, String) {
-    let setup = start(tools).await;
+    ready_with(tools, ServerOptions::default(), user).await
+}
+
+/// [`ready`] with toolgate started with `options`.
+async fn ready_with(tools: &str, options: ServerOptions, user: &str) -> (Setup, String, String) {
+    let setup = start_with(tools, options).await;
     let (_, token) = setup.server.new_user(user).await;
     tools_when_settled(&setup.server, &token, &["t"]).await;
     let conversation = setup.server.new_conversation(&token).await;
@@ -151,6 +156,51 @@ fn echoed_elicitation(outcome: &Value) -> Value {
         .map(|(_, rest)| rest)
         .unwrap_or_else(|| panic!("not an elicitation echo: {outcome}"));
     serde_json::from_str(json).unwrap_or_else(|_| panic!("not JSON: {text}"))
+}
+
+/// The user's answer to the request of `tool_call_id`, taken (200): the answer's body.
+async fn answered(
+    server: &TestServer,
+    token: &str,
+    tool_call_id: impl serde::Serialize,
+    user_inputs: Value,
+) -> Value {
+    let (status, done) = server
+        .action(
+            token,
+            json!({"action": "submit_response", "tool_call_id": tool_call_id,
+                "user_inputs": user_inputs}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    done
+}
+
+/// The card of the test server's `ask_password`, which asks for a password in a form.
+async fn password_card(server: &TestServer, token: &str, conversation: &str) -> Value {
+    let (_, asked) = execute(
+        server,
+        token,
+        conversation,
+        "t__ask_password",
+        "call_password",
+        json!({}),
+    )
+    .await;
+    asked["user_input_request"].clone()
+}
+
+/// Waits until the server's log holds `text`.
+async fn wait_for_log(server: &TestServer, text: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !server.logs().contains(text) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no `{text}` in the log:\n{}",
+            server.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 async fn pending(server: &TestServer, token: &str, conversation: &str) -> Vec<Value> {
@@ -379,14 +429,13 @@ async fn overlays_make_a_field_user_only_and_add_approval() {
     .await;
     assert_eq!(asked["requires_user_input"], true, "{asked}");
     assert!(!asked.to_string().contains("the model's words"), "{asked}");
-    let (status, done) = server
-        .action(
-            &token,
-            json!({"action": "submit_response", "tool_call_id": "call_overlay",
-                "user_inputs": {"text": "the user's words"}}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK, "{done}");
+    let done = answered(
+        server,
+        &token,
+        "call_overlay",
+        json!({"text": "the user's words"}),
+    )
+    .await;
     assert_eq!(
         done["tool_result"]["result"]["text"], "echo: the user's words",
         "{done}"
@@ -945,14 +994,7 @@ async fn url_mode_is_a_link_card_that_completes_when_the_server_says_so() {
     let url = request["elicitation"]["url"].as_str().unwrap_or_default();
     assert!(url.starts_with("https://auth.example.com/"), "{url}");
     assert_eq!(request["fields"], json!([]));
-    let (status, done) = server
-        .action(
-            &token,
-            json!({"action": "submit_response", "tool_call_id": request["tool_call_id"],
-                "user_inputs": {}}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK, "{done}");
+    let done = answered(server, &token, &request["tool_call_id"], json!({})).await;
     assert_eq!(
         done["tool_result"]["result"]["text"], "url: accept",
         "{done}"
@@ -1095,16 +1137,8 @@ async fn what_a_hostile_server_asks_for_is_refused_or_flagged() {
     }
     assert!(pending(server, &token, &conversation).await.is_empty());
     // A form that asks for a password is shown with a warning.
-    let (_, asked) = execute(
-        server,
-        &token,
-        &conversation,
-        "t__ask_password",
-        "call_password",
-        json!({}),
-    )
-    .await;
-    let field = &asked["user_input_request"]["fields"][0];
+    let card = password_card(server, &token, &conversation).await;
+    let field = &card["fields"][0];
     assert_eq!(field["name"], "password");
     assert!(
         field["warning"]
@@ -1117,15 +1151,13 @@ async fn what_a_hostile_server_asks_for_is_refused_or_flagged() {
     // as given, and masked where that server repeats it.
     assert_eq!(field["type"], "secret", "{field}");
     const PASSWORD: &str = "hunter2-correct-horse";
-    let (status, done) = server
-        .action(
-            &token,
-            json!({"action": "submit_response",
-                "tool_call_id": asked["user_input_request"]["tool_call_id"],
-                "user_inputs": {"password": PASSWORD}}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK, "{done}");
+    let done = answered(
+        server,
+        &token,
+        &card["tool_call_id"],
+        json!({"password": PASSWORD}),
+    )
+    .await;
     let echoed = echoed_elicitation(&done["tool_result"]);
     assert_eq!(echoed["action"], "accept", "{done}");
     // The server got the password itself (not its sealed form), and said it back.
@@ -1284,11 +1316,9 @@ reason = "The token"
 fields = [ {{ name = "text", label = "Token", type = "secret" }} ]
 "#
     );
-    let setup = start_with(&(stdio_server("t", settings) + &overlay), options).await;
+    let (setup, token, conversation) =
+        ready_with(&(stdio_server("t", settings) + &overlay), options, login).await;
     let server = &setup.server;
-    let (_, token) = server.new_user(login).await;
-    tools_when_settled(server, &token, &["t"]).await;
-    let conversation = server.new_conversation(&token).await;
     let call_id = format!("call_{tool}");
     let (_, asked) = execute(
         server,
@@ -1300,14 +1330,7 @@ fields = [ {{ name = "text", label = "Token", type = "secret" }} ]
     )
     .await;
     assert_eq!(asked["requires_user_input"], true, "{asked}");
-    let (status, done) = server
-        .action(
-            &token,
-            json!({"action": "submit_response", "tool_call_id": call_id,
-                "user_inputs": {"text": secret}}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK, "{done}");
+    let done = answered(server, &token, &call_id, json!({"text": secret})).await;
     (setup, token, conversation, done)
 }
 
@@ -1338,15 +1361,7 @@ async fn a_secret_a_server_writes_to_its_standard_error_is_masked_in_the_log() {
     let (setup, _, _, done) = secret_given_to_over("echo", "mcp-stderr", SECRET, "", debug).await;
     let server = &setup.server;
     assert_eq!(done["tool_result"]["success"], true, "{done}");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while !server.logs().contains("echo called with") {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the server's standard error was not logged:\n{}",
-            server.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_for_log(server, "echo called with").await;
     // Nor a part of it where the logged line is cut, 500 characters in.
     assert!(!server.logs().contains(&SECRET[..3]), "{}", server.logs());
 }
@@ -1357,38 +1372,18 @@ async fn a_secret_a_server_writes_to_its_standard_error_is_masked_in_the_log() {
 async fn a_password_given_to_a_servers_form_is_masked_in_its_standard_error() {
     const PASSWORD: &str = "hunter2-battery-staple";
     let debug = ServerOptions::default().env("TOOLGATE_LOG", "info,backend::tools::mcp=debug");
-    let setup = start_with(&stdio_server("t", ""), debug).await;
+    let (setup, token, conversation) =
+        ready_with(&stdio_server("t", ""), debug, "mcp-form-stderr").await;
     let server = &setup.server;
-    let (_, token) = server.new_user("mcp-form-stderr").await;
-    tools_when_settled(server, &token, &["t"]).await;
-    let conversation = server.new_conversation(&token).await;
-    let (_, asked) = execute(
+    let card = password_card(server, &token, &conversation).await;
+    answered(
         server,
         &token,
-        &conversation,
-        "t__ask_password",
-        "call_password",
-        json!({}),
+        &card["tool_call_id"],
+        json!({"password": PASSWORD}),
     )
     .await;
-    let (status, done) = server
-        .action(
-            &token,
-            json!({"action": "submit_response",
-                "tool_call_id": asked["user_input_request"]["tool_call_id"],
-                "user_inputs": {"password": PASSWORD}}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK, "{done}");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while !server.logs().contains("ask_password answered") {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the server's standard error was not logged:\n{}",
-            server.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_for_log(server, "ask_password answered").await;
     assert!(!server.logs().contains(PASSWORD), "{}", server.logs());
 }
 
@@ -1411,27 +1406,25 @@ async fn a_password_answered_in_one_round_is_masked_in_the_rounds_after() {
     .await;
     let first = &asked["user_input_request"];
     assert_eq!(first["fields"][0]["type"], "secret", "{asked}");
-    let (status, done) = server
-        .action(
-            &token,
-            json!({"action": "submit_response", "tool_call_id": first["tool_call_id"],
-                "user_inputs": {"password": PASSWORD}}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK, "{done}");
+    answered(
+        server,
+        &token,
+        &first["tool_call_id"],
+        json!({"password": PASSWORD}),
+    )
+    .await;
     let waiting = pending(server, &token, &conversation).await;
     let second = waiting
         .iter()
         .find(|r| r["fields"][0]["name"] == "confirm")
         .unwrap_or_else(|| panic!("the second round: {waiting:?}"));
-    let (status, done) = server
-        .action(
-            &token,
-            json!({"action": "submit_response", "tool_call_id": second["tool_call_id"],
-                "user_inputs": {"confirm": "yes"}}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK, "{done}");
+    let done = answered(
+        server,
+        &token,
+        &second["tool_call_id"],
+        json!({"confirm": "yes"}),
+    )
+    .await;
     assert_eq!(
         done["tool_result"]["result"]["text"],
         format!("the password was {}", protocol::fields::MASKED),
@@ -1974,14 +1967,7 @@ async fn a_call_with_two_questions_open_does_not_time_out_while_one_still_waits(
             .unwrap_or_else(|| panic!("no {what} card: {cards:?}"))
     };
     let (first, second) = (card_of("first"), card_of("second"));
-    let (status, body) = server
-        .action(
-            &token,
-            json!({"action": "submit_response", "tool_call_id": first,
-                "user_inputs": {"word": "alpha"}}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK, "{body}");
+    let body = answered(server, &token, &first, json!({"word": "alpha"})).await;
     // The call now waits for the other question, and says so.
     assert_eq!(
         body["tool_result"]["user_input_request"]["tool_call_id"], second,
