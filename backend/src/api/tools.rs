@@ -5,7 +5,7 @@ use protocol::api::{ExecuteToolParams, ToolList, ToolOutcome};
 use super::ids;
 use super::json::ApiJson;
 use crate::auth::AuthUser;
-use crate::error::{Error, FieldErrors, Result};
+use crate::error::Result;
 use crate::requests;
 use crate::state::AppState;
 use crate::tools::executor::{self, ToolCall};
@@ -41,16 +41,11 @@ pub async fn execute_tool(
         ("tool_call_id", &params.tool_call_id),
         ("tool_name", &params.tool_name),
     ])?;
-    let mut errors = FieldErrors::new();
-    requests::check_arguments_size(
-        &mut errors,
+    requests::ensure_arguments_fit(
         "arguments",
         &params.arguments,
         requests::MAX_ARGUMENTS_BYTES,
-    );
-    if !errors.is_empty() {
-        return Err(Error::unprocessable("the arguments are too large", errors));
-    }
+    )?;
     let call = ToolCall {
         conversation_id: params.conversation_id,
         run_id: None,

@@ -67,13 +67,12 @@ pub async fn create_request(
         MAX_NAME_LEN,
     );
     check_text(&mut errors, "reason", &params.reason, MAX_REASON_LEN);
-    if let Some(arguments) = &params.tool_args {
-        super::check_arguments_size(
-            &mut errors,
-            "tool_args",
-            arguments,
-            super::MAX_ARGUMENTS_BYTES,
-        );
+    if let Some(why) = params
+        .tool_args
+        .as_ref()
+        .and_then(|arguments| super::arguments_too_large(arguments, super::MAX_ARGUMENTS_BYTES))
+    {
+        errors.insert("tool_args".to_owned(), why);
     }
     let raw_fields = params.fields;
     let parsed = super::off_the_workers(move || fields::parse_field_specs(&raw_fields)).await?;

@@ -288,16 +288,11 @@ pub async fn decide(
                     )]),
                 ));
             };
-            let mut errors = FieldErrors::new();
-            super::check_arguments_size(
-                &mut errors,
+            super::ensure_arguments_fit(
                 "arguments",
                 &arguments,
                 crate::agent::model::MAX_ARGUMENT_BYTES,
-            );
-            if !errors.is_empty() {
-                return Err(Error::unprocessable("the arguments are too large", errors));
-            }
+            )?;
             let edited = super::off_the_workers(move || check_edit(&tool, &arguments))
                 .await?
                 .map_err(|errors| Error::unprocessable("some arguments are not valid", errors))?;

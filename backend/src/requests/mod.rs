@@ -39,20 +39,29 @@ pub(crate) async fn off_the_workers<T: Send + 'static>(
 /// limit, and a read of them take many times more memory as it decodes them.
 pub const MAX_ARGUMENTS_BYTES: usize = 64 * 1024;
 
-/// Why a caller's arguments are refused under `field`, if they are larger than `most`
-/// bytes as JSON ([`MAX_ARGUMENTS_BYTES`], or for an edit of a model's call the
-/// model's own limit, so that any call the model may make can be edited).
-pub fn check_arguments_size(
-    errors: &mut crate::error::FieldErrors,
+/// Why arguments larger than `most` bytes as JSON are refused ([`MAX_ARGUMENTS_BYTES`],
+/// or for an edit of a model's call the model's own limit, so that any call the model
+/// may make can be edited); `None` when they fit.
+pub fn arguments_too_large(
+    arguments: &serde_json::Map<String, serde_json::Value>,
+    most: usize,
+) -> Option<String> {
+    (crate::db::storable::json_size(arguments) > most)
+        .then(|| format!("must be at most {most} bytes as JSON"))
+}
+
+/// [`arguments_too_large`] as the caller's error (422), naming `field`.
+pub fn ensure_arguments_fit(
     field: &str,
     arguments: &serde_json::Map<String, serde_json::Value>,
     most: usize,
-) {
-    if crate::db::storable::json_size(arguments) > most {
-        errors.insert(
-            field.to_owned(),
-            format!("must be at most {most} bytes as JSON"),
-        );
+) -> crate::error::Result<()> {
+    match arguments_too_large(arguments, most) {
+        Some(why) => Err(crate::error::Error::unprocessable(
+            "the arguments are too large",
+            crate::error::FieldErrors::from([(field.to_owned(), why)]),
+        )),
+        None => Ok(()),
     }
 }
 

@@ -113,7 +113,7 @@ impl SessionShared {
             .carried_secrets
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        carry_latest(&mut carried, secrets);
+        push_latest(&mut carried, secrets, CARRIED_CALLS);
     }
 
     /// Whether this is the first time the server says the URL-mode question
@@ -124,10 +124,11 @@ impl SessionShared {
         if completed.iter().any(|id| id == elicitation_id) {
             return false;
         }
-        if completed.len() == REMEMBERED_NOTICES {
-            completed.pop_front();
-        }
-        completed.push_back(elicitation_id.to_owned());
+        push_latest(
+            &mut completed,
+            elicitation_id.to_owned(),
+            REMEMBERED_NOTICES,
+        );
         true
     }
 
@@ -149,7 +150,7 @@ impl SessionShared {
             .unwrap_or_else(|p| p.into_inner());
         match carried.iter_mut().find(|entry| Arc::ptr_eq(entry, before)) {
             Some(entry) => *entry = now,
-            None => carry_latest(&mut carried, now),
+            None => push_latest(&mut carried, now, CARRIED_CALLS),
         }
     }
 
@@ -499,15 +500,12 @@ async fn connect(
 /// notice said again is not recorded again.
 const REMEMBERED_NOTICES: usize = 64;
 
-/// `secrets` as the latest call's, the oldest call's let go past [`CARRIED_CALLS`].
-fn carry_latest(
-    carried: &mut std::collections::VecDeque<Arc<Redactions>>,
-    secrets: Arc<Redactions>,
-) {
-    if carried.len() == CARRIED_CALLS {
-        carried.pop_front();
+/// `item` as the latest of `queue`, the oldest let go past `most`.
+fn push_latest<T>(queue: &mut std::collections::VecDeque<T>, item: T, most: usize) {
+    if queue.len() == most {
+        queue.pop_front();
     }
-    carried.push_back(secrets);
+    queue.push_back(item);
 }
 
 /// How many of a session's latest calls have their secrets masked in what the server
