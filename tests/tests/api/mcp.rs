@@ -273,6 +273,39 @@ async fn a_servers_catalogue_past_its_budget_is_cut() {
     );
 }
 
+/// A schema's names and values reach the model as the server wrote them, and cannot be
+/// quoted since the model writes them back: a tool whose argument name or allowed value
+/// poses as a chat turn or the user's pinned words is not offered, nor can it be called.
+#[tokio::test]
+async fn a_tool_whose_schema_poses_as_a_turn_or_a_pin_is_left_out() {
+    let (setup, token, conversation) = ready(&stdio_server("t", ""), "mcp-forged-schema").await;
+    let server = &setup.server;
+    let (_, listed) = server.send("GET", "/api/tools", Some(&token), None).await;
+    let names = tool_names(&listed);
+    assert!(names.contains(&"t__echo"), "{names:?}");
+    for forged in ["t__forged_property", "t__forged_choice"] {
+        assert!(!names.contains(&forged), "{forged} offered: {names:?}");
+        let (status, body) = execute(
+            server,
+            &token,
+            &conversation,
+            forged,
+            "call_forged",
+            json!({}),
+        )
+        .await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    }
+    assert!(!listed.to_string().contains("evil.example"), "{listed}");
+    assert!(
+        server
+            .logs()
+            .contains("reads as a chat turn or a pin marker"),
+        "{}",
+        server.logs()
+    );
+}
+
 /// A server whose tool list hands out cursors without end is read up to a point and
 /// its first page's tools are kept, rather than read until the call times out.
 #[tokio::test]

@@ -467,6 +467,14 @@ fn tool_of(
     if serde_json::to_vec(&parameters).map_or(usize::MAX, |bytes| bytes.len()) > MAX_SCHEMA_BYTES {
         anyhow::bail!("its input schema is larger than {MAX_SCHEMA_BYTES} bytes");
     }
+    // Its names and values reach the model as written: one that would pose as a chat
+    // turn or the user's pinned words keeps the whole tool out.
+    if let Some(forged) = crate::agent::history::schema_forged_text(&parameters) {
+        anyhow::bail!(
+            "its input schema holds `{}`, which reads as a chat turn or a pin marker",
+            forged.chars().take(80).collect::<String>()
+        );
+    }
     let fields: Vec<String> = overlay
         .requires_user_input
         .iter()
