@@ -421,10 +421,14 @@ pub struct Settlement<'a> {
     pub decision: Option<&'a str>,
     pub message: Option<&'a str>,
     pub decided_by: Option<&'a str>,
+    /// Only before the request's time runs out, by the database's clock: the clock the
+    /// sweep that expires it reads, whatever the clock of the server that answers.
+    pub in_time: bool,
 }
 
-/// Moves a pending request to its ending; `None` when it is no longer pending, so a
-/// request ends exactly once even without a lock.
+/// Moves a pending request to its ending; `None` when it is no longer pending (or,
+/// for an ending `in_time`, past its time), so a request ends exactly once even
+/// without a lock.
 pub async fn settle(
     conn: &mut PgConnection,
     id: Uuid,
@@ -437,7 +441,7 @@ pub async fn settle(
              tool_args = coalesce($4, tool_args),
              arguments_digest = coalesce($5, arguments_digest),
              decision = $6, decision_message = $7, decided_by = $8
-         where id = $1 and status = 'pending'
+         where id = $1 and status = 'pending' and (not $9 or expires_at > now())
          returning",
         "",
         id,
@@ -448,6 +452,7 @@ pub async fn settle(
         settlement.decision,
         settlement.message,
         settlement.decided_by,
+        settlement.in_time,
     )
     .fetch_optional(conn)
     .await

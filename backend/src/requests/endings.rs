@@ -71,15 +71,28 @@ fn not_pending(row: &InputRequestRow) -> Error {
     )
 }
 
+fn past_its_time() -> Error {
+    Error::conflict("request_not_pending", "this request is already expired")
+}
+
 /// Stores the ending and announces it, once.
 async fn settle(
     conn: &mut PgConnection,
     row: &InputRequestRow,
     settlement: Settlement<'_>,
 ) -> Result<InputRequestRow> {
+    // The row is locked: an ending in time that finds it no longer pending found it
+    // past its time.
+    let in_time = settlement.in_time;
     let settled = input_requests::settle(conn, row.id, settlement)
         .await?
-        .ok_or_else(|| not_pending(row))?;
+        .ok_or_else(|| {
+            if in_time {
+                past_its_time()
+            } else {
+                not_pending(row)
+            }
+        })?;
     announce(conn, &settled).await?;
     Ok(settled)
 }
@@ -228,6 +241,7 @@ pub async fn submit(
             decision: None,
             message: None,
             decided_by: Some(user_id),
+            in_time: true,
         },
     )
     .await
@@ -313,6 +327,7 @@ pub async fn decide(
             decision: Some(params.decision.as_str()),
             message: message.as_deref(),
             decided_by: Some(user_id),
+            in_time: true,
         },
     )
     .await
@@ -411,6 +426,7 @@ pub async fn decline(
             decision: None,
             message: message.as_deref(),
             decided_by: Some(user_id),
+            in_time: true,
         },
     )
     .await
@@ -426,6 +442,8 @@ pub async fn cancel(
     settle(conn, &row, ending(RequestStatus::Cancelled, Some(user_id))).await
 }
 
+/// An ending without values; a user's or a server's answer counts only in time, while
+/// expiring and abandoning end a request whenever they come.
 fn ending(status: RequestStatus, decided_by: Option<&str>) -> Settlement<'_> {
     Settlement {
         status: status.as_str(),
@@ -435,6 +453,7 @@ fn ending(status: RequestStatus, decided_by: Option<&str>) -> Settlement<'_> {
         decision: None,
         message: None,
         decided_by,
+        in_time: !matches!(status, RequestStatus::Expired | RequestStatus::Abandoned),
     }
 }
 
@@ -477,9 +496,12 @@ pub async fn complete_url_question(
     if row.status() != RequestStatus::Pending {
         return Ok(None);
     }
-    settle(conn, &row, ending(RequestStatus::Completed, None))
-        .await
-        .map(Some)
+    let ending = ending(RequestStatus::Completed, None);
+    let Some(completed) = input_requests::settle(conn, row.id, ending).await? else {
+        return Ok(None);
+    };
+    announce(conn, &completed).await?;
+    Ok(Some(completed))
 }
 
 /// Ends the requests of a run that ended without them (it failed, or was stopped).
@@ -489,4 +511,55 @@ pub async fn abandon_run(conn: &mut PgConnection, run_id: Uuid) -> Result<Vec<In
         abandoned.push(settle(conn, &row, ending(RequestStatus::Abandoned, None)).await?);
     }
     Ok(abandoned)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::db;
+    use crate::tools::executor::tests::{call, conversation_of, fixture};
+
+    /// The server that answers may run ahead of or behind the database, whose clock the
+    /// sweep reads: an answer counts only while the database holds the request in time.
+    #[tokio::test]
+    async fn an_answer_in_time_is_judged_by_the_databases_clock() {
+        let fx = fixture().await;
+        let conversation = conversation_of(&fx.executor, "ann").await;
+        let outcome = crate::tools::executor::execute(
+            &fx.executor,
+            "ann",
+            call(conversation, "lookup_account", "call_late", json!({})),
+        )
+        .await
+        .expect("executed");
+        assert!(outcome.requires_user_input, "{outcome:?}");
+        let mut tx = db::begin_background(&fx.executor.pool).await.expect("tx");
+        let row = input_requests::find_for_update(&mut tx, "call_late", None)
+            .await
+            .expect("read")
+            .expect("the card");
+        sqlx::query("update tool_user_input_requests set expires_at = now() - interval '1 second' where id = $1")
+            .bind(row.id)
+            .execute(&mut *tx)
+            .await
+            .expect("backdated");
+        let answer = Settlement {
+            user_inputs: None,
+            ..ending(RequestStatus::Completed, Some("ann"))
+        };
+        assert!(answer.in_time);
+        let settled = input_requests::settle(&mut tx, row.id, answer)
+            .await
+            .expect("settle");
+        assert!(settled.is_none(), "answered past its time: {settled:?}");
+        let expired = input_requests::settle(&mut tx, row.id, ending(RequestStatus::Expired, None))
+            .await
+            .expect("settle");
+        assert_eq!(
+            expired.map(|row| row.stored_status()),
+            Some(RequestStatus::Expired)
+        );
+    }
 }
