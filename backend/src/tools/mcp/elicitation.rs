@@ -108,10 +108,20 @@ pub fn fields_of(
                 | FieldType::Url
         );
         // A field that speaks of a password or a key is treated as one: typed unseen,
-        // kept sealed, and masked in what the server says after it has it.
+        // kept sealed, and masked in what the server says after it has it. So is every
+        // text field of a question that asks for one, whatever its fields say (one
+        // named for a hint must not leave the next in the clear). A number (a PIN)
+        // cannot be kept sealed as text is, nor can an address: such a form is refused.
         let sensitive = looks_sensitive(&field);
-        if sensitive && matches!(field.kind, FieldType::Text | FieldType::Textarea) {
-            field.kind = FieldType::Secret;
+        match field.kind {
+            FieldType::Text | FieldType::Textarea if sensitive || message_asks_for_secret => {
+                field.kind = FieldType::Secret;
+            }
+            FieldType::Number | FieldType::Integer if sensitive || message_asks_for_secret => {
+                return Err(not_sealable(name));
+            }
+            FieldType::Email | FieldType::Url if sensitive => return Err(not_sealable(name)),
+            _ => {}
         }
         if sensitive || (message_asks_for_secret && typed) {
             field.warning = Some(format!(
@@ -131,6 +141,14 @@ pub fn fields_of(
             .join("; ")
     })?;
     Ok(specs)
+}
+
+/// A secret asked for as a number (a PIN) or an address would be answered as one,
+/// which cannot be kept sealed and masked as a secret's text is.
+fn not_sealable(name: &str) -> String {
+    format!(
+        "`{name}` asks for a password or a code as a number or an address, which toolgate cannot keep sealed"
+    )
 }
 
 fn text(value: &Option<Cow<'static, str>>) -> Option<String> {
@@ -549,16 +567,89 @@ mod tests {
         )
         .expect("convertible");
         assert!(fields[0].warning.is_some(), "{fields:?}");
+        assert_eq!(
+            fields[0].kind,
+            FieldType::Secret,
+            "the one text field is the password asked for"
+        );
         assert_eq!(fields[1].warning, None, "a tick box takes no password");
-        // A PIN is typed as a number.
+        // Two text fields under such words: which one is meant cannot be told, so
+        // both are taken for secrets; a field that says it is the password leaves the
+        // others as they are.
+        for (properties, secret) in [
+            (
+                json!({"user": {"type": "string"}, "answer": {"type": "string"}}),
+                vec!["answer", "user"],
+            ),
+            (
+                json!({"user": {"type": "string"}, "password": {"type": "string"}}),
+                vec!["password", "user"],
+            ),
+        ] {
+            let fields = fields_of(
+                &schema(json!({"type": "object", "properties": properties})),
+                "Enter your password to continue",
+                "files",
+            )
+            .expect("convertible");
+            let secrets: Vec<&str> = fields
+                .iter()
+                .filter(|field| field.is_secret())
+                .map(|field| field.name.as_str())
+                .collect();
+            assert_eq!(secrets, secret, "{fields:?}");
+        }
+        // A field named for a hint does not leave the others in the clear.
         let fields = fields_of(
             &schema(json!({"type": "object", "properties": {
-                "code": {"type": "integer", "title": "Code"}}})),
-            "Enter your card's PIN",
+                "password_hint": {"type": "string", "title": "Password hint"},
+                "answer": {"type": "string"}}})),
+            "Enter your password",
             "files",
         )
         .expect("convertible");
-        assert!(fields[0].warning.is_some(), "{fields:?}");
+        assert!(fields.iter().all(FieldSpec::is_secret), "{fields:?}");
+        // A PIN asked for as a number, by the question or by the field, is not shown:
+        // alone, beside a text field or a tick box, or beside a field named for a hint;
+        // nor is an address named for a password.
+        for (properties, message) in [
+            (
+                json!({"code": {"type": "integer", "title": "Code"}}),
+                "Enter your card's PIN",
+            ),
+            (
+                json!({"code": {"type": "integer", "title": "PIN code"}}),
+                "Sign in",
+            ),
+            (
+                json!({"code": {"type": "integer"}, "note": {"type": "string"}}),
+                "Enter your card's PIN",
+            ),
+            (
+                json!({"code": {"type": "integer"}, "note": {"type": "boolean"}}),
+                "Enter your card's PIN",
+            ),
+            (
+                json!({"pin_hint": {"type": "string"}, "code": {"type": "integer"}}),
+                "Enter your card's PIN",
+            ),
+            (
+                json!({"password": {"type": "string", "format": "uri"}}),
+                "Where to sign in",
+            ),
+        ] {
+            let refused = fields_of(
+                &schema(json!({"type": "object", "properties": properties})),
+                message,
+                "files",
+            );
+            assert!(
+                refused
+                    .as_ref()
+                    .is_err_and(|why| why.contains("cannot keep sealed")),
+                "{properties} under {message:?}: {refused:?}"
+            );
+        }
     }
 
     #[test]
