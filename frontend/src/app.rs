@@ -24,6 +24,8 @@ pub fn App() -> impl IntoView {
         app.retry();
     });
     let _ = window_event_listener(leptos::ev::offline, move |_| app.online.set(false));
+    // Fired when another tab of this site changes what the browser keeps.
+    let _ = window_event_listener(leptos::ev::storage, move |_| app.follow_kept_session());
     let _ = window_event_listener(leptos::ev::hashchange, move |_| {
         let id = address::conversation();
         if app.current.get_untracked() != id {
@@ -44,11 +46,18 @@ pub fn App() -> impl IntoView {
         Duration::from_secs(5),
     );
 
+    // Only who is signed in changes the page: a new token of the same user (taken up
+    // from another tab) leaves the chat and its open cards as they are, while another
+    // user gets a page of their own.
+    let signed_in = Memo::new(move |_| {
+        app.session
+            .with(|session| session.as_ref().map(|s| s.user_id.clone()))
+    });
     view! {
         <div class="app" data-mounted="true" data-testid="app">
             <Banner/>
             {move || {
-                if app.session.with(Option::is_some) {
+                if signed_in.with(Option::is_some) {
                     view! { <Workspace/> }.into_any()
                 } else {
                     view! {

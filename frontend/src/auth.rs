@@ -12,6 +12,10 @@ use crate::{clock, focus};
 
 const STORAGE_KEY: &str = "toolgate.session";
 
+/// Set when the user signs out on purpose (until the next sign-in), so other tabs can
+/// tell that from a session that ran out or was refused.
+const SIGNED_OUT_KEY: &str = "toolgate.signed_out";
+
 /// Who is signed in, and with which bearer token.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Session {
@@ -41,7 +45,7 @@ pub enum Stored {
 }
 
 pub fn load_session() -> Stored {
-    let Some(text) = storage().and_then(|s| s.get_item(STORAGE_KEY).ok().flatten()) else {
+    let Some(text) = stored_text() else {
         return Stored::Nothing;
     };
     match crate::wire::decode::<Session>(&text) {
@@ -57,10 +61,36 @@ pub fn load_session() -> Stored {
     }
 }
 
+fn stored_text() -> Option<String> {
+    storage().and_then(|s| s.get_item(STORAGE_KEY).ok().flatten())
+}
+
+/// The session this browser keeps now, as another tab may have left it: read, never
+/// changed, and `None` when there is none, it cannot be read or it has run out.
+pub fn kept_session() -> Option<Session> {
+    stored_text()
+        .and_then(|text| crate::wire::decode::<Session>(&text).ok())
+        .filter(|session| !session.expired())
+}
+
 pub fn save_session(session: &Session) {
     if let (Some(storage), Ok(text)) = (storage(), serde_json::to_string(session)) {
+        let _ = storage.remove_item(SIGNED_OUT_KEY);
         let _ = storage.set_item(STORAGE_KEY, &text);
     }
+}
+
+/// Marks this browser's sign-out as on purpose (before the session goes).
+pub fn mark_signed_out() {
+    if let Some(storage) = storage() {
+        // Whole milliseconds: a float's own formatting would add its code to the module.
+        let _ = storage.set_item(SIGNED_OUT_KEY, &(clock::now_ms() as u64).to_string());
+    }
+}
+
+/// Whether the user last signed out on purpose.
+pub fn signed_out_on_purpose() -> bool {
+    storage().is_some_and(|s| s.get_item(SIGNED_OUT_KEY).ok().flatten().is_some())
 }
 
 pub fn clear_session() {

@@ -44,6 +44,11 @@ pub struct Notice {
 
 const EXPIRED: &str = "Your session has expired or was refused by the server. You are signed out; sign in again to continue.";
 
+const SIGNED_OUT_ELSEWHERE: &str = "You signed out in another tab, so this tab is signed out too.";
+
+const OTHER_USER_ELSEWHERE: &str =
+    "Another user signed in in another tab, so this tab is signed out. Sign in again to continue.";
+
 /// State every component can reach through the context.
 #[derive(Clone, Copy)]
 pub struct AppState {
@@ -142,12 +147,10 @@ impl AppState {
     }
 
     pub fn sign_out(&self) {
+        auth::mark_signed_out();
         auth::clear_session();
-        drafts::forget_all_but(None);
-        self.conversations.set(Vec::new());
-        self.tool_servers.set(None);
-        self.current.set(None);
-        self.session.set(None);
+        self.forget_this_users_work();
+        self.leave();
     }
 
     /// The server refused the token: back to the sign-in page, saying why.
@@ -155,8 +158,54 @@ impl AppState {
         if self.session.with_untracked(Option::is_none) {
             return;
         }
-        self.signed_out_reason.set(Some(EXPIRED.to_owned()));
         auth::clear_session();
+        self.signed_out_here(EXPIRED);
+    }
+
+    /// Another tab changed the session this browser keeps (every tab shares it): a
+    /// sign-out there, or another user's sign-in, signs this tab out too, saying why,
+    /// so no tab stays signed in on a shared computer (a sign-out on purpose forgets
+    /// this tab's drafts too, as it did the other's); a sign-in there signs in a tab
+    /// on the sign-in page, and a new token of the same user is taken up.
+    pub fn follow_kept_session(&self) {
+        let here = self.session.get_untracked();
+        match (here, auth::kept_session()) {
+            (Some(here), Some(kept)) if here.user_id == kept.user_id => {
+                if here != kept {
+                    self.session.set(Some(kept));
+                }
+            }
+            (Some(_), Some(_)) => {
+                self.forget_this_users_work();
+                self.signed_out_here(OTHER_USER_ELSEWHERE);
+            }
+            (Some(_), None) if auth::signed_out_on_purpose() => {
+                self.forget_this_users_work();
+                self.signed_out_here(SIGNED_OUT_ELSEWHERE);
+            }
+            // The other tab found the token run out, or refused, before this one did.
+            (Some(_), None) => self.signed_out_here(EXPIRED),
+            (None, Some(kept)) => self.sign_in(kept),
+            (None, None) => {}
+        }
+    }
+
+    /// What leaving a user's page for good forgets in this tab besides the session (a
+    /// sign-out on purpose, here or in another tab, or another user's sign-in there):
+    /// the drafts and which conversation was open.
+    fn forget_this_users_work(&self) {
+        drafts::forget_all_but(None);
+        self.current.set(None);
+    }
+
+    /// Back to the sign-in page, saying why, leaving the kept session as it is.
+    fn signed_out_here(&self, reason: &str) {
+        self.signed_out_reason.set(Some(reason.to_owned()));
+        self.leave();
+    }
+
+    /// Back to the sign-in page: nothing of the user's stays on the screen.
+    fn leave(&self) {
         self.conversations.set(Vec::new());
         self.tool_servers.set(None);
         self.session.set(None);

@@ -50,6 +50,83 @@ async fn sign_in_survives_a_reload_and_sign_out_forgets_it() {
     b.quit().await;
 }
 
+/// Tabs share the kept session: a sign-out in one tab signs every other tab out at
+/// once, saying why (on a shared computer, no tab stays signed in), and a sign-in in
+/// one signs in the others.
+#[tokio::test]
+async fn signing_out_in_one_tab_signs_out_the_others() {
+    let Some(fx) = Fixture::start("sign_out_tabs").await else {
+        return;
+    };
+    let b = fx.browser().await;
+    let user = unique("fay");
+    sign_in(&b, &fx.base(), &user).await;
+    // Something typed in the first tab, which signing out anywhere forgets.
+    b.wait_for("[data-testid=composer-input]")
+        .await
+        .expect("message box")
+        .send_keys("a half-typed note")
+        .await
+        .expect("type");
+    let drafts = "Object.keys(sessionStorage).filter(k => k.startsWith('toolgate.draft.')).length";
+    b.wait_until("the draft to be kept", &format!("{drafts} === 1"))
+        .await
+        .expect("kept");
+    let first = b.tab().await.expect("first tab");
+    let second = b.new_tab().await.expect("second tab");
+    b.switch_to(&second).await.expect("to the second tab");
+    open_app(&b, &fx.base()).await;
+    b.wait_for("[data-testid=new-conversation]")
+        .await
+        .expect("signed in in the second tab too");
+    b.find("[data-testid=sign-out]")
+        .await
+        .expect("sign out")
+        .click()
+        .await
+        .expect("click");
+    b.wait_for("[data-testid=user-name]")
+        .await
+        .expect("the second tab signed out");
+
+    b.switch_to(&first).await.expect("back to the first tab");
+    let reason = b
+        .wait_for("[data-testid=signed-out-reason]")
+        .await
+        .expect("the first tab signed out, saying why")
+        .text()
+        .await
+        .expect("text");
+    assert!(reason.contains("another tab"), "{reason}");
+    assert_eq!(
+        b.count("[data-testid=new-conversation]")
+            .await
+            .expect("count"),
+        0,
+        "nothing of the chat left in the first tab"
+    );
+    assert_eq!(
+        b.execute(&format!("return {drafts}"), vec![])
+            .await
+            .expect("drafts"),
+        json!(0),
+        "the first tab's draft forgotten"
+    );
+
+    // Signing in again in the first tab signs in the second.
+    let name = b.find("[data-testid=user-name]").await.expect("user name");
+    name.send_keys(&user).await.expect("type");
+    name.send_keys(ENTER).await.expect("sign in");
+    b.wait_for("[data-testid=new-conversation]")
+        .await
+        .expect("signed in again");
+    b.switch_to(&second).await.expect("to the second tab");
+    b.wait_for("[data-testid=new-conversation]")
+        .await
+        .expect("the second tab signed in too");
+    b.quit().await;
+}
+
 #[tokio::test]
 async fn an_expired_token_signs_out_plainly_and_signing_in_again_works() {
     let Some(fx) = Fixture::start("expired_token").await else {

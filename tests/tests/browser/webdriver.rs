@@ -162,6 +162,32 @@ impl Browser {
         self.command("POST", "/refresh", None).await.map(drop)
     }
 
+    /// Opens a new tab of this browser (sharing its storage) and returns its handle;
+    /// commands still go to the tab they went to until [`Browser::switch_to`].
+    pub async fn new_tab(&self) -> Result<String> {
+        let opened = self
+            .command("POST", "/window/new", Some(json!({"type": "tab"})))
+            .await?;
+        Ok(opened["handle"].as_str().unwrap_or_default().to_owned())
+    }
+
+    /// The handle of the tab commands go to.
+    pub async fn tab(&self) -> Result<String> {
+        Ok(self
+            .command("GET", "/window", None)
+            .await?
+            .as_str()
+            .unwrap_or_default()
+            .to_owned())
+    }
+
+    /// Sends the commands that follow to the tab `handle`.
+    pub async fn switch_to(&self, handle: &str) -> Result<()> {
+        self.command("POST", "/window", Some(json!({"handle": handle})))
+            .await
+            .map(drop)
+    }
+
     pub async fn current_url(&self) -> Result<String> {
         Ok(self
             .command("GET", "/url", None)
