@@ -1,8 +1,8 @@
-//! What the user had typed into the message box when their session ran out: the
-//! sign-out takes the message box away, and signing in again brings the text back.
-//! Only then is it written down (in this tab's `sessionStorage`, per user and
-//! conversation, read once); signing out on purpose, or another user signing in,
-//! forgets it.
+//! What the user has typed into a message box and not sent, kept as it is typed (in
+//! this tab's `sessionStorage`, per user and conversation), so a reload, a visit to
+//! another conversation or a session that runs out loses none of it: the message box
+//! shows it again. Sending it, signing out on purpose, or another user signing in,
+//! forgets it; closing the tab does too.
 
 const PREFIX: &str = "toolgate.draft.";
 
@@ -18,14 +18,11 @@ pub fn key(user: &str, conversation: Option<uuid::Uuid>) -> String {
     }
 }
 
-/// The draft kept under `key`, which is forgotten as it is read.
-pub fn take(key: &str) -> String {
-    let Some(storage) = storage() else {
-        return String::new();
-    };
-    let draft = storage.get_item(key).ok().flatten().unwrap_or_default();
-    let _ = storage.remove_item(key);
-    draft
+/// The draft kept under `key` (empty when none is).
+pub fn kept(key: &str) -> String {
+    storage()
+        .and_then(|storage| storage.get_item(key).ok().flatten())
+        .unwrap_or_default()
 }
 
 /// Keeps `text` under `key`; empty text keeps nothing. A full or refused storage keeps

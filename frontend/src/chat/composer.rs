@@ -24,6 +24,14 @@ fn title_from(text: &str) -> String {
     title
 }
 
+/// What is left in a message box holding `now` once `sent` (what it held when Send was
+/// pressed) has gone: what was typed after it. `None` when the text was changed in
+/// between, which is left as it is.
+fn unsent_rest(now: &str, sent: &str) -> Option<String> {
+    now.strip_prefix(sent)
+        .map(|rest| rest.trim_start().to_owned())
+}
+
 /// The message box. Inside a conversation it posts there; on the new-conversation page
 /// it first creates the conversation.
 #[component]
@@ -34,17 +42,10 @@ pub(super) fn Composer(store: Option<ChatStore>) -> impl IntoView {
         .with_untracked(|s| s.as_ref().map(|s| s.user_id.clone()))
         .unwrap_or_default();
     let draft_key = drafts::key(&user, store.map(|s| s.id));
-    let text = RwSignal::new(drafts::take(&draft_key));
-    // Cleanups run while this component's signals still hold their values.
-    on_cleanup(move || {
-        // Taken away because the session ran out: kept for when the user is back.
-        // Leaving the conversation or signing out keeps nothing.
-        let expired = app.session.try_with_untracked(Option::is_none) == Some(true)
-            && app.signed_out_reason.try_with_untracked(Option::is_some) == Some(true);
-        if expired && let Some(typed) = text.try_get_untracked() {
-            drafts::save(&draft_key, &typed);
-        }
-    });
+    let text = RwSignal::new(drafts::kept(&draft_key));
+    // Kept as it is typed; a sign-out on purpose forgets it before the box goes.
+    let draft_key = StoredValue::new(draft_key);
+    Effect::new(move |_| text.with(|typed| draft_key.with_value(|key| drafts::save(key, typed))));
     let sending = RwSignal::new(false);
     let error = RwSignal::new(None::<String>);
     let input = NodeRef::<leptos::html::Textarea>::new();
@@ -53,7 +54,8 @@ pub(super) fn Composer(store: Option<ChatStore>) -> impl IntoView {
     let busy = move || store.is_some_and(|s| s.is_busy());
 
     let send = move || {
-        let content = text.get_untracked().trim().to_owned();
+        let typed = text.get_untracked();
+        let content = typed.trim().to_owned();
         if content.is_empty() || sending.get_untracked() || busy() {
             return;
         }
@@ -62,6 +64,7 @@ pub(super) fn Composer(store: Option<ChatStore>) -> impl IntoView {
         };
         sending.set(true);
         error.set(None);
+        let key = draft_key.get_value();
         spawn_local(async move {
             let target = match store.map(|s| s.id).or(created.get_value()) {
                 Some(id) => Ok(id),
@@ -83,15 +86,24 @@ pub(super) fn Composer(store: Option<ChatStore>) -> impl IntoView {
                     .map(|p| (id, p)),
                 Err(err) => Err(err),
             };
+            // Sent: its draft goes, even if this box went meanwhile (the user moved to
+            // another conversation), so coming back does not offer it again.
+            if posted.is_ok()
+                && let Some(rest) = unsent_rest(&drafts::kept(&key), &typed)
+            {
+                drafts::save(&key, &rest);
+            }
             if sending.is_disposed() {
                 return;
             }
             match posted {
                 Ok((id, posted)) => {
                     app.reached();
-                    text.set(String::new());
-                    if let Some(input) = input.get_untracked() {
-                        input.set_value("");
+                    if let Some(rest) = unsent_rest(&text.get_untracked(), &typed) {
+                        if let Some(input) = input.get_untracked() {
+                            input.set_value(&rest);
+                        }
+                        text.set(rest);
                     }
                     match store {
                         Some(store) => {
@@ -188,6 +200,16 @@ pub(super) fn Composer(store: Option<ChatStore>) -> impl IntoView {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_was_typed_while_sending_stays_and_nothing_else() {
+        assert_eq!(unsent_rest("hello", "hello").as_deref(), Some(""));
+        assert_eq!(
+            unsent_rest("hello\nand more", "hello").as_deref(),
+            Some("and more")
+        );
+        assert_eq!(unsent_rest("hullo", "hello"), None);
+    }
 
     #[test]
     fn a_title_is_the_first_line_shortened() {

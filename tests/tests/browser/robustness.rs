@@ -563,6 +563,97 @@ async fn without_dev_sign_in_the_page_explains_tokens_and_accepts_a_pasted_one()
     b.quit().await;
 }
 
+/// What was typed and not sent is still there after a reload and after a visit to
+/// another conversation, in the conversation it was typed in only; sent, it is gone.
+#[tokio::test]
+async fn a_draft_outlives_a_reload_and_a_visit_elsewhere_until_it_is_sent() {
+    let Some(fx) = Fixture::start("draft_reload").await else {
+        return;
+    };
+    let b = fx.browser().await;
+    let user = unique("ines");
+    sign_in(&b, &fx.base(), &user).await;
+    new_conversation(&b).await;
+    ask(&b, "What can you do?").await;
+    let address = b.current_url().await.expect("url");
+    let composer_text = "document.querySelector('[data-testid=composer-input]').value";
+    let shows = |draft: &str| format!("{composer_text} === {}", json!(draft));
+    let draft = "Half a thought about the Q4 report";
+    b.wait_for("[data-testid=composer-input]")
+        .await
+        .expect("message box")
+        .send_keys(draft)
+        .await
+        .expect("type");
+
+    reload(&b).await;
+    let kept = b
+        .wait_until("the draft after a reload", &shows(draft))
+        .await;
+    assert!(kept.is_ok(), "{}", b.page_summary().await);
+
+    // Another conversation has a message box of its own.
+    new_conversation(&b).await;
+    b.wait_until("an empty message box elsewhere", &shows(""))
+        .await
+        .expect("the draft stays with its conversation");
+    b.goto(&address).await.expect("back to the conversation");
+    let kept = b
+        .wait_until("the draft on coming back", &shows(draft))
+        .await;
+    assert!(kept.is_ok(), "{}", b.page_summary().await);
+
+    // Sent, it is not brought back, even when the user moved to another conversation
+    // before the message was through.
+    b.wait_for("[data-testid=stream-status][data-state=live]")
+        .await
+        .expect("the conversation caught up");
+    b.wait_until(
+        "the send button to be enabled",
+        "!document.querySelector('[data-testid=send]').disabled",
+    )
+    .await
+    .expect("send enabled");
+    b.set_latency(1500).await.expect("a slow network");
+    b.find("[data-testid=composer-input]")
+        .await
+        .expect("message box")
+        .send_keys(ENTER)
+        .await
+        .expect("send");
+    new_conversation(&b).await;
+    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    b.set_latency(0).await.expect("the network back");
+    b.goto(&address).await.expect("back to the conversation");
+    b.wait_until(
+        "the sent message",
+        "document.body.innerText.includes('Q4 report')",
+    )
+    .await
+    .expect("the message went");
+    b.wait_for("[data-testid=composer-input]")
+        .await
+        .expect("message box");
+    assert_eq!(
+        b.execute(&format!("return {composer_text}"), vec![])
+            .await
+            .expect("value"),
+        json!(""),
+        "the sent text offered again"
+    );
+    reload(&b).await;
+    b.wait_for("[data-testid=composer-input]")
+        .await
+        .expect("message box");
+    assert_eq!(
+        b.execute(&format!("return {composer_text}"), vec![])
+            .await
+            .expect("value"),
+        json!("")
+    );
+    b.quit().await;
+}
+
 /// What was typed and not sent outlives a session that runs out while it is on the
 /// screen (signing in again brings it back), but not a sign-out on purpose.
 #[tokio::test]

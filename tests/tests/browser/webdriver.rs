@@ -221,6 +221,20 @@ impl Browser {
         .map(drop)
     }
 
+    /// Delays every request of the page by `millis` (0: none), as Chromium's devtools do.
+    pub async fn set_latency(&self, millis: u64) -> Result<()> {
+        self.command(
+            "POST",
+            "/chromium/network_conditions",
+            Some(
+                json!({"network_conditions": {"offline": false, "latency": millis,
+                "download_throughput": -1, "upload_throughput": -1}}),
+            ),
+        )
+        .await
+        .map(drop)
+    }
+
     /// Makes every request whose URL matches one of `patterns` (`*` for any text) fail,
     /// as Chromium's devtools do; an empty list lets everything through again.
     pub async fn block_urls(&self, patterns: &[&str]) -> Result<()> {
