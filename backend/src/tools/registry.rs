@@ -785,6 +785,38 @@ fields = [ { name = "account", type = "text", validation = "^[0-9]+$" } ]
 url = "{env.LOOKUP_BASE}/accounts/{account}?q={q}"
 "#;
 
+    /// A call's values or context written into a database address would let a caller
+    /// choose the host, the login or the options it connects with.
+    #[test]
+    fn a_sql_address_takes_only_the_operators_settings() {
+        let tool = |url: &str| {
+            format!(
+                r#"
+[[tools]]
+name = "query"
+description = "Query a database"
+kind = "sql"
+parameters = {{ type = "object", properties = {{ query = {{ type = "string" }} }} }}
+[tools.requires_user_input]
+reason = "Which database?"
+fields = [ {{ name = "database", type = "select", options = ["main"] }} ]
+[tools.sql]
+database_field = "database"
+databases.main = {{ url = "{url}" }}
+"#
+            )
+        };
+        assert!(parse_tools_file(&tool("{env.MAIN_DATABASE_URL}")).is_ok());
+        for url in [
+            "postgres://reader@db/app?application_name={context.tool_call_id}",
+            "postgres://{context.user_id}@db/app",
+            "postgres://reader@db/{query}",
+        ] {
+            let refused = error_of(&tool(url));
+            assert!(refused.contains("only use {env.NAME}"), "{url}: {refused}");
+        }
+    }
+
     #[test]
     fn a_good_tool_loads() {
         let tools = parse_tools_file(HTTP_TOOL).expect("valid");

@@ -23,7 +23,7 @@ use sqlx::{Connection, PgConnection, Row};
 
 use crate::tools::ToolContext;
 use crate::tools::redact;
-use crate::tools::template::{Encoding, Template};
+use crate::tools::template::{Encoding, Part, Template};
 
 use limit::PerUserLimit;
 use session::Pools;
@@ -158,7 +158,13 @@ impl SqlTool {
             }
             let url = Template::parse(&database.url)
                 .map_err(|err| format!("sql.databases.{name}.url: {err}"))?;
-            if url.value_names().next().is_some() {
+            // A call's values or context (its id, the user's words) would rewrite the
+            // connection: which host, which login, which options.
+            if url
+                .parts()
+                .iter()
+                .any(|part| !matches!(part, Part::Literal(_) | Part::Env(_)))
+            {
                 return Err(format!(
                     "sql.databases.{name}.url may only use {{env.NAME}} placeholders"
                 ));
