@@ -21,6 +21,28 @@ pub async fn create_sample_databases(pool: &PgPool) -> anyhow::Result<()> {
         .execute(pool)
         .await
         .context("creating the demo sample databases")?;
+    // Only a superuser can hide one session's SQL from another of the same login, and
+    // the sql tool refuses a login that does not: said at start-up, not at each call.
+    let shown: Vec<String> = sqlx::query_scalar!(
+        r#"select r.rolname as "rolname!" from pg_roles r
+           where r.rolname in ('toolgate_demo_production', 'toolgate_demo_staging',
+                               'toolgate_demo_development')
+             and not exists (select from pg_db_role_setting s
+                             where s.setrole = r.oid and s.setdatabase = 0
+                               and 'track_activities=off' = any (s.setconfig))
+           order by r.rolname"#
+    )
+    .fetch_all(pool)
+    .await
+    .context("checking the demo databases' logins")?;
+    if !shown.is_empty() {
+        tracing::warn!(
+            logins = %shown.join(", "),
+            "the demo's query_database tool refuses these logins until a superuser runs \
+             ALTER ROLE <login> SET track_activities = off for each (toolgate's own login \
+             could not)"
+        );
+    }
     Ok(())
 }
 

@@ -381,18 +381,17 @@ async fn a_database_field_the_model_may_fill_stops_start_up() {
     );
 }
 
-/// A login that may signal other sessions (or read the server's files, or every table)
-/// reaches beyond its database: refused, as a superuser is.
-#[tokio::test]
-async fn a_login_with_powers_beyond_its_database_is_refused() {
+/// A server whose staging database is read through the login `login` (password
+/// `password`), made if missing and given `powers` beside reading `demo_staging`.
+async fn with_staging_login(login: &str, password: &str, powers: &[&str], user: &str) -> Fixture {
     let database_url = tests::fresh_database().await.expect("a database");
-    let signaller = tests::demo_reader_url(&database_url, "staging").replace(
+    let url = tests::demo_reader_url(&database_url, "staging").replace(
         "toolgate_demo_staging:demo-reader",
-        "toolgate_test_signaller:signaller",
+        &format!("{login}:{password}"),
     );
     let tools = TOOLS.replacen(
         "databases.staging = { url = \"{env.TOOLGATE_DEMO_SQL_STAGING_URL}\"",
-        "databases.staging = { url = \"{env.SIGNALLER_URL}\"",
+        "databases.staging = { url = \"{env.STAGING_LOGIN_URL}\"",
         1,
     );
     assert_ne!(tools, TOOLS, "the replacement must apply");
@@ -402,34 +401,55 @@ async fn a_login_with_powers_beyond_its_database_is_refused() {
         ..ServerOptions::default()
             .env("TOOLGATE_TOOLS", &path.to_string_lossy())
             .env("TOOLGATE_DEMO", "1")
-            .env("SIGNALLER_URL", &signaller)
+            .env("STAGING_LOGIN_URL", &url)
     })
     .await;
     let mut db = server.db().await;
-    for statement in [
+    let made = format!(
         "do $$ begin
-           if not exists (select from pg_roles where rolname = 'toolgate_test_signaller') then
-             create role toolgate_test_signaller login password 'signaller';
+           if not exists (select from pg_roles where rolname = '{login}') then
+             create role {login} login password '{password}';
            end if;
-         end $$",
-        "grant pg_signal_backend to toolgate_test_signaller",
-        "grant usage on schema demo_staging to toolgate_test_signaller",
-        "grant select on all tables in schema demo_staging to toolgate_test_signaller",
-    ] {
+         end $$"
+    );
+    let reads = [
+        format!("grant usage on schema demo_staging to {login}"),
+        format!("grant select on all tables in schema demo_staging to {login}"),
+    ];
+    for statement in std::iter::once(made.as_str())
+        .chain(powers.iter().copied())
+        .chain(reads.iter().map(String::as_str))
+    {
         sqlx::query(statement)
             .execute(&mut db)
             .await
             .expect("set up the login");
     }
-    let (user, token) = server.new_user("sql-signaller").await;
+    let (user, token) = server.new_user(user).await;
     let conversation = server.new_conversation(&token).await;
-    let f = Fixture {
+    Fixture {
         server,
         user,
         token,
         conversation,
         _tools: _dir,
-    };
+    }
+}
+
+/// A login that may signal other sessions (or read the server's files, or every table)
+/// reaches beyond its database: refused, as a superuser is.
+#[tokio::test]
+async fn a_login_with_powers_beyond_its_database_is_refused() {
+    let f = with_staging_login(
+        "toolgate_test_signaller",
+        "signaller",
+        &[
+            "alter role toolgate_test_signaller set track_activities = off",
+            "grant pg_signal_backend to toolgate_test_signaller",
+        ],
+        "sql-signaller",
+    )
+    .await;
     let outcome = f
         .run("staging", "select count(*) as n from customers")
         .await;
@@ -445,6 +465,34 @@ async fn a_login_with_powers_beyond_its_database_is_refused() {
         .run("development", "select count(*) as n from customers")
         .await;
     assert_eq!(outcome["success"], true, "{outcome}");
+}
+
+/// Every user of a sql tool shares its login, and Postgres shows a session's SQL to
+/// other sessions of the same login: one user could read another's queries, literal
+/// values and all, in `pg_stat_activity`. A login whose sessions record their SQL is
+/// refused, saying what to change.
+#[tokio::test]
+async fn a_login_whose_sessions_show_their_sql_to_each_other_is_refused() {
+    let f = with_staging_login(
+        "toolgate_test_tracked",
+        "tracked",
+        &["alter role toolgate_test_tracked reset track_activities"],
+        "sql-tracked",
+    )
+    .await;
+    let outcome = f
+        .run(
+            "staging",
+            "select query from pg_stat_activity where usename = current_user",
+        )
+        .await;
+    assert_eq!(outcome["success"], false, "{outcome}");
+    assert!(
+        outcome["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("run `ALTER ROLE <login> SET track_activities = off`")),
+        "{outcome}"
+    );
 }
 
 #[tokio::test]

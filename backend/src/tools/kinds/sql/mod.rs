@@ -98,13 +98,20 @@ pub struct SqlTool {
 
 /// Built-in roles whose members reach beyond the database a login is for: the server's
 /// files and programs, other sessions, every table of every database.
-const PRIVILEGED_ROLES: [&str; 5] = [
+const PRIVILEGED_ROLES: [&str; 7] = [
     "pg_execute_server_program",
+    "pg_monitor",
     "pg_read_all_data",
+    "pg_read_all_stats",
     "pg_read_server_files",
     "pg_signal_backend",
     "pg_write_server_files",
 ];
+
+const ACTIVITY_SHOWN: &str = "this tool's database login records each session's SQL \
+    (track_activities is on), and every user of the tool shares the login, so one could \
+    read another's queries in pg_stat_activity; have a superuser run `ALTER ROLE <login> \
+    SET track_activities = off`";
 
 const SUPERUSER_REFUSED: &str = "this tool's database login is a superuser, which a sql tool \
     refuses; configure a login that can only read this database";
@@ -286,7 +293,8 @@ impl SqlTool {
                     current_setting('is_superuser'),
                     (select string_agg(rolname, ', ' order by rolname) from pg_roles
                       where rolname = any($4) and pg_has_role(current_user, oid, 'member')),
-                    (select rolbypassrls from pg_roles where rolname = current_user)",
+                    (select rolbypassrls from pg_roles where rolname = current_user),
+                    current_setting('track_activities')",
         )
         .bind(self.statement_timeout.as_millis().to_string())
         .bind(&database.schema)
@@ -315,6 +323,10 @@ impl SqlTool {
                         login that can only read this database"
                     .into(),
             );
+        }
+        let tracked: String = settings.try_get(7).map_err(|err| describe(&err))?;
+        if tracked == "on" {
+            return Err(ACTIVITY_SHOWN.into());
         }
         // Postgres measures each row and sends its JSON only while it fits the cap, so
         // an oversized value never travels or sits in this process.
