@@ -182,6 +182,40 @@ pub(crate) mod tests {
             .get::<bool, _>(0)
     }
 
+    /// Inside a one-round-trip read the role is `toolgate_app`: a schema of that name
+    /// (first in the usual `"$user", public`) must not stand in for toolgate's tables.
+    #[tokio::test]
+    async fn a_schema_named_for_the_role_cannot_stand_in_for_the_tables_of_a_read() {
+        let pool = scratch_pool().await;
+        let conversation = Uuid::new_v4();
+        for statement in [
+            "create schema toolgate_app",
+            "create table toolgate_app.tool_user_input_requests as
+                 select * from public.tool_user_input_requests with no data",
+            "grant usage on schema toolgate_app to toolgate_app",
+            "grant select on toolgate_app.tool_user_input_requests to toolgate_app",
+        ] {
+            sqlx::query(statement)
+                .execute(&pool)
+                .await
+                .expect("the stand-in");
+        }
+        sqlx::query(
+            "insert into toolgate_app.tool_user_input_requests
+                 (id, user_id, conversation_id, status, expires_at, created_at)
+             values (gen_random_uuid(), 'mallory', $1, 'pending', now() + interval '1 hour', now())",
+        )
+        .bind(conversation)
+        .execute(&pool)
+        .await
+        .expect("a forged row");
+        let read = super::input_requests::list_pending_as(&pool, "mallory", conversation).await;
+        assert!(
+            matches!(read, Ok(None)),
+            "the read found the stand-in's row: {read:?}"
+        );
+    }
+
     #[tokio::test]
     async fn a_cancelled_begin_leaves_no_transaction_behind_on_the_pooled_connection() {
         let scratch = scratch_pool().await;
