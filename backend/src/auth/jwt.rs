@@ -53,6 +53,11 @@ const STREAM_SCOPE_PREFIX: &str = "stream:";
 pub struct JwtKeys {
     encoding: EncodingKey,
     decoding: DecodingKey,
+    /// Stream tokens are signed with a key of their own, derived from the secret: a
+    /// stream token travels in a URL (proxies log those), and a service that shares the
+    /// secret but knows nothing of its scope must not take it as a user's token.
+    stream_encoding: EncodingKey,
+    stream_decoding: DecodingKey,
     validation: Validation,
     audience: Option<String>,
     issuer: Option<String>,
@@ -84,6 +89,7 @@ impl JwtKeys {
         }
         validation.set_required_spec_claims(&required);
         let max_lifetime = i64::try_from(config.max_token_lifetime.as_secs()).unwrap_or(i64::MAX);
+        let stream_key = stream_key(&config.jwt_secret);
         JwtKeys {
             max_lifetime,
             too_long: format!(
@@ -92,6 +98,8 @@ impl JwtKeys {
             ),
             encoding: EncodingKey::from_secret(&config.jwt_secret),
             decoding: DecodingKey::from_secret(&config.jwt_secret),
+            stream_encoding: EncodingKey::from_secret(&stream_key),
+            stream_decoding: DecodingKey::from_secret(&stream_key),
             validation,
             audience: config.jwt_audience.clone(),
             issuer: config.jwt_issuer.clone(),
@@ -100,16 +108,21 @@ impl JwtKeys {
 
     /// Checks an API token.
     pub fn verify(&self, token: &str) -> Result<Verified, Error> {
-        let claims = self.decode(token)?;
+        let claims = self.decode(token, &self.decoding).map_err(|refused| {
+            // Said plainly to a client that sends its stream token as a bearer token.
+            if self.decode(token, &self.stream_decoding).is_ok() {
+                Error::Unauthorized(STREAM_TOKEN_ONLY.into())
+            } else {
+                refused
+            }
+        })?;
         let is_stream_token = claims.scope.as_deref().is_some_and(|scopes| {
             scopes
                 .split_whitespace()
                 .any(|scope| scope.starts_with(STREAM_SCOPE_PREFIX))
         });
         if is_stream_token {
-            return Err(Error::Unauthorized(
-                "a stream token only opens an event stream".into(),
-            ));
+            return Err(Error::Unauthorized(STREAM_TOKEN_ONLY.into()));
         }
         Self::subject(claims)
     }
@@ -120,7 +133,7 @@ impl JwtKeys {
         token: &str,
         conversation_id: uuid::Uuid,
     ) -> Result<Verified, Error> {
-        let claims = self.decode(token)?;
+        let claims = self.decode(token, &self.stream_decoding)?;
         if claims.scope.as_deref() != Some(&stream_scope(conversation_id)) {
             return Err(Error::Unauthorized(
                 "this token does not open this conversation's stream".into(),
@@ -129,8 +142,8 @@ impl JwtKeys {
         Self::subject(claims)
     }
 
-    fn decode(&self, token: &str) -> Result<Claims, Error> {
-        let claims = jsonwebtoken::decode::<Claims>(token, &self.decoding, &self.validation)
+    fn decode(&self, token: &str, key: &DecodingKey) -> Result<Claims, Error> {
+        let claims = jsonwebtoken::decode::<Claims>(token, key, &self.validation)
             .map(|data| data.claims)
             .map_err(|err| Error::Unauthorized(describe(err.kind()).to_owned()))?;
         // A leaked token must not stay good for years: the limit is counted from now,
@@ -167,7 +180,7 @@ impl JwtKeys {
     /// Signs a token for `user_id`, valid for `lifetime` but never longer than the
     /// configured maximum.
     pub fn sign(&self, user_id: &str, lifetime: chrono::Duration) -> anyhow::Result<(String, i64)> {
-        self.sign_scoped(user_id, lifetime, None)
+        self.sign_scoped(user_id, lifetime, None, &self.encoding)
     }
 
     /// A short-lived token that opens one conversation's event stream.
@@ -177,7 +190,12 @@ impl JwtKeys {
         conversation_id: uuid::Uuid,
         lifetime: chrono::Duration,
     ) -> anyhow::Result<(String, i64)> {
-        self.sign_scoped(user_id, lifetime, Some(stream_scope(conversation_id)))
+        self.sign_scoped(
+            user_id,
+            lifetime,
+            Some(stream_scope(conversation_id)),
+            &self.stream_encoding,
+        )
     }
 
     fn sign_scoped(
@@ -185,6 +203,7 @@ impl JwtKeys {
         user_id: &str,
         lifetime: chrono::Duration,
         scope: Option<String>,
+        key: &EncodingKey,
     ) -> anyhow::Result<(String, i64)> {
         let now = chrono::Utc::now().timestamp();
         let exp = now + lifetime.num_seconds().min(self.max_lifetime);
@@ -197,9 +216,20 @@ impl JwtKeys {
             iss: self.issuer.clone(),
             scope,
         };
-        let token = jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)?;
+        let token = jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, key)?;
         Ok((token, exp))
     }
+}
+
+const STREAM_TOKEN_ONLY: &str = "a stream token only opens an event stream";
+
+/// The stream tokens' key: the secret hashed under a label of its own.
+fn stream_key(secret: &[u8]) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    hasher.update(b"toolgate stream token key v1\0");
+    hasher.update(secret);
+    hasher.finalize().into()
 }
 
 fn stream_scope(conversation_id: uuid::Uuid) -> String {
@@ -232,5 +262,72 @@ fn describe(kind: &ErrorKind) -> &'static str {
         ErrorKind::InvalidAudience => "token audience is not accepted",
         ErrorKind::InvalidIssuer => "token issuer is not accepted",
         _ => "token is malformed",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECRET: &str = "0123456789abcdef0123456789abcdef";
+
+    fn keys() -> JwtKeys {
+        let config = Config::from_lookup(|name| match name {
+            "DATABASE_URL" => Some("postgres://x/y".to_owned()),
+            "TOOLGATE_JWT_SECRET" => Some(SECRET.to_owned()),
+            "TOOLGATE_SECRET_KEY" => Some("another secret of enough length".to_owned()),
+            _ => None,
+        })
+        .expect("valid");
+        JwtKeys::new(&config)
+    }
+
+    /// A stream token travels in a URL: a service that shares the secret (and checks
+    /// nothing toolgate adds) must not take it for the user's own token, nor must
+    /// toolgate's API.
+    #[test]
+    fn a_stream_token_opens_its_stream_and_passes_nowhere_else() {
+        let keys = keys();
+        let conversation = uuid::Uuid::new_v4();
+        let (stream, _) = keys
+            .sign_stream("ann", conversation, chrono::Duration::minutes(10))
+            .expect("signed");
+        assert_eq!(
+            keys.verify_stream(&stream, conversation)
+                .expect("opens its stream")
+                .user_id,
+            "ann"
+        );
+        assert!(keys.verify_stream(&stream, uuid::Uuid::new_v4()).is_err());
+        match keys.verify(&stream) {
+            Err(Error::Unauthorized(why)) => assert_eq!(why, STREAM_TOKEN_ONLY),
+            other => panic!("taken as an API token: {other:?}"),
+        }
+        let mut sibling = Validation::new(Algorithm::HS256);
+        sibling.validate_aud = false;
+        let read = jsonwebtoken::decode::<Claims>(
+            &stream,
+            &DecodingKey::from_secret(SECRET.as_bytes()),
+            &sibling,
+        );
+        assert!(read.is_err(), "another service of the secret read it");
+
+        // The other way: a token of the secret, scope and all, opens no stream.
+        let claims = Claims {
+            sub: "ann".to_owned(),
+            exp: chrono::Utc::now().timestamp() + 600,
+            nbf: None,
+            iat: None,
+            aud: None,
+            iss: None,
+            scope: Some(stream_scope(conversation)),
+        };
+        let forged = jsonwebtoken::encode(
+            &Header::new(Algorithm::HS256),
+            &claims,
+            &EncodingKey::from_secret(SECRET.as_bytes()),
+        )
+        .expect("signed");
+        assert!(keys.verify_stream(&forged, conversation).is_err());
     }
 }

@@ -249,11 +249,8 @@ async fn a_stream_ends_when_the_token_that_opened_it_expires() {
         tests::JWT_SECRET,
         jsonwebtoken::Algorithm::HS256,
     );
-    let short_stream = tests::sign_token(
-        &json!({"sub": user, "exp": expires, "scope": format!("stream:{conversation}")}),
-        tests::JWT_SECRET,
-        jsonwebtoken::Algorithm::HS256,
-    );
+    // Asked for with the short token, it expires with it.
+    let short_stream = server.stream_token(&short, &conversation).await;
     let long_stream = server.stream_token(&token, &conversation).await;
     let path = format!("/api/conversations/{conversation}/events");
     let open = |request: reqwest::RequestBuilder| async move {
