@@ -160,7 +160,15 @@ impl fmt::Debug for Config {
 /// the last `@`, which an unencoded password may hold), and one given as a query
 /// parameter after the host (`?password=`, `sslpassword=`), which libpq takes as well.
 pub fn redact_url(url: &str) -> String {
-    let (head, rest) = match (url.find("://"), url.rfind('@')) {
+    // Only a string that begins with a scheme is read as a URL: `://` later on may sit
+    // in a keyword string's value, or in its password.
+    let scheme_end = url.find("://").filter(|&end| {
+        url[..end]
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+            && url.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+    });
+    let (head, rest) = match (scheme_end, url.rfind('@')) {
         (Some(scheme_end), Some(at)) if at > scheme_end => {
             let credentials = &url[scheme_end + 3..at];
             match credentials.split_once(':') {
@@ -172,7 +180,7 @@ pub fn redact_url(url: &str) -> String {
             }
         }
         (Some(scheme_end), _) => (url[..scheme_end + 3].to_owned(), &url[scheme_end + 3..]),
-        _ => (String::new(), url),
+        _ => return redact_keywords(url),
     };
     let Some((host, query)) = rest.split_once('?') else {
         return format!("{head}{rest}");
@@ -187,6 +195,56 @@ pub fn redact_url(url: &str) -> String {
         })
         .collect();
     format!("{head}{host}?{}", parameters.join("&"))
+}
+
+/// A connection string of libpq's other form, `host=db user=app password='s e c'`
+/// (which is not a URL, and so is shown when it is refused), with the value after
+/// every `password` (`sslpassword` too) and `=` hidden, wherever it stands: even
+/// inside another keyword's value, which libpq may read it as (`user= password=x`).
+fn redact_keywords(text: &str) -> String {
+    const WORD: &str = "password";
+    let lower = text.to_ascii_lowercase();
+    let mut out = String::with_capacity(text.len());
+    let mut copied = 0;
+    let mut from = 0;
+    while let Some(found) = lower[from..].find(WORD) {
+        let after_word = from + found + WORD.len();
+        let spaces = text[after_word..].len()
+            - text[after_word..]
+                .trim_start_matches(|c: char| c.is_ascii_whitespace())
+                .len();
+        let equals = after_word + spaces;
+        if text[equals..].starts_with('=') {
+            out.push_str(&text[copied..=equals]);
+            out.push_str("***");
+            copied = equals + 1 + value_len(&text[equals + 1..]);
+            from = copied;
+        } else {
+            from = after_word;
+        }
+    }
+    out.push_str(&text[copied..]);
+    out
+}
+
+/// The length of a keyword's value at the start of `text`, as libpq reads it: ASCII
+/// spaces before it skipped, then either quoted (to the closing quote) or up to the
+/// next ASCII space; a backslash takes the character after it, in either form.
+fn value_len(text: &str) -> usize {
+    let value = text.trim_start_matches(|c: char| c.is_ascii_whitespace());
+    let leading = text.len() - value.len();
+    let quoted = value.starts_with('\'');
+    let mut escaped = false;
+    for (at, c) in value.char_indices().skip(usize::from(quoted)) {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' => escaped = true,
+            '\'' if quoted => return leading + at + 1,
+            c if !quoted && c.is_ascii_whitespace() => return leading + at,
+            _ => {}
+        }
+    }
+    text.len()
 }
 
 impl Config {
@@ -529,6 +587,34 @@ mod tests {
             "postgres://app:***@db/t"
         );
         assert_eq!(redact_url("not a url?password=x"), "not a url?password=***");
+        // libpq's keyword form is no URL: refused, it is shown without its password,
+        // wherever libpq could read one.
+        for (given, shown) in [
+            (
+                "user= password=s3cret host=db",
+                "user= password=*** host=db",
+            ),
+            ("password=my\\ secret host=db", "password=*** host=db"),
+            ("password=a&b", "password=***"),
+            ("password=abc\u{a0}def host=db", "password=*** host=db"),
+            (
+                "host=db password=s3cret application_name=http://x",
+                "host=db password=*** application_name=http://x",
+            ),
+            ("password=s3://cret", "password=***"),
+            ("host=db password\t=s3cret", "host=db password\t=***"),
+            (
+                "host=db user=app password=s3cret dbname=t",
+                "host=db user=app password=*** dbname=t",
+            ),
+            (
+                "host=db password = 's3 c\\'ret' sslpassword=k3y",
+                "host=db password =*** sslpassword=***",
+            ),
+            ("password='s3cret", "password=***"),
+        ] {
+            assert_eq!(redact_url(given), shown);
+        }
     }
     use std::collections::HashMap;
 
