@@ -5,8 +5,6 @@
 
 use std::time::Duration;
 
-use chrono::Utc;
-
 use crate::agent;
 use crate::db::input_requests::InputRequestRow;
 use crate::db::{self, conversations, events, input_requests, instances};
@@ -175,13 +173,12 @@ async fn next_pass_in(state: &AppState) -> Duration {
     let mut wait = SWEEP_EVERY.min(state.config.input_ttl);
     let next = async {
         let mut tx = db::begin_background(&state.db).await?;
-        let next = input_requests::next_expiry(&mut tx).await?;
+        let next = input_requests::next_expiry_in(&mut tx).await?;
         tx.commit().await?;
         Ok::<_, sqlx::Error>(next)
     }
     .await;
-    if let Ok(Some(at)) = next {
-        let until = (at - Utc::now()).to_std().unwrap_or(Duration::ZERO);
+    if let Ok(Some(until)) = next {
         wait = wait.min(until);
     }
     // A few milliseconds past the expiry it is overdue in the database's clock too; and a

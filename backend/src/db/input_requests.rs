@@ -8,6 +8,7 @@ use super::not_found_as_none;
 use crate::tools::mcp::stateless::RetryState;
 use protocol::approval::Decision;
 use serde_json::{Map, Value};
+use sqlx::postgres::types::PgInterval;
 use sqlx::types::Json;
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
@@ -28,6 +29,7 @@ macro_rules! request_rows {
                       user_inputs as "user_inputs: Json<Map<String, Value>>",
                       save_for as "save_for!", status as "status!: RequestStatus",
                       created_at as "created_at!", completed_at, expires_at as "expires_at!",
+                      expires_at <= now() as "past_due!",
                       origin as "origin!", original_user_request, tool_result,
                       kind as "kind!: RequestKind",
                       allowed_decisions as "allowed_decisions!: Json<Vec<Decision>>",
@@ -58,6 +60,9 @@ pub struct InputRequestRow {
     pub created_at: DateTime<Utc>,
     pub completed_at: Option<DateTime<Utc>>,
     pub expires_at: DateTime<Utc>,
+    /// Past `expires_at` when read, by the database's clock (the one the expiry sweep
+    /// and every ending read, whatever the clock of the server that reads the row).
+    pub past_due: bool,
     /// `executor` when the universal executor asked, `api` for the action API.
     pub origin: String,
     pub original_user_request: Option<String>,
@@ -90,7 +95,8 @@ pub struct NewInputRequest<'a> {
     pub reason: &'a str,
     pub fields: &'a [FieldSpec],
     pub save_for: &'a str,
-    pub expires_at: DateTime<Utc>,
+    /// How long it waits for an answer, from when the database stores it.
+    pub ttl: std::time::Duration,
     pub origin: &'a str,
     pub original_user_request: Option<&'a str>,
     pub kind: &'a str,
@@ -114,8 +120,8 @@ pub async fn insert(
               reason, required_fields, save_for, expires_at, origin, original_user_request,
               kind, allowed_decisions, arguments_digest, user_inputs, elicitation, held_by,
               retry_state)
-         select $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
-                $18, $19, $20
+         select $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, now() + $11::interval, $12, $13,
+                $14, $15, $16, $17, $18, $19, $20
          where exists (select 1 from conversations where id = $3)
          returning",
         "",
@@ -129,7 +135,11 @@ pub async fn insert(
         new.reason,
         Json(new.fields) as _,
         new.save_for,
-        new.expires_at,
+        PgInterval {
+            months: 0,
+            days: 0,
+            microseconds: i64::try_from(new.ttl.as_micros()).unwrap_or(i64::MAX),
+        },
         new.origin,
         new.original_user_request,
         new.kind,
@@ -491,13 +501,16 @@ pub async fn overdue_for_update(
     .await
 }
 
-/// When the next pending request expires, if any is pending.
-pub async fn next_expiry(conn: &mut PgConnection) -> sqlx::Result<Option<DateTime<Utc>>> {
-    sqlx::query_scalar!(
-        "select min(expires_at) from tool_user_input_requests where status = 'pending'"
+/// How long until the next pending request expires (by the database's clock; none
+/// when none is pending, nothing when one is overdue already).
+pub async fn next_expiry_in(conn: &mut PgConnection) -> sqlx::Result<Option<std::time::Duration>> {
+    let seconds = sqlx::query_scalar!(
+        "select extract(epoch from min(expires_at) - now())::float8
+         from tool_user_input_requests where status = 'pending'"
     )
     .fetch_one(conn)
-    .await
+    .await?;
+    Ok(seconds.map(|seconds| std::time::Duration::from_secs_f64(seconds.clamp(0.0, 86_400.0))))
 }
 
 /// A run's pending requests, locked.

@@ -5,7 +5,6 @@
 //! row-level security already limits it to the caller's rows; a row that belongs to
 //! somebody else is simply not found.
 
-use chrono::Utc;
 use protocol::api::{CreateRequestParams, Elicitation, RequestKind};
 use protocol::approval::Decision;
 use protocol::chat::EventKind;
@@ -162,7 +161,6 @@ pub async fn insert_request(
     tool_args: &Map<String, Value>,
     ask: Ask<'_>,
 ) -> Result<InputRequestRow> {
-    let ttl = chrono::Duration::from_std(ctx.ttl).unwrap_or(chrono::Duration::hours(24));
     let mut elicitation = None;
     let mut held_by = None;
     let mut retry_state = None;
@@ -273,7 +271,7 @@ pub async fn insert_request(
             reason,
             fields,
             save_for: save_for.as_str(),
-            expires_at: Utc::now() + ttl,
+            ttl: ctx.ttl,
             origin: ctx.origin,
             original_user_request: ctx.original_user_request,
             kind: kind.as_str(),

@@ -71,28 +71,15 @@ fn not_pending(row: &InputRequestRow) -> Error {
     )
 }
 
-fn past_its_time() -> Error {
-    Error::conflict("request_not_pending", "this request is already expired")
-}
-
 /// Stores the ending and announces it, once.
 async fn settle(
     conn: &mut PgConnection,
     row: &InputRequestRow,
     settlement: Settlement<'_>,
 ) -> Result<InputRequestRow> {
-    // The row is locked: an ending in time that finds it no longer pending found it
-    // past its time.
-    let in_time = settlement.in_time;
     let settled = input_requests::settle(conn, row.id, settlement)
         .await?
-        .ok_or_else(|| {
-            if in_time {
-                past_its_time()
-            } else {
-                not_pending(row)
-            }
-        })?;
+        .ok_or_else(|| not_pending(row))?;
     announce(conn, &settled).await?;
     Ok(settled)
 }
@@ -496,12 +483,9 @@ pub async fn complete_url_question(
     if row.status() != RequestStatus::Pending {
         return Ok(None);
     }
-    let ending = ending(RequestStatus::Completed, None);
-    let Some(completed) = input_requests::settle(conn, row.id, ending).await? else {
-        return Ok(None);
-    };
-    announce(conn, &completed).await?;
-    Ok(Some(completed))
+    settle(conn, &row, ending(RequestStatus::Completed, None))
+        .await
+        .map(Some)
 }
 
 /// Ends the requests of a run that ended without them (it failed, or was stopped).
@@ -521,20 +505,26 @@ mod tests {
     use crate::db;
     use crate::tools::executor::tests::{call, conversation_of, fixture};
 
-    /// The server that answers may run ahead of or behind the database, whose clock the
-    /// sweep reads: an answer counts only while the database holds the request in time.
-    #[tokio::test]
-    async fn an_answer_in_time_is_judged_by_the_databases_clock() {
+    /// An executor with a card for `call_id` waiting in a conversation of `ann`'s.
+    async fn a_card(call_id: &str) -> crate::tools::executor::tests::Fixture {
         let fx = fixture().await;
         let conversation = conversation_of(&fx.executor, "ann").await;
         let outcome = crate::tools::executor::execute(
             &fx.executor,
             "ann",
-            call(conversation, "lookup_account", "call_late", json!({})),
+            call(conversation, "lookup_account", call_id, json!({})),
         )
         .await
         .expect("executed");
         assert!(outcome.requires_user_input, "{outcome:?}");
+        fx
+    }
+
+    /// The server that answers may run ahead of or behind the database, whose clock the
+    /// sweep reads: an answer counts only while the database holds the request in time.
+    #[tokio::test]
+    async fn an_answer_in_time_is_judged_by_the_databases_clock() {
+        let fx = a_card("call_late").await;
         let mut tx = db::begin_background(&fx.executor.pool).await.expect("tx");
         let row = input_requests::find_for_update(&mut tx, "call_late", None)
             .await
@@ -545,10 +535,7 @@ mod tests {
             .execute(&mut *tx)
             .await
             .expect("backdated");
-        let answer = Settlement {
-            user_inputs: None,
-            ..ending(RequestStatus::Completed, Some("ann"))
-        };
+        let answer = ending(RequestStatus::Completed, Some("ann"));
         assert!(answer.in_time);
         let settled = input_requests::settle(&mut tx, row.id, answer)
             .await
@@ -561,5 +548,35 @@ mod tests {
             expired.map(|row| row.stored_status()),
             Some(RequestStatus::Expired)
         );
+    }
+
+    /// Nor does the server's own clock end a request the database still holds in time:
+    /// here the database's clock (a transaction's, which stands still) is behind it.
+    #[tokio::test]
+    async fn a_request_the_database_holds_in_time_is_answered_whatever_the_servers_clock() {
+        let fx = a_card("call_on_time").await;
+        let pool = &fx.executor.pool;
+        let mut tx = db::begin_background(pool).await.expect("tx");
+        sqlx::query(
+            "update tool_user_input_requests set expires_at = clock_timestamp() + interval '1 second'
+             where tool_call_id = 'call_on_time'",
+        )
+        .execute(&mut *tx)
+        .await
+        .expect("a second left");
+        tx.commit().await.expect("commit");
+        let mut tx = db::begin_as_user(pool, "ann").await.expect("tx");
+        tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+        let declined = decline(
+            &mut tx,
+            "ann",
+            DeclineRequestParams {
+                tool_call_id: "call_on_time".to_owned(),
+                message: None,
+            },
+        )
+        .await
+        .expect("declined in time");
+        assert_eq!(declined.stored_status(), RequestStatus::Declined);
     }
 }

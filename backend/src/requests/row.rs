@@ -1,6 +1,5 @@
 //! A stored request as callers see it, and its values for running the tool.
 
-use chrono::Utc;
 use protocol::api::{InputRequest, RequestKind, RequestStatus};
 use protocol::approval::Decision;
 use protocol::fields::{FieldSpec, SaveFor, mask_secrets};
@@ -12,10 +11,11 @@ use crate::tools::CallRef;
 use crate::vault::Vault;
 
 impl InputRequestRow {
-    /// The stored status, with a pending request past its expiry counted as expired.
+    /// The stored status, with a pending request past its expiry (when read, by the
+    /// database's clock) counted as expired.
     pub fn status(&self) -> RequestStatus {
         let stored = self.status;
-        if stored == RequestStatus::Pending && self.expires_at <= Utc::now() {
+        if stored == RequestStatus::Pending && self.past_due {
             RequestStatus::Expired
         } else {
             stored

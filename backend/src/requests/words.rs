@@ -124,6 +124,7 @@ mod tests {
             created_at: Utc::now(),
             completed_at: None,
             expires_at: Utc::now(),
+            past_due: false,
             origin: "executor".to_owned(),
             original_user_request: None,
             tool_result: None,
