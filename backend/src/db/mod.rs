@@ -42,7 +42,7 @@ pub async fn connect(config: &Config) -> anyhow::Result<PgPool> {
         )
     })?;
     let options = options.application_name("toolgate");
-    Ok(PgPoolOptions::new()
+    Ok(pool_options()
         .max_connections(config.db_max_connections)
         .acquire_timeout(config.db_acquire_timeout)
         // By default every connection handed out is pinged first: one more round trip
@@ -58,6 +58,25 @@ pub async fn connect(config: &Config) -> anyhow::Result<PgPool> {
             })
         })
         .connect_lazy_with(options))
+}
+
+/// What every pool on toolgate's database does with a new connection: its search path
+/// becomes the schema toolgate's tables are in (the first the login finds, as when the
+/// migrations made them; `public` if it finds none), then temporary objects last.
+/// Transactions switch to the roles `toolgate_app` and `toolgate_worker`, and the usual
+/// `"$user", public` would then look first in a schema of that role's name, where
+/// anyone allowed to make one could put a table to stand in for toolgate's.
+fn pool_options() -> PgPoolOptions {
+    PgPoolOptions::new().after_connect(|conn, _| {
+        Box::pin(async move {
+            sqlx::query!(
+                r#"select set_config('search_path', quote_ident(coalesce(current_schema(), 'public')) || ', pg_temp', false) as "path""#
+            )
+            .fetch_one(conn)
+            .await
+            .map(drop)
+        })
+    })
 }
 
 /// Applies the migrations embedded in the binary.
@@ -141,10 +160,21 @@ pub(crate) mod tests {
     use sqlx::{Connection, PgPool};
     use uuid::Uuid;
 
-    /// A pool on a fresh, migrated database of its own, made on the admin database of
+    /// A pool, as the server makes them, on a fresh, migrated database of its own.
+    pub(crate) async fn scratch_pool() -> PgPool {
+        let pool = super::pool_options()
+            .max_connections(4)
+            .connect(&scratch_database().await)
+            .await
+            .expect("test database");
+        super::migrate(&pool).await.expect("migrations");
+        pool
+    }
+
+    /// The address of a fresh, empty database, made on the admin database of
     /// `DATABASE_URL` (default: the local Postgres). Named like the end-to-end tests'
     /// databases, so their clean-up drops it.
-    pub(crate) async fn scratch_pool() -> PgPool {
+    async fn scratch_database() -> String {
         let admin = std::env::var("DATABASE_URL")
             .ok()
             .filter(|url| !url.is_empty())
@@ -157,17 +187,10 @@ pub(crate) mod tests {
             .execute(&mut conn)
             .await
             .expect("create database");
-        let url = match admin.rsplit_once('/') {
+        match admin.rsplit_once('/') {
             Some((base, _)) => format!("{base}/{name}"),
             None => panic!("DATABASE_URL has no database name"),
-        };
-        let pool = sqlx::postgres::PgPoolOptions::new()
-            .max_connections(4)
-            .connect(&url)
-            .await
-            .expect("test database");
-        super::migrate(&pool).await.expect("migrations");
-        pool
+        }
     }
 
     /// Whether a statement runs in a transaction of its own, as it must outside `begin`:
@@ -182,18 +205,29 @@ pub(crate) mod tests {
             .get::<bool, _>(0)
     }
 
-    /// Inside a one-round-trip read the role is `toolgate_app`: a schema of that name
-    /// (first in the usual `"$user", public`) must not stand in for toolgate's tables.
+    /// A caller's transactions and one-round-trip reads run as `toolgate_app`: a schema
+    /// of that name (first in the usual `"$user", public`) must not stand in for
+    /// toolgate's tables.
     #[tokio::test]
-    async fn a_schema_named_for_the_role_cannot_stand_in_for_the_tables_of_a_read() {
-        let pool = scratch_pool().await;
+    async fn a_schema_named_for_the_role_cannot_stand_in_for_toolgates_tables() {
+        // Migrated as a server before this change did, whose sessions searched
+        // `"$user", public`: the functions made then took that path with them.
+        let url = scratch_database().await;
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(2)
+            .connect(&url)
+            .await
+            .expect("test database");
+        super::migrate(&pool).await.expect("migrations");
         let conversation = Uuid::new_v4();
         for statement in [
             "create schema toolgate_app",
             "create table toolgate_app.tool_user_input_requests as
                  select * from public.tool_user_input_requests with no data",
+            "create table toolgate_app.conversations as
+                 select * from public.conversations with no data",
             "grant usage on schema toolgate_app to toolgate_app",
-            "grant select on toolgate_app.tool_user_input_requests to toolgate_app",
+            "grant select on all tables in schema toolgate_app to toolgate_app",
         ] {
             sqlx::query(statement)
                 .execute(&pool)
@@ -209,11 +243,28 @@ pub(crate) mod tests {
         .execute(&pool)
         .await
         .expect("a forged row");
+        sqlx::query("insert into toolgate_app.conversations (id, user_id) values ($1, 'mallory')")
+            .bind(conversation)
+            .execute(&pool)
+            .await
+            .expect("a forged conversation");
         let read = super::input_requests::list_pending_as(&pool, "mallory", conversation).await;
         assert!(
             matches!(read, Ok(None)),
             "the read found the stand-in's row: {read:?}"
         );
+        let pinned = super::pool_options()
+            .max_connections(1)
+            .connect(&url)
+            .await
+            .expect("a pool of the server's");
+        let mut tx = super::begin_as_user(&pinned, "mallory")
+            .await
+            .expect("begin");
+        let found = super::conversations::exists(&mut tx, conversation)
+            .await
+            .expect("a look-up");
+        assert!(!found, "the transaction found the stand-in's conversation");
     }
 
     #[tokio::test]
