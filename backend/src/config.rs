@@ -295,6 +295,11 @@ impl Config {
                 )?;
         let input_ttl = parse_duration(&get("TOOLGATE_INPUT_TTL").unwrap_or_else(|| "24h".into()))
             .context("TOOLGATE_INPUT_TTL must be a duration like 90s, 30m, 24h or 7d")?;
+        // No run waits a year for an answer; a value mistyped far larger would put every
+        // expiry past the dates Postgres stores, and no request could be stored at all.
+        if input_ttl > Duration::from_secs(366 * 86_400) {
+            bail!("TOOLGATE_INPUT_TTL must be at most 366d");
+        }
         let max_body_bytes = match get("TOOLGATE_MAX_BODY_BYTES") {
             Some(text) => text
                 .parse()
@@ -729,6 +734,25 @@ mod tests {
                 .map(|err| format!("{err:#}"))
                 .unwrap_or_default();
                 assert!(err.contains(name), "{name}={bad}: {err}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_request_lifetime_must_be_within_a_year() {
+        for (ttl, fine) in [("400d", false), ("366d", true), ("90s", true)] {
+            let loaded = config(&[
+                ("DATABASE_URL", "postgres://x/y"),
+                ("TOOLGATE_JWT_SECRET", "0123456789abcdef0123456789abcdef"),
+                ("TOOLGATE_SECRET_KEY", "another secret of enough length"),
+                ("TOOLGATE_INPUT_TTL", ttl),
+            ]);
+            match loaded {
+                Ok(_) => assert!(fine, "{ttl} taken"),
+                Err(err) => assert!(
+                    !fine && format!("{err:#}").contains("at most 366d"),
+                    "{ttl}: {err:#}"
+                ),
             }
         }
     }
