@@ -150,7 +150,7 @@ const WITHOUT_DATABASE: [(&str, &str); 4] = [
     ("post", "/api/dev/token"),
 ];
 
-/// The error answers every route shares, by what the route has: a body (400, 413, 415),
+/// The error answers every route shares, by what the route has: a body (400, 408, 413, 415),
 /// path parameters (400), a bearer token (401), the per-user rate limit of `/api` (429,
 /// with `Retry-After`) and the database (503). Each is added unless the route already
 /// describes it in its own words.
@@ -162,6 +162,7 @@ fn add_shared_responses(doc: &mut Value) {
             let shared = json!({
                 "BadRequest": {"description": "The body is not JSON or has the wrong shape, or a path or query parameter is malformed; `fields` names what", "content": error},
                 "Unauthorized": {"description": "The bearer token is missing, malformed, expired or not signed by this server", "content": error},
+                "RequestTimeout": {"description": "The body did not arrive within TOOLGATE_HEADER_READ_TIMEOUT of the server starting to read it", "content": error},
                 "PayloadTooLarge": {"description": "The body is larger than the server accepts (TOOLGATE_MAX_BODY_BYTES)", "content": error},
                 "UnsupportedMediaType": {"description": "A body not labelled `application/json`", "content": error},
                 "TooManyRequests": {
@@ -193,6 +194,7 @@ fn add_shared_responses(doc: &mut Value) {
                         add.push(("401", "Unauthorized"));
                     }
                     if has_body {
+                        add.push(("408", "RequestTimeout"));
                         add.push(("413", "PayloadTooLarge"));
                         add.push(("415", "UnsupportedMediaType"));
                     }

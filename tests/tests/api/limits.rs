@@ -338,6 +338,24 @@ async fn a_client_that_trickles_its_body_gets_a_408_that_says_why() {
     assert_eq!(list["conversations"], json!([]), "{list}");
 }
 
+/// The document says every route with a body may answer 408.
+#[tokio::test]
+async fn every_route_with_a_body_documents_its_408() {
+    let server = TestServer::start().await;
+    let (_, document) = server.send("GET", "/api/openapi.json", None, None).await;
+    for (path, method) in [
+        ("/api/conversations", "post"),
+        ("/api/tool-user-input", "post"),
+        ("/api/tools/execute", "post"),
+    ] {
+        let answer = &document["paths"][path][method]["responses"]["408"];
+        assert_eq!(
+            answer["$ref"], "#/components/responses/RequestTimeout",
+            "{path}: {answer}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_bad_replay_position_names_the_field() {
     let server = TestServer::start().await;
