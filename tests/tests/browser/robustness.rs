@@ -10,6 +10,29 @@ use crate::{
 
 const PENDING_CARD: &str = "[data-testid=input-card][data-status=pending]";
 
+/// What the message box holds, as a script's expression.
+const COMPOSER_TEXT: &str = "document.querySelector('[data-testid=composer-input]').value";
+
+/// Clicks "Sign out" and waits for the sign-in page.
+async fn sign_out(b: &crate::webdriver::Browser) {
+    b.find("[data-testid=sign-out]")
+        .await
+        .expect("sign-out button")
+        .click()
+        .await
+        .expect("sign out");
+    b.wait_for("[data-testid=user-name]")
+        .await
+        .expect("signed out");
+}
+
+/// What the message box holds.
+async fn composer_value(b: &crate::webdriver::Browser) -> serde_json::Value {
+    b.execute(&format!("return {COMPOSER_TEXT}"), vec![])
+        .await
+        .expect("the message box's value")
+}
+
 #[tokio::test]
 async fn sign_in_survives_a_reload_and_sign_out_forgets_it() {
     let Some(fx) = Fixture::start("sign_in_out").await else {
@@ -33,15 +56,7 @@ async fn sign_in_survives_a_reload_and_sign_out_forgets_it() {
         .await
         .expect("still signed in");
 
-    b.find("[data-testid=sign-out]")
-        .await
-        .expect("sign out")
-        .click()
-        .await
-        .expect("click");
-    b.wait_for("[data-testid=user-name]")
-        .await
-        .expect("signed out");
+    sign_out(&b).await;
     let kept = b
         .execute("return localStorage.getItem('toolgate.session')", vec![])
         .await
@@ -79,15 +94,7 @@ async fn signing_out_in_one_tab_signs_out_the_others() {
     b.wait_for("[data-testid=new-conversation]")
         .await
         .expect("signed in in the second tab too");
-    b.find("[data-testid=sign-out]")
-        .await
-        .expect("sign out")
-        .click()
-        .await
-        .expect("click");
-    b.wait_for("[data-testid=user-name]")
-        .await
-        .expect("the second tab signed out");
+    sign_out(&b).await;
 
     b.switch_to(&first).await.expect("back to the first tab");
     let reason = b
@@ -576,8 +583,7 @@ async fn a_draft_outlives_a_reload_and_a_visit_elsewhere_until_it_is_sent() {
     new_conversation(&b).await;
     ask(&b, "What can you do?").await;
     let address = b.current_url().await.expect("url");
-    let composer_text = "document.querySelector('[data-testid=composer-input]').value";
-    let shows = |draft: &str| format!("{composer_text} === {}", json!(draft));
+    let shows = |draft: &str| format!("{COMPOSER_TEXT} === {}", json!(draft));
     let draft = "Half a thought about the Q4 report";
     b.wait_for("[data-testid=composer-input]")
         .await
@@ -635,9 +641,7 @@ async fn a_draft_outlives_a_reload_and_a_visit_elsewhere_until_it_is_sent() {
         .await
         .expect("message box");
     assert_eq!(
-        b.execute(&format!("return {composer_text}"), vec![])
-            .await
-            .expect("value"),
+        composer_value(&b).await,
         json!(""),
         "the sent text offered again"
     );
@@ -645,12 +649,7 @@ async fn a_draft_outlives_a_reload_and_a_visit_elsewhere_until_it_is_sent() {
     b.wait_for("[data-testid=composer-input]")
         .await
         .expect("message box");
-    assert_eq!(
-        b.execute(&format!("return {composer_text}"), vec![])
-            .await
-            .expect("value"),
-        json!("")
-    );
+    assert_eq!(composer_value(&b).await, json!(""));
     b.quit().await;
 }
 
@@ -693,34 +692,23 @@ async fn a_draft_outlives_an_expired_session_but_not_a_sign_out() {
         .await
         .expect("signed out when the session ran out");
 
-    let composer_text = "document.querySelector('[data-testid=composer-input]').value";
     sign_in(&b, &fx.base(), &user).await;
     b.goto(&address).await.expect("open the conversation");
     let kept = b
         .wait_until(
             "the draft to be back",
-            &format!("{composer_text} === {}", json!(draft)),
+            &format!("{COMPOSER_TEXT} === {}", json!(draft)),
         )
         .await;
     assert!(kept.is_ok(), "{}", b.page_summary().await);
 
     // Signing out forgets it.
-    b.find("[data-testid=sign-out]")
-        .await
-        .expect("sign-out button")
-        .click()
-        .await
-        .expect("sign out");
+    sign_out(&b).await;
     sign_in(&b, &fx.base(), &user).await;
     b.goto(&address).await.expect("open the conversation again");
     b.wait_for("[data-testid=composer-input]")
         .await
         .expect("message box");
-    assert_eq!(
-        b.execute(&format!("return {composer_text}"), vec![])
-            .await
-            .expect("value"),
-        json!("")
-    );
+    assert_eq!(composer_value(&b).await, json!(""));
     b.quit().await;
 }

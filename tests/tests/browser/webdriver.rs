@@ -173,8 +173,13 @@ impl Browser {
 
     /// The handle of the tab commands go to.
     pub async fn tab(&self) -> Result<String> {
+        self.text_at("/window").await
+    }
+
+    /// What a `GET` of the session's `path` answers, as text.
+    async fn text_at(&self, path: &str) -> Result<String> {
         Ok(self
-            .command("GET", "/window", None)
+            .command("GET", path, None)
             .await?
             .as_str()
             .unwrap_or_default()
@@ -189,12 +194,7 @@ impl Browser {
     }
 
     pub async fn current_url(&self) -> Result<String> {
-        Ok(self
-            .command("GET", "/url", None)
-            .await?
-            .as_str()
-            .unwrap_or_default()
-            .to_owned())
+        self.text_at("/url").await
     }
 
     pub async fn set_window_size(&self, width: u32, height: u32) -> Result<()> {
@@ -209,25 +209,20 @@ impl Browser {
 
     /// Cuts (or restores) the page's network, as Chromium's devtools do.
     pub async fn set_offline(&self, offline: bool) -> Result<()> {
-        self.command(
-            "POST",
-            "/chromium/network_conditions",
-            Some(
-                json!({"network_conditions": {"offline": offline, "latency": 0,
-                "download_throughput": -1, "upload_throughput": -1}}),
-            ),
-        )
-        .await
-        .map(drop)
+        self.network_conditions(offline, 0).await
     }
 
     /// Delays every request of the page by `millis` (0: none), as Chromium's devtools do.
     pub async fn set_latency(&self, millis: u64) -> Result<()> {
+        self.network_conditions(false, millis).await
+    }
+
+    async fn network_conditions(&self, offline: bool, latency_millis: u64) -> Result<()> {
         self.command(
             "POST",
             "/chromium/network_conditions",
             Some(
-                json!({"network_conditions": {"offline": false, "latency": millis,
+                json!({"network_conditions": {"offline": offline, "latency": latency_millis,
                 "download_throughput": -1, "upload_throughput": -1}}),
             ),
         )
