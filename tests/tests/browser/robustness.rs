@@ -69,7 +69,7 @@ async fn sign_in_survives_a_reload_and_sign_out_forgets_it() {
 /// once, saying why (on a shared computer, no tab stays signed in), and a sign-in in
 /// one signs in the others.
 #[tokio::test]
-async fn signing_out_in_one_tab_signs_out_the_others() {
+async fn tabs_follow_each_others_sign_out_and_sign_in() {
     let Some(fx) = Fixture::start("sign_out_tabs").await else {
         return;
     };

@@ -162,7 +162,8 @@ impl Browser {
         self.command("POST", "/refresh", None).await.map(drop)
     }
 
-    /// Opens a new tab of this browser (sharing its storage) and returns its handle;
+    /// Opens a new tab of this browser (sharing its `localStorage`, with a
+    /// `sessionStorage` of its own) and returns its handle;
     /// commands still go to the tab they went to until [`Browser::switch_to`].
     pub async fn new_tab(&self) -> Result<String> {
         let opened = self
@@ -193,6 +194,7 @@ impl Browser {
             .map(drop)
     }
 
+    /// The address of the page in the tab commands go to.
     pub async fn current_url(&self) -> Result<String> {
         self.text_at("/url").await
     }
