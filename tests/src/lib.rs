@@ -487,6 +487,25 @@ impl TestServer {
             .await
     }
 
+    /// `POST /api/tools/execute`: `tool` called with `arguments` under `call_id`.
+    pub async fn execute_tool(
+        &self,
+        token: &str,
+        conversation: &str,
+        tool: &str,
+        call_id: &str,
+        arguments: Value,
+    ) -> (StatusCode, Value) {
+        self.send(
+            "POST",
+            "/api/tools/execute",
+            Some(token),
+            Some(json!({"conversation_id": conversation, "tool_name": tool,
+                "tool_call_id": call_id, "arguments": arguments})),
+        )
+        .await
+    }
+
     /// A stream token for `conversation`'s events, as `token`'s user asks for one.
     pub async fn stream_token(&self, token: &str, conversation: &str) -> String {
         let (status, body) = self

@@ -32,15 +32,7 @@ async fn calculate(
     arguments: Value,
 ) -> (StatusCode, Value) {
     server
-        .send(
-            "POST",
-            "/api/tools/execute",
-            Some(token),
-            Some(
-                json!({"conversation_id": conversation, "tool_name": "calculator",
-                "tool_call_id": call_id(), "arguments": arguments}),
-            ),
-        )
+        .execute_tool(token, conversation, "calculator", &call_id(), arguments)
         .await
 }
 

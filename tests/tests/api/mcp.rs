@@ -138,13 +138,7 @@ async fn execute(
     arguments: Value,
 ) -> (StatusCode, Value) {
     server
-        .send(
-            "POST",
-            "/api/tools/execute",
-            Some(token),
-            Some(json!({"conversation_id": conversation, "tool_name": tool,
-                "tool_call_id": call_id, "arguments": arguments})),
-        )
+        .execute_tool(token, conversation, tool, call_id, arguments)
         .await
 }
 

@@ -26,6 +26,21 @@ async fn sign_out(b: &crate::webdriver::Browser) {
         .expect("signed out");
 }
 
+/// A script's test that the message box holds `draft`.
+fn composer_shows(draft: &str) -> String {
+    format!("{COMPOSER_TEXT} === {}", json!(draft))
+}
+
+/// Signs `user` in and opens a conversation with one exchange in it: its address.
+async fn a_conversation_of(b: &crate::webdriver::Browser, base: &str, user: &str) -> String {
+    sign_in(b, base, user).await;
+    new_conversation(b).await;
+    ask(b, "What can you do?").await;
+    let address = b.current_url().await.expect("url");
+    assert!(address.contains("#/c/"), "{address}");
+    address
+}
+
 /// What the message box holds.
 async fn composer_value(b: &crate::webdriver::Browser) -> serde_json::Value {
     b.execute(&format!("return {COMPOSER_TEXT}"), vec![])
@@ -578,12 +593,7 @@ async fn a_draft_outlives_a_reload_and_a_visit_elsewhere_until_it_is_sent() {
         return;
     };
     let b = fx.browser().await;
-    let user = unique("ines");
-    sign_in(&b, &fx.base(), &user).await;
-    new_conversation(&b).await;
-    ask(&b, "What can you do?").await;
-    let address = b.current_url().await.expect("url");
-    let shows = |draft: &str| format!("{COMPOSER_TEXT} === {}", json!(draft));
+    let address = a_conversation_of(&b, &fx.base(), &unique("ines")).await;
     let draft = "Half a thought about the Q4 report";
     b.wait_for("[data-testid=composer-input]")
         .await
@@ -594,18 +604,18 @@ async fn a_draft_outlives_a_reload_and_a_visit_elsewhere_until_it_is_sent() {
 
     reload(&b).await;
     let kept = b
-        .wait_until("the draft after a reload", &shows(draft))
+        .wait_until("the draft after a reload", &composer_shows(draft))
         .await;
     assert!(kept.is_ok(), "{}", b.page_summary().await);
 
     // Another conversation has a message box of its own.
     new_conversation(&b).await;
-    b.wait_until("an empty message box elsewhere", &shows(""))
+    b.wait_until("an empty message box elsewhere", &composer_shows(""))
         .await
         .expect("the draft stays with its conversation");
     b.goto(&address).await.expect("back to the conversation");
     let kept = b
-        .wait_until("the draft on coming back", &shows(draft))
+        .wait_until("the draft on coming back", &composer_shows(draft))
         .await;
     assert!(kept.is_ok(), "{}", b.page_summary().await);
 
@@ -662,11 +672,7 @@ async fn a_draft_outlives_an_expired_session_but_not_a_sign_out() {
     };
     let b = fx.browser().await;
     let user = unique("erin");
-    sign_in(&b, &fx.base(), &user).await;
-    new_conversation(&b).await;
-    ask(&b, "What can you do?").await;
-    let address = b.current_url().await.expect("url");
-    assert!(address.contains("#/c/"), "{address}");
+    let address = a_conversation_of(&b, &fx.base(), &user).await;
 
     // A session the page knows runs out in a few seconds, with a token the server takes.
     let token = tests::sign_token(
@@ -695,10 +701,7 @@ async fn a_draft_outlives_an_expired_session_but_not_a_sign_out() {
     sign_in(&b, &fx.base(), &user).await;
     b.goto(&address).await.expect("open the conversation");
     let kept = b
-        .wait_until(
-            "the draft to be back",
-            &format!("{COMPOSER_TEXT} === {}", json!(draft)),
-        )
+        .wait_until("the draft to be back", &composer_shows(draft))
         .await;
     assert!(kept.is_ok(), "{}", b.page_summary().await);
 
