@@ -12,7 +12,7 @@
 //! as an HTML character reference (`&amp;`, `&#38;`, `&#x26;`, as error pages write
 //! what they were sent) or as form encoding swaps `+` and a space; and a secret of 8
 //! bytes or more in base64 (standard or URL-safe, wherever it sits in what was
-//! encoded).
+//! encoded, cut into lines or not) and in hex (either case).
 
 use std::collections::HashMap;
 
@@ -54,8 +54,12 @@ pub struct Redactions {
 struct Secret {
     text: String,
     /// Its ASCII letters match in either case: the secret as given, when long enough
-    /// that a chance match is unlikely (never a base64 form, whose case is its bytes).
+    /// that a chance match is unlikely, and its hex form (never a base64 form, whose
+    /// case is its bytes).
     any_case: bool,
+    /// A line break may stand between two of its characters: a base64 form, which
+    /// MIME and PEM cut into lines of 76 or 64 characters wherever the secret sits.
+    wrapped: bool,
 }
 
 /// `secrets` longest first, each once, so a secret that contains another is replaced
@@ -85,13 +89,20 @@ impl Redactions {
                 let given = Secret {
                     text: secret.to_owned(),
                     any_case: secret.chars().count() >= MIN_ANY_CASE_CHARS,
+                    wrapped: false,
                 };
-                let encoded = base64_forms(secret.as_bytes())
+                let base64 = base64_forms(secret.as_bytes())
                     .into_iter()
                     .map(|text| Secret {
                         text,
                         any_case: false,
+                        wrapped: true,
                     });
+                let hex = hex_form(secret.as_bytes()).map(|text| Secret {
+                    text,
+                    any_case: true,
+                    wrapped: false,
+                });
                 // A secret of several lines (a PEM key) is often written out line by
                 // line, or cut where a line ends: each of its lines is looked for too.
                 let lines: Vec<Secret> = if secret.contains(['\n', '\r']) {
@@ -102,12 +113,13 @@ impl Redactions {
                         .map(|line| Secret {
                             text: line.to_owned(),
                             any_case: false,
+                            wrapped: false,
                         })
                         .collect()
                 } else {
                     Vec::new()
                 };
-                std::iter::once(given).chain(encoded).chain(lines)
+                std::iter::once(given).chain(base64).chain(hex).chain(lines)
             })
             .collect();
         Redactions {
@@ -271,9 +283,24 @@ impl Redactions {
     }
 }
 
-/// Shorter secrets have no base64 forms to look for: the part of their encoding that
-/// does not depend on the bytes around them is too short to tell from any other text.
-const MIN_BASE64_SECRET_BYTES: usize = 8;
+/// Shorter secrets have no encoded forms to look for: the part of their base64 that
+/// does not depend on the bytes around them is too short to tell from any other text,
+/// and their hex as likely to turn up in a hash or an id by chance.
+const MIN_ENCODED_SECRET_BYTES: usize = 8;
+
+/// `secret`'s bytes in hex, as a service echoes a key it was sent as bytes (a digest
+/// tool, a hex dump); looked for in either case.
+fn hex_form(secret: &[u8]) -> Option<String> {
+    use std::fmt::Write;
+    if secret.len() < MIN_ENCODED_SECRET_BYTES {
+        return None;
+    }
+    let mut hex = String::with_capacity(2 * secret.len());
+    for byte in secret {
+        let _ = write!(hex, "{byte:02x}");
+    }
+    Some(hex)
+}
 
 /// What base64 (standard or URL-safe) makes of `secret` wherever it sits in what is
 /// encoded: a service that echoes `Authorization: Basic …` or a token it wrapped
@@ -282,7 +309,7 @@ const MIN_BASE64_SECRET_BYTES: usize = 8;
 fn base64_forms(secret: &[u8]) -> Vec<String> {
     use base64::Engine;
     use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
-    if secret.len() < MIN_BASE64_SECRET_BYTES {
+    if secret.len() < MIN_ENCODED_SECRET_BYTES {
         return Vec::new();
     }
     let mut forms = Vec::new();
@@ -327,6 +354,14 @@ fn echo_len(text: &[u8], at: usize, secret: &Secret, work: &mut usize) -> Option
         let mut next = [0usize; 6];
         let mut found = 0;
         for &end in &ends[..count] {
+            // In a form cut into lines, a line break before the character is part of
+            // the copy (base64 holds neither `\r`, `\n` nor `\\`).
+            let end = end
+                + if secret.wrapped {
+                    line_break_len(text, end)
+                } else {
+                    0
+                };
             for len in spellings(text, end, c, secret.any_case) {
                 next[found] = end + len;
                 found += 1;
@@ -342,6 +377,16 @@ fn echo_len(text: &[u8], at: usize, secret: &Secret, work: &mut usize) -> Option
         count = if next[0] == next[found - 1] { 1 } else { 2 };
     }
     Some((ends[0] - at, ends[count - 1] - at))
+}
+
+/// How many bytes of `text` from `at` are a line break (`\n` or `\r\n`, as is or
+/// JSON-escaped), if any.
+fn line_break_len(text: &[u8], at: usize) -> usize {
+    let rest = text.get(at..).unwrap_or_default();
+    [b"\r\n".as_slice(), b"\n", b"\\r\\n", b"\\n"]
+        .into_iter()
+        .find(|line_break| rest.starts_with(line_break))
+        .map_or(0, <[u8]>::len)
 }
 
 /// The first `count` (at most two) of `ends` in order.
@@ -536,6 +581,51 @@ mod tests {
         redactions.text(&mut shown);
         assert_eq!(shown, other);
         assert!(base64_forms(b"1234567").is_empty());
+    }
+
+    /// MIME and PEM cut base64 into lines wherever the secret falls; a line break,
+    /// as is or JSON-escaped, between two of its characters hides nothing.
+    #[test]
+    fn a_secret_in_base64_cut_into_lines_is_found_across_the_break() {
+        use base64::Engine;
+        use base64::engine::general_purpose::STANDARD;
+        let secret = "wrapped-token-0123456789";
+        let encoded = STANDARD.encode(format!("user:{secret}"));
+        for cut in [10, 17, 25] {
+            for line_break in ["\n", "\r\n", "\\n", "\\r\\n"] {
+                let mut shown = format!("{}{line_break}{}", &encoded[..cut], &encoded[cut..]);
+                assert!(reveals(&shown.replace(line_break, ""), secret));
+                Redactions::new([secret]).text(&mut shown);
+                assert!(
+                    !reveals(&shown.replace(line_break, ""), secret),
+                    "{cut} {line_break:?}: {shown}"
+                );
+            }
+        }
+        // Lines of other base64 stay as they were.
+        let other = format!(
+            "{}\n{}",
+            STANDARD.encode("nothing to hide"),
+            STANDARD.encode("here")
+        );
+        assert_eq!(masked(secret, &other), other);
+    }
+
+    /// A service that echoes the bytes it was sent in hex (a digest tool, a dump) shows
+    /// none of them, in either case; a short secret's hex is too likely by chance.
+    #[test]
+    fn a_secret_in_hex_is_found_in_either_case() {
+        let secret = "hex-me-please";
+        let hex: String = secret.bytes().map(|byte| format!("{byte:02x}")).collect();
+        assert_eq!(
+            masked(secret, &format!("sent {hex}.")),
+            format!("sent {MASKED}.")
+        );
+        assert_eq!(
+            masked(secret, &format!("SENT {}.", hex.to_uppercase())),
+            format!("SENT {MASKED}.")
+        );
+        assert_eq!(masked("1234567", "31323334353637"), "31323334353637");
     }
 
     #[test]
