@@ -32,6 +32,10 @@ pub struct Config {
     /// How long a request waits for a database connection before its 503, so an outage
     /// answers fast instead of stalling every caller.
     pub db_acquire_timeout: Duration,
+    /// The longest one statement of the server may run, waiting for a lock included,
+    /// before the database cancels it: a request stuck behind a lock answers 503 rather
+    /// than holding its connection (and its caller) for good.
+    pub db_statement_timeout: Duration,
     /// How long a stopping server lets runs finish their current step before it fails
     /// them; a run between steps is handed over at once.
     pub shutdown_grace: Duration,
@@ -139,6 +143,7 @@ impl fmt::Debug for Config {
             .field("max_body_bytes", &self.max_body_bytes)
             .field("db_max_connections", &self.db_max_connections)
             .field("db_acquire_timeout", &self.db_acquire_timeout)
+            .field("db_statement_timeout", &self.db_statement_timeout)
             .field("shutdown_grace", &self.shutdown_grace)
             .field("header_read_timeout", &self.header_read_timeout)
             .field("write_timeout", &self.write_timeout)
@@ -315,6 +320,13 @@ impl Config {
         let db_acquire_timeout =
             parse_duration(&get("TOOLGATE_DB_ACQUIRE_TIMEOUT").unwrap_or_else(|| "1s".into()))
                 .context("TOOLGATE_DB_ACQUIRE_TIMEOUT must be a duration like 1s or 500ms")?;
+        let db_statement_timeout =
+            parse_duration(&get("TOOLGATE_DB_STATEMENT_TIMEOUT").unwrap_or_else(|| "30s".into()))
+                .context("TOOLGATE_DB_STATEMENT_TIMEOUT must be a duration like 30s")?;
+        // Postgres takes the setting in whole milliseconds, up to i32::MAX.
+        if db_statement_timeout > Duration::from_millis(i32::MAX as u64) {
+            bail!("TOOLGATE_DB_STATEMENT_TIMEOUT must be at most 24d");
+        }
         let shutdown_grace =
             parse_duration(&get("TOOLGATE_SHUTDOWN_GRACE").unwrap_or_else(|| "10s".into()))
                 .context("TOOLGATE_SHUTDOWN_GRACE must be a duration like 10s")?;
@@ -427,6 +439,7 @@ impl Config {
             max_body_bytes,
             db_max_connections,
             db_acquire_timeout,
+            db_statement_timeout,
             shutdown_grace,
             header_read_timeout,
             write_timeout,
@@ -752,6 +765,30 @@ mod tests {
                 Err(err) => assert!(
                     !fine && format!("{err:#}").contains("at most 366d"),
                     "{ttl}: {err:#}"
+                ),
+            }
+        }
+    }
+
+    /// Postgres keeps `statement_timeout` in milliseconds of an `int`: a longer one would
+    /// fail every connection the pool opens, long after start-up.
+    #[test]
+    fn a_statement_timeout_must_fit_what_postgres_takes() {
+        for (timeout, fine) in [("25d", false), ("24d", true), ("250ms", true)] {
+            let loaded = config(&[
+                ("DATABASE_URL", "postgres://x/y"),
+                ("TOOLGATE_JWT_SECRET", "0123456789abcdef0123456789abcdef"),
+                ("TOOLGATE_SECRET_KEY", "another secret of enough length"),
+                ("TOOLGATE_DB_STATEMENT_TIMEOUT", timeout),
+            ]);
+            match loaded {
+                Ok(config) => assert!(
+                    fine && !config.db_statement_timeout.is_zero(),
+                    "{timeout} taken"
+                ),
+                Err(err) => assert!(
+                    !fine && format!("{err:#}").contains("at most 24d"),
+                    "{timeout}: {err:#}"
                 ),
             }
         }

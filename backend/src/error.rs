@@ -60,10 +60,40 @@ pub enum Error {
     /// whose answer carried (and logged) the reason.
     #[error("database unavailable (shared check)")]
     NotReady,
+    /// The database cancelled a statement that ran, or waited for a lock, longer than
+    /// `TOOLGATE_DB_STATEMENT_TIMEOUT`: busy, not broken, so worth another try.
+    #[error("database busy: {0}")]
+    Busy(String),
     #[error("database error")]
     Database(#[source] sqlx::Error),
     #[error(transparent)]
-    Internal(#[from] anyhow::Error),
+    Internal(anyhow::Error),
+}
+
+/// SQLSTATEs of a statement the database gave up on for time: `query_canceled` (the
+/// statement timeout) and `lock_not_available`.
+const GAVE_UP_FOR_TIME: [&str; 2] = ["57014", "55P03"];
+
+fn gave_up_for_time(err: &sqlx::Error) -> bool {
+    matches!(err, sqlx::Error::Database(db)
+        if db.code().is_some_and(|code| GAVE_UP_FOR_TIME.contains(&code.as_ref())))
+}
+
+impl From<anyhow::Error> for Error {
+    fn from(err: anyhow::Error) -> Self {
+        // The database's own word, or one already read as busy on the way here.
+        let busy = err.chain().any(|cause| {
+            cause
+                .downcast_ref::<sqlx::Error>()
+                .is_some_and(gave_up_for_time)
+                || matches!(cause.downcast_ref::<Error>(), Some(Error::Busy(_)))
+        });
+        if busy {
+            Error::Busy(format!("{err:#}"))
+        } else {
+            Error::Internal(err)
+        }
+    }
 }
 
 impl Error {
@@ -106,6 +136,7 @@ impl Error {
             Error::Unavailable(_) | Error::NotReady => {
                 (StatusCode::SERVICE_UNAVAILABLE, "database_unavailable")
             }
+            Error::Busy(_) => (StatusCode::SERVICE_UNAVAILABLE, "database_busy"),
             Error::Database(_) | Error::Internal(_) => {
                 (StatusCode::INTERNAL_SERVER_ERROR, "internal_error")
             }
@@ -123,6 +154,7 @@ impl From<sqlx::Error> for Error {
             sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => {
                 Error::Unavailable(err)
             }
+            err if gave_up_for_time(&err) => Error::Busy(err.to_string()),
             // Only what a caller sent can carry a NUL: their mistake, not ours.
             sqlx::Error::Database(db)
                 if db
@@ -150,6 +182,7 @@ impl IntoResponse for Error {
                 retry_after_seconds,
                 ..
             } => Some(retry_after_seconds.max(&1).to_string()),
+            Error::Busy(_) => Some("1".to_owned()),
             _ => None,
         };
         let (message, fields) = match self {
@@ -182,6 +215,13 @@ impl IntoResponse for Error {
                 "the database is unavailable; try again shortly".to_owned(),
                 None,
             ),
+            Error::Busy(err) => {
+                tracing::warn!(error = %err, "a statement ran out of time");
+                (
+                    "the database took too long to answer; try again shortly".to_owned(),
+                    None,
+                )
+            }
             Error::Database(err) => {
                 tracing::error!(error = ?err, "database error");
                 ("internal error".to_owned(), None)

@@ -68,7 +68,7 @@ impl ApiError {
                 "Can't reach the server. Check your connection, then try again.".to_owned()
             }
             ApiError::Status { status: 503, .. } => {
-                "The server is up but can't work right now (its database is unavailable). Try again in a moment.".to_owned()
+                "The server is up but can't work right now (its database is unavailable or busy). Try again in a moment.".to_owned()
             }
             ApiError::Status { detail, .. } => detail.message.clone(),
             ApiError::Decode(what) => format!("The server sent an answer this page can't read ({what})."),

@@ -42,7 +42,7 @@ pub async fn connect(config: &Config) -> anyhow::Result<PgPool> {
         )
     })?;
     let options = options.application_name("toolgate");
-    Ok(pool_options()
+    Ok(pool_options(config.db_statement_timeout)
         .max_connections(config.db_max_connections)
         .acquire_timeout(config.db_acquire_timeout)
         // By default every connection handed out is pinged first: one more round trip
@@ -66,11 +66,20 @@ pub async fn connect(config: &Config) -> anyhow::Result<PgPool> {
 /// Transactions switch to the roles `toolgate_app` and `toolgate_worker`, and the usual
 /// `"$user", public` would then look first in a schema of that role's name, where
 /// anyone allowed to make one could put a table to stand in for toolgate's.
-fn pool_options() -> PgPoolOptions {
-    PgPoolOptions::new().after_connect(|conn, _| {
+///
+/// Each statement may run for `statement_timeout` at most, waiting for locks included
+/// (a session setting, which the roles' switches keep): one request stuck behind another
+/// that holds a conversation's lock gives its connection back with a 503, rather than
+/// stalling until the pool has none left for anyone.
+fn pool_options(statement_timeout: Duration) -> PgPoolOptions {
+    let timeout = format!("{}ms", statement_timeout.as_millis());
+    PgPoolOptions::new().after_connect(move |conn, _| {
+        let timeout = timeout.clone();
         Box::pin(async move {
             sqlx::query!(
-                r#"select set_config('search_path', quote_ident(coalesce(current_schema(), 'public')) || ', pg_temp', false) as "path""#
+                r#"select set_config('search_path', quote_ident(coalesce(current_schema(), 'public')) || ', pg_temp', false) as "path",
+                          set_config('statement_timeout', $1, false) as "statement_timeout""#,
+                timeout
             )
             .fetch_one(conn)
             .await
@@ -79,12 +88,25 @@ fn pool_options() -> PgPoolOptions {
     })
 }
 
-/// Applies the migrations embedded in the binary.
+/// Applies the migrations embedded in the binary, on a connection of their own without
+/// the pool's statement timeout: a migration of a large table may take long, once.
 pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
-    MIGRATOR
-        .run(pool)
+    let mut conn = pool
+        .acquire()
         .await
-        .context("running database migrations")
+        .context("running database migrations: no connection")?
+        .detach();
+    sqlx::query!(r#"select set_config('statement_timeout', '0', false) as "off""#)
+        .fetch_one(&mut conn)
+        .await
+        .context("lifting the statement timeout for the migrations")?;
+    MIGRATOR
+        .run(&mut conn)
+        .await
+        .context("running database migrations")?;
+    conn.close()
+        .await
+        .context("closing the migrations' connection")
 }
 
 static USER_TRANSACTIONS: AtomicU64 = AtomicU64::new(0);
@@ -108,6 +130,24 @@ pub async fn begin_as_user(pool: &PgPool, user_id: &str) -> sqlx::Result<Tx> {
     sqlx::query!(
         r#"select set_config('role', 'toolgate_app', true) as "role",
                   set_config('toolgate.user_id', $1, true) as "user_id""#,
+        user_id
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    Ok(tx)
+}
+
+/// [`begin_as_user`] for a transaction that records what a tool has already done (its
+/// outcome, its log): without the statement timeout, which would otherwise give up on
+/// the record behind a held lock, fail the run, and leave a call whose side effects
+/// happened reported as one that may or may not have run. Waiting is the lesser harm.
+pub async fn begin_recording_as_user(pool: &PgPool, user_id: &str) -> sqlx::Result<Tx> {
+    count_user_transaction();
+    let mut tx = begin_whole(pool).await?;
+    sqlx::query!(
+        r#"select set_config('role', 'toolgate_app', true) as "role",
+                  set_config('toolgate.user_id', $1, true) as "user_id",
+                  set_config('statement_timeout', '0', true) as "statement_timeout""#,
         user_id
     )
     .fetch_one(&mut *tx)
@@ -157,12 +197,17 @@ pub async fn begin_background(pool: &PgPool) -> sqlx::Result<Tx> {
 
 #[cfg(test)]
 pub(crate) mod tests {
+    use std::time::Duration;
+
     use sqlx::{Connection, PgPool};
     use uuid::Uuid;
 
+    /// The statement timeout of the tests' pools: the server's default.
+    const TEST_STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
+
     /// A pool, as the server makes them, on a fresh, migrated database of its own.
     pub(crate) async fn scratch_pool() -> PgPool {
-        let pool = super::pool_options()
+        let pool = super::pool_options(TEST_STATEMENT_TIMEOUT)
             .max_connections(4)
             .connect(&scratch_database().await)
             .await
@@ -253,7 +298,7 @@ pub(crate) mod tests {
             matches!(read, Ok(None)),
             "the read found the stand-in's row: {read:?}"
         );
-        let pinned = super::pool_options()
+        let pinned = super::pool_options(TEST_STATEMENT_TIMEOUT)
             .max_connections(1)
             .connect(&url)
             .await

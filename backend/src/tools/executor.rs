@@ -184,7 +184,7 @@ pub async fn execute(executor: &Executor, user_id: &str, call: ToolCall) -> Resu
     // The tool has run: its outcome is what the caller must get even when the log cannot
     // be written, or a call told it failed would be made again and act twice.
     let logged = async {
-        let mut tx = db::begin_as_user(&executor.pool, user_id).await?;
+        let mut tx = db::begin_recording_as_user(&executor.pool, user_id).await?;
         log.write(&mut tx, &outcome, outcome_label(&outcome), &filled.ignored)
             .await?;
         tx.commit().await?;
@@ -295,7 +295,7 @@ pub async fn retry(
             None => retry_with_answer(executor, user_id, tool, row, &call).await?,
         },
     };
-    let mut tx = db::begin_as_user(&executor.pool, user_id).await?;
+    let mut tx = db::begin_recording_as_user(&executor.pool, user_id).await?;
     input_requests::set_tool_result(
         &mut tx,
         row.id,

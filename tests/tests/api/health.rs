@@ -301,3 +301,109 @@ async fn the_document_describes_the_action_union_the_fields_and_the_event_stream
         }
     }
 }
+
+/// Something that holds a conversation's lock for long (a stuck transaction, an
+/// administrator's session) costs a request that needs the lock a 503 once the statement
+/// timeout is up, not its connection for good: other requests go on meanwhile, and once
+/// the lock is let go the same request goes through.
+#[tokio::test]
+async fn a_request_stuck_behind_a_held_lock_gets_a_503_not_a_stall() {
+    let server = TestServer::start_with(
+        ServerOptions::default().env("TOOLGATE_DB_STATEMENT_TIMEOUT", "500ms"),
+    )
+    .await;
+    let (_, token) = server.new_user("stuck-behind-a-lock").await;
+    let conversation = server.new_conversation(&token).await;
+    let mut holder = server.db().await;
+    let mut held = sqlx::Connection::begin(&mut holder)
+        .await
+        .expect("a transaction");
+    sqlx::query("select 1 from conversations where id = $1::uuid for update")
+        .bind(&conversation)
+        .execute(&mut *held)
+        .await
+        .expect("the conversation's lock");
+
+    let (status, body) = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        server.post_message(&token, &conversation, json!("hello")),
+    )
+    .await
+    .expect("an answer, not a stall");
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(body["error"]["code"], "database_busy", "{body}");
+    assert_eq!(
+        body["error"]["message"],
+        "the database took too long to answer; try again shortly"
+    );
+    let (_, other) = server.new_user("beside-a-held-lock").await;
+    let (status, _) = server
+        .send("GET", "/api/conversations", Some(&other), None)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+
+    held.rollback().await.expect("the lock let go");
+    let (status, body) = server
+        .post_message(&token, &conversation, json!("hello"))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+}
+
+/// A tool that has run is recorded even when its record waits behind a lock past the
+/// statement timeout: given up on, the call would stand unrecorded while its side
+/// effects happened.
+#[tokio::test]
+async fn a_tool_that_ran_is_recorded_however_long_its_record_waits() {
+    use std::time::Duration;
+    let service = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port");
+    let base = format!("http://{}", service.local_addr().expect("address"));
+    let app = axum::Router::new().route(
+        "/lookup",
+        axum::routing::get(|| async {
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            axum::Json(json!({"found": true}))
+        }),
+    );
+    tokio::spawn(async move { axum::serve(service, app).await });
+    let tools = "[[tools]]\nname = \"slow_lookup\"\ndescription = \"Looks up, slowly\"\nkind = \"http\"\n[tools.http]\nurl = \"{env.SLOW_BASE}/lookup\"\nallow_private_networks = true\n";
+    let (dir, path) = tests::write_temp_file("tools.toml", tools);
+    let server = TestServer::start_with(
+        ServerOptions::default()
+            .env("TOOLGATE_DB_STATEMENT_TIMEOUT", "300ms")
+            .env("SLOW_BASE", &base)
+            .env("TOOLGATE_TOOLS", &path.to_string_lossy()),
+    )
+    .await;
+    let (_, token) = server.new_user("recorded-late").await;
+    let conversation = server.new_conversation(&token).await;
+    let mut holder = server.db().await;
+    let holding = async {
+        // While the tool runs, something holds the log's table for a while.
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let mut held = sqlx::Connection::begin(&mut holder)
+            .await
+            .expect("a transaction");
+        sqlx::query("lock table tool_call_log in share mode")
+            .execute(&mut *held)
+            .await
+            .expect("the lock");
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        held.rollback().await.expect("the lock let go");
+    };
+    let ((status, outcome), ()) = tokio::join!(
+        server.execute_tool(&token, &conversation, "slow_lookup", "call_slow", json!({})),
+        holding
+    );
+    assert_eq!(status, StatusCode::OK, "{outcome}");
+    assert_eq!(outcome["success"], true, "{outcome}");
+    let recorded: i64 = sqlx::query_scalar(
+        "select count(*) from tool_call_log where tool_call_id = 'call_slow' and outcome = 'success'",
+    )
+    .fetch_one(&mut server.db().await)
+    .await
+    .expect("the log");
+    assert_eq!(recorded, 1, "{}", server.logs());
+    drop(dir);
+}

@@ -175,6 +175,7 @@ fn public_failure(err: &Error) -> String {
         Error::Database(_) | Error::Unavailable(_) => {
             "the run stopped on a database error".to_owned()
         }
+        Error::Busy(_) => "the run stopped: the database took too long to answer".to_owned(),
         _ => "the run stopped on an internal error".to_owned(),
     }
 }
@@ -313,7 +314,7 @@ pub async fn deliver_outcome(
     let Some(run_id) = call.run_id else {
         return Ok(());
     };
-    let mut tx = db::begin_as_user(&runner.executor.pool, user_id).await?;
+    let mut tx = db::begin_recording_as_user(&runner.executor.pool, user_id).await?;
     conversations::lock_for_writing(&mut tx, call.conversation_id).await?;
     let Some(run) = runs::find_for_update(&mut tx, run_id).await? else {
         tx.commit().await?;

@@ -416,7 +416,7 @@ pub(super) async fn drive(
         });
         let finished = join_all(calls).await;
 
-        let mut tx = db::begin_as_user(&runner.executor.pool, user_id).await?;
+        let mut tx = db::begin_recording_as_user(&runner.executor.pool, user_id).await?;
         conversations::lock_for_writing(&mut tx, run.conversation_id).await?;
         let still_running = runs::find_for_update(&mut tx, run_id)
             .await?
