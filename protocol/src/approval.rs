@@ -126,6 +126,17 @@ mod tests {
             json!({"database": "produ\u{200B}ction"}),
             json!({"database": "staging,production"}),
             json!({"database": "ＰＲＯＤＵＣＴＩＯＮ"}),
+            // Styled letters a service's compatibility normalisation reads as plain
+            // ones, and look-alikes and small capitals a person reads so.
+            json!({"database": "\u{1D429}\u{1D42B}\u{1D428}\u{1D41D}\u{1D42E}\u{1D41C}\u{1D42D}\u{1D422}\u{1D428}\u{1D427}"}),
+            json!({"database": "ⓟⓡⓞⓓⓤⓒⓣⓘⓞⓝ"}),
+            json!({"database": "🄿🅁🄾🄳🅄🄲🅃🄸🄾🄽"}),
+            json!({"database": "рrоduсtiоn"}),
+            json!({"database": "ᴘʀᴏᴅᴜᴄᴛɪᴏɴ"}),
+            json!({"amount": "\u{1D7D3}"}),
+            json!({"amount": "⑤"}),
+            json!({"amount": "\u{2075}"}),
+            json!({"database": "produ\u{E0080}ction\u{FFF0}"}),
             // An object where a value was expected could mean anything.
             json!({"database": {"name": "production"}}),
             // A service may read a name loosely (Go's encoding/json ignores case).
@@ -158,6 +169,17 @@ mod tests {
                 .expect("valid");
         let values = json!({"targets": ["a", "b"]});
         assert!(listed.applies_to(values.as_object().expect("object")));
+        // A rule in another script holds in either case, look-alikes read alike.
+        let cyrillic: ApprovalSpec =
+            serde_json::from_value(json!({"when": [{"field": "env", "equals": "прод"}]}))
+                .expect("valid");
+        for asked in ["прод", "Прод", "ПРОД", "npoд"] {
+            let values = json!({ "env": asked });
+            assert!(
+                cyrillic.applies_to(values.as_object().expect("object")),
+                "{asked} slipped past the condition"
+            );
+        }
     }
 
     #[test]

@@ -351,19 +351,24 @@ fn same_meaning(actual: &Value, expected: &Value) -> bool {
         )
 }
 
-/// Text as a reader takes it: without invisible characters, fullwidth forms as the
-/// ASCII they stand for, trimmed, in lower case.
+/// Text as a reader, or a service that normalises what it receives, may take it:
+/// without invisible characters, trimmed, in lower case, and with styled and look-alike
+/// letters and digits as the ASCII ones they imitate ([`as_latin`](crate::unseen::as_latin):
+/// fullwidth, mathematical bold `𝐩𝐫𝐨𝐝`, circled `ⓟⓡⓞⓓ`, which Unicode's compatibility
+/// normalisation turns into `prod`; Cyrillic `рrоd` too, for a rule should rather ask
+/// once too often than let a call slip by).
 fn plain(text: &str) -> String {
+    // Lower case first: `as_latin` reads some letters in one case only (`п` as `n`).
     let plain: String = text
         .chars()
         .filter(|c| !crate::unseen::is_unseen(*c))
+        .flat_map(char::to_lowercase)
         .map(|c| match c {
-            '\u{FF01}'..='\u{FF5E}' => char::from_u32(u32::from(c) - 0xFEE0).unwrap_or(c),
             '\u{3000}' => ' ',
-            _ => c,
+            _ => crate::unseen::as_latin(c),
         })
         .collect();
-    plain.trim().to_lowercase()
+    plain.trim().to_owned()
 }
 
 /// One value the user is asked for.

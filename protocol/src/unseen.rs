@@ -6,8 +6,9 @@
 /// characters, direction marks, embeddings, overrides and isolates, invisible operators,
 /// fillers and blanks, other format characters, tags, variation selectors (which can
 /// carry hidden data a byte each) but the two that pick an emoji's or a text's look,
-/// the byte order mark, line and paragraph separators, and control characters other
-/// than a newline or a tab.
+/// the byte order mark, line and paragraph separators, control characters other than
+/// a newline or a tab, and every other character Unicode says to draw as nothing
+/// unless a font knows it (the default-ignorable ones, reserved ones included).
 pub fn is_unseen(c: char) -> bool {
     (c.is_control() && c != '\n' && c != '\t')
         || matches!(
@@ -34,14 +35,15 @@ pub fn is_unseen(c: char) -> bool {
                 | '\u{FE00}'..='\u{FE0D}'
                 | '\u{FEFF}'
                 | '\u{FFA0}'
-                | '\u{FFF9}'..='\u{FFFB}'
+                | '\u{FFF0}'..='\u{FFFB}'
                 | '\u{110BD}'
                 | '\u{110CD}'
                 | '\u{13430}'..='\u{1343F}'
                 | '\u{1BCA0}'..='\u{1BCA3}'
                 | '\u{1D173}'..='\u{1D17A}'
-                | '\u{E0000}'..='\u{E007F}'
-                | '\u{E0100}'..='\u{E01EF}'
+                // Tags, variation selectors and the rest of the plane's first block: all
+                // ignorable by default, drawn as nothing.
+                | '\u{E0000}'..='\u{E0FFF}'
         )
 }
 
@@ -57,10 +59,12 @@ pub fn name_key(name: &str) -> String {
         .collect()
 }
 
-/// The ASCII character a reader takes `c` for, in lower case: fullwidth forms and
-/// mathematical letters (bold, italic, script, fraktur, double-struck, sans-serif,
-/// monospace) as their ASCII, Cyrillic and Greek letters and small capitals that look
-/// like Latin ones as those; anything else as itself, ASCII lower-cased.
+/// The ASCII character a reader takes `c` for, in lower case: fullwidth forms,
+/// mathematical letters and digits (bold, italic, script, fraktur, double-struck,
+/// sans-serif, monospace, with those of them among the letterlike symbols), circled and
+/// squared letters, circled, superscript and subscript digits as their ASCII, Cyrillic
+/// and Greek letters and small capitals that look like Latin ones as those; anything
+/// else as itself, ASCII lower-cased.
 pub fn as_latin(c: char) -> char {
     let code = u32::from(c);
     let c = match c {
@@ -71,7 +75,63 @@ pub fn as_latin(c: char) -> char {
             let base = if index < 26 { 'A' } else { 'a' };
             char::from_u32(u32::from(base) + index % 26).unwrap_or(c)
         }
-        'а' | 'А' | 'α' | 'Α' => 'a',
+        // Mathematical digits: runs of 0–9 (bold, double-struck, sans-serif, …).
+        '\u{1D7CE}'..='\u{1D7FF}' => {
+            char::from_u32(u32::from('0') + (code - 0x1D7CE) % 10).unwrap_or(c)
+        }
+        // Circled and squared letters (outlined and filled), and circled digits.
+        '\u{24B6}'..='\u{24CF}' => char::from_u32(u32::from('a') + code - 0x24B6).unwrap_or(c),
+        '\u{24D0}'..='\u{24E9}' => char::from_u32(u32::from('a') + code - 0x24D0).unwrap_or(c),
+        '\u{1F130}'..='\u{1F149}' => char::from_u32(u32::from('a') + code - 0x1F130).unwrap_or(c),
+        '\u{1F150}'..='\u{1F169}' => char::from_u32(u32::from('a') + code - 0x1F150).unwrap_or(c),
+        '\u{1F170}'..='\u{1F189}' => char::from_u32(u32::from('a') + code - 0x1F170).unwrap_or(c),
+        '\u{2460}'..='\u{2468}' => char::from_u32(u32::from('1') + code - 0x2460).unwrap_or(c),
+        '\u{24EA}' => '0',
+        // Superscript and subscript digits.
+        '\u{2070}' | '\u{2080}' => '0',
+        '\u{00B9}' | '\u{2081}' => '1',
+        '\u{00B2}' | '\u{2082}' => '2',
+        '\u{00B3}' | '\u{2083}' => '3',
+        '\u{2074}'..='\u{2079}' => char::from_u32(u32::from('4') + code - 0x2074).unwrap_or(c),
+        '\u{2084}'..='\u{2089}' => char::from_u32(u32::from('4') + code - 0x2084).unwrap_or(c),
+        // Letterlike symbols: the mathematical alphabets' letters that live here.
+        'ℂ' => 'c',
+        'ℊ' => 'g',
+        'ℋ' | 'ℌ' | 'ℍ' | 'ℎ' => 'h',
+        'ℐ' | 'ℑ' => 'i',
+        'ℒ' | 'ℓ' => 'l',
+        'ℕ' => 'n',
+        'ℙ' => 'p',
+        'ℚ' => 'q',
+        'ℛ' | 'ℜ' | 'ℝ' => 'r',
+        'ℤ' | 'ℨ' => 'z',
+        'ℬ' => 'b',
+        'ℭ' => 'c',
+        'ℰ' | 'ℯ' => 'e',
+        'ℱ' => 'f',
+        'ℳ' => 'm',
+        'ℴ' => 'o',
+        '\u{212A}' => 'k',
+        '\u{212B}' => 'a',
+        'а' | 'А' | 'α' | 'Α' | 'ᴀ' => 'a',
+        'ʙ' => 'b',
+        'ᴄ' => 'c',
+        'ꜰ' => 'f',
+        'ɢ' => 'g',
+        'ʜ' => 'h',
+        'ᴊ' => 'j',
+        'ᴋ' => 'k',
+        'ʟ' => 'l',
+        'ᴍ' => 'm',
+        'ᴏ' => 'o',
+        'ʀ' => 'r',
+        'ꜱ' => 's',
+        'ᴛ' => 't',
+        'ᴜ' => 'u',
+        'ᴠ' => 'v',
+        'ᴡ' => 'w',
+        'ʏ' => 'y',
+        'ᴢ' => 'z',
         'с' | 'С' | 'ϲ' => 'c',
         'ԁ' | 'Ԁ' | 'ᴅ' => 'd',
         'е' | 'Е' | 'ё' | 'ε' | 'Ε' | 'ᴇ' => 'e',
@@ -114,6 +174,13 @@ mod tests {
             '\u{E01EF}',
             '\u{2800}',
             '\u{0890}',
+            // Default-ignorable, drawn as nothing: reserved ones too, which a later
+            // Unicode may give a meaning but no look.
+            '\u{E0080}',
+            '\u{E0200}',
+            '\u{E0FFF}',
+            '\u{FFF0}',
+            '\u{FFF8}',
         ] {
             assert!(is_unseen(c), "{:04X}", u32::from(c));
         }
@@ -154,6 +221,9 @@ mod tests {
         assert_eq!(read("Раssword"), "password");
         assert_eq!(read("ＰＩＮ"), "pin");
         assert_eq!(read("\u{1D42D}oken"), "token");
+        assert_eq!(read("ᴘᴀꜱꜱᴡᴏʀᴅ"), "password");
+        assert_eq!(read("ⓅⒾⓃ ①②③"), "pin 123");
+        assert_eq!(read("\u{1D7D0}\u{1D7E3} ℎℯ"), "21 he");
         assert_eq!(read("été"), "été");
     }
 }

@@ -88,7 +88,7 @@ fn field_spec_conditions() -> Value {
 
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "toolgate", description = "Agent chat with tools that ask the user for what only they know.\n\nA NUL character (U+0000) is refused (422) anywhere in a body, free-form JSON such as a tool's arguments included: Postgres cannot store it. Values submitted for a request are checked against that request's own field definitions (422, per field). An identifier (`tool_call_id`, `tool_name`, a remembered value's `key`) may hold no control, invisible or direction-changing character (400): the patterns list those below U+10000; the ones above (tags, variation selectors U+E0100–U+E01EF, musical and shorthand format characters) are refused too."),
+    info(title = "toolgate", description = "Agent chat with tools that ask the user for what only they know.\n\nA NUL character (U+0000) is refused (422) anywhere in a body, free-form JSON such as a tool's arguments included: Postgres cannot store it. Values submitted for a request are checked against that request's own field definitions (422, per field). An identifier (`tool_call_id`, `tool_name`, a remembered value's `key`) may hold no control, invisible or direction-changing character (400): the patterns list those below U+10000; the ones above (tags, variation selectors and the rest of U+E0000–U+E0FFF, musical and shorthand format characters) are refused too."),
     paths(
         health::healthz,
         health::readyz,
