@@ -562,7 +562,7 @@ impl TestTools {
             .cloned();
         let Some(answer) = answered else {
             let question = form(
-                "The code from your authenticator",
+                "The code printed on your delivery note",
                 json!({"type": "object", "properties": {"code": {"type": "string", "title": "Code"}},
                     "required": ["code"]}),
             )?;

@@ -22,6 +22,13 @@ const SENSITIVE_WORDS: &[&str] = &[
     "password",
     "passwd",
     "passphrase",
+    "pass word",
+    "passwort",
+    "authenticator",
+    "recovery code",
+    "recovery phrase",
+    "seed phrase",
+    "mnemonic",
     "secret",
     "api key",
     "api_key",
@@ -327,7 +334,7 @@ fn sounds_sensitive(text: &str) -> bool {
     SENSITIVE_WORDS.iter().any(|word| said.contains(word))
         || said
             .split(|c: char| !c.is_alphanumeric())
-            .any(|word| matches!(word, "pin" | "otp"))
+            .any(|word| matches!(word, "pin" | "otp" | "mfa" | "ssn" | "cvc"))
 }
 
 /// The URL of a URL-mode elicitation, if it is one a card may offer: http(s), with a
@@ -534,6 +541,15 @@ mod tests {
             ("2FA code", ""),
             ("Personal access token (PAT)", ""),
             ("Kennwort", ""),
+            ("Passwort", ""),
+            ("Authenticator code", ""),
+            ("MFA", ""),
+            ("Wallet seed phrase", ""),
+            ("Card CVC", ""),
+            ("SSN", ""),
+            // Small capitals, and a default-ignorable character Unicode reserves.
+            ("ᴘᴀꜱꜱᴡᴏʀᴅ", ""),
+            ("Pass\u{E0080}word", ""),
         ] {
             let fields = fields_of(
                 &schema(json!({"type": "object", "properties": {
