@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use protocol::api::{RequestKind, ToolOutcome};
-use protocol::fields;
+use protocol::{fields, unseen};
 use serde_json::{Map, Value};
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -107,6 +107,13 @@ pub async fn execute(executor: &Executor, user_id: &str, call: ToolCall) -> Resu
     if let Some(reason) = tool.unavailable_reason() {
         let outcome = ToolOutcome::failed(reason);
         log.write(&mut tx, &outcome, "rejected", &[]).await?;
+        tx.commit().await?;
+        return Ok(outcome);
+    }
+    // Before any card: the user must not answer for a call that cannot run as shown.
+    if let Some(refusal) = names_read_as_one(&tool, &call.arguments) {
+        let outcome = ToolOutcome::failed(refusal);
+        log.write(&mut tx, &outcome, "failure", &[]).await?;
         tx.commit().await?;
         return Ok(outcome);
     }
@@ -398,6 +405,15 @@ async fn retry_with_answer(
     Ok(run(executor, user_id, tool, call, &values).await)
 }
 
+/// Why a call whose arguments hold two names a service may take for one
+/// ([`Tool::names_read_as_one`]) is refused, if they do.
+fn names_read_as_one(tool: &Tool, arguments: &Map<String, Value>) -> Option<String> {
+    let (first, second) = tool.names_read_as_one(arguments)?;
+    Some(format!(
+        "invalid arguments: `{first}` and `{second}` are one name to a service that reads names loosely (case, look-alike letters, `_` and `-`); send one of them"
+    ))
+}
+
 /// The values the tool runs with: its arguments, then for each field the first of
 /// submitted, argument (only where `model_may_fill`), remembered. An argument aimed
 /// at a user-only field is dropped and named in `ignored`; a value that breaks its
@@ -522,6 +538,9 @@ fn validate(
         .filter(|(name, _)| tool.field(name).is_none())
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
+    if let Some(refusal) = names_read_as_one(tool, &call.arguments) {
+        return Err(refusal);
+    }
     let problems = tool.argument_errors(&Value::Object(model_arguments.clone()));
     if !problems.is_empty() {
         return Err(format!("invalid arguments: {}", problems.join("; ")));
@@ -565,7 +584,15 @@ fn with_server_defaults(
     let defaults: Vec<(String, Value)> = tool
         .server_defaults()
         .into_iter()
-        .filter(|(name, _)| !values.contains_key(name) && !model_arguments.contains_key(name))
+        // Nor one a service would take for an argument already given (`skip_checks`
+        // beside the model's `ſkip_checks`): the card would show both.
+        .filter(|(name, _)| {
+            let key = unseen::name_key(name);
+            !values
+                .keys()
+                .chain(model_arguments.keys())
+                .any(|given| given == name || unseen::name_key(given) == key)
+        })
         .filter(|(name, default)| !name.contains('\0') && !holds_nul(default))
         .take(MOST_DEFAULTS)
         .collect();

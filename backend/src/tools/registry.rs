@@ -3,7 +3,8 @@
 //! definition of the file is checked when it is loaded, so a bad regex or a placeholder
 //! nobody fills stops start-up instead of failing at a user's first click.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::{Arc, RwLock};
 
@@ -264,6 +265,35 @@ impl Tool {
             .iter()
             .position(|field| *field == key)
             .and_then(|index| self.fields().get(index))
+    }
+
+    /// Two of `arguments`' names that a server matching names loosely may take for one
+    /// ([`unseen::name_key`]: `sql` and `ſql`, `to` and `To`), unless the schema declares
+    /// both by exactly those names. The approval card would show both, and which one the
+    /// server acts on (Go's `encoding/json` takes the last) would be its choice, not the
+    /// user's. Fields and names like them are left to [`field_variant`](Self::field_variant).
+    pub fn names_read_as_one<'a>(
+        &self,
+        arguments: &'a Map<String, Value>,
+    ) -> Option<(&'a str, &'a str)> {
+        let mut seen: HashMap<String, &'a str> = HashMap::with_capacity(arguments.len());
+        let ordinary = arguments
+            .keys()
+            .filter(|name| self.field(name).is_none() && self.field_variant(name).is_none());
+        for name in ordinary {
+            match seen.entry(unseen::name_key(name)) {
+                Entry::Occupied(first) => {
+                    let first = *first.get();
+                    if !(self.declares(first) && self.declares(name)) {
+                        return Some((first, name));
+                    }
+                }
+                Entry::Vacant(slot) => {
+                    slot.insert(name);
+                }
+            }
+        }
+        None
     }
 
     /// Whether the argument schema names `name` among its properties.

@@ -328,6 +328,19 @@ impl Gate {
             .await
     }
 
+    /// The requests waiting in `conversation`, as its user lists them.
+    async fn pending(&self, token: &str, conversation: &str) -> Value {
+        let (status, body) = self
+            .server
+            .action(
+                token,
+                json!({"action": "get_pending", "conversation_id": conversation}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        body["requests"].clone()
+    }
+
     async fn decide(&self, token: &str, body: Value) -> (StatusCode, Value) {
         let mut body = body;
         body["action"] = json!("submit_decision");
@@ -1059,6 +1072,54 @@ async fn the_webhook_attack_gets_nothing() {
     assert_eq!(g.good.received().len(), 1);
     let first = &g.good.received()[0];
     assert_eq!(first.headers["authorization"], format!("Bearer {TOKEN}"));
+}
+
+/// Two arguments that a service reading names loosely takes for one (Go's
+/// `encoding/json` matches `ſ` to `s` and ignores case, and keeps the last): the card
+/// would show the harmless one beside the one that runs. The call is refused before any
+/// card, and nothing is sent.
+#[tokio::test]
+async fn arguments_a_service_takes_for_one_are_refused_before_any_card() {
+    let g = gate().await;
+    let (token, conversation) = with_webhook(&g, "lookalike-arguments").await;
+    for arguments in [
+        json!({"message": "hello", "Message": "exfiltrate"}),
+        json!({"message": "hello", "meſſage": "exfiltrate"}),
+        json!({"message": "hello", "mes_sage": "exfiltrate"}),
+    ] {
+        let outcome = g
+            .execute(
+                &token,
+                &conversation,
+                "post_webhook",
+                &call_id(),
+                arguments.clone(),
+            )
+            .await;
+        assert_eq!(outcome["success"], false, "{arguments}: {outcome}");
+        let error = outcome["error"].as_str().unwrap_or_default();
+        assert!(
+            error.contains("are one name to a service") && error.contains("send one of them"),
+            "{arguments}: {outcome}"
+        );
+        assert!(outcome.get("approval_request").is_none(), "{outcome}");
+    }
+    assert_eq!(g.pending(&token, &conversation).await, json!([]));
+    assert_eq!(g.good.received().len(), 1, "only the first, approved post");
+    // Nor is a user with nothing remembered asked for the webhook first: no card at all.
+    let (fresh, fresh_conversation) = g.newcomer("lookalike-arguments-fresh").await;
+    let outcome = g
+        .execute(
+            &fresh,
+            &fresh_conversation,
+            "post_webhook",
+            &call_id(),
+            json!({"message": "hello", "MESSAGE": "exfiltrate"}),
+        )
+        .await;
+    assert_eq!(outcome["success"], false, "{outcome}");
+    assert!(outcome.get("user_input_request").is_none(), "{outcome}");
+    assert_eq!(g.pending(&fresh, &fresh_conversation).await, json!([]));
 }
 
 /// A production query through the database card, now waiting for approval; returns the

@@ -2466,6 +2466,21 @@ async fn the_approval_card_shows_and_the_call_sends_the_servers_defaults() {
     assert_eq!(status, StatusCode::OK, "{approved}");
     assert_eq!(approved["tool_result"]["success"], true, "{approved}");
     assert_eq!(archived_with(&approved["tool_result"]), edited);
+
+    // An argument the server reads as one it has a default for (`include_ſhared` for
+    // `include_shared`) keeps that default off the card: it shows one of them, not both.
+    let waiting = archive(
+        server,
+        &token,
+        "call_archive_long_s",
+        json!({"include_ſhared": false}),
+    )
+    .await;
+    assert_eq!(
+        waiting["approval_request"]["tool_args"],
+        json!({"older_than_days": 30, "include_ſhared": false}),
+        "{waiting}"
+    );
 }
 
 /// A call that runs without waiting keeps the arguments as the model sent them: only
