@@ -542,6 +542,46 @@ async fn a_tool_call_id_given_twice_in_one_reply_runs_neither_call() {
     );
 }
 
+/// A model that asks for a flood of calls in one reply (steered by what it read) has
+/// the first sixteen run and the rest answered as not run, to be made in a later reply.
+#[tokio::test]
+async fn a_reply_of_too_many_calls_runs_the_first_sixteen() {
+    let calls = (0..19)
+        .map(|i| {
+            call(
+                &format!("call_{i}"),
+                "calculator",
+                json!({"expression": format!("{i}+1")}),
+            )
+        })
+        .collect();
+    let script = vec![
+        MockReply::ToolCalls(calls),
+        MockReply::Text("Done with what ran.".into()),
+    ];
+    let setup = with_mock_model(script, &[]).await;
+    let server = &setup.server;
+    let (_, _, messages) = completed_run(server, "call-flood", "add them all").await;
+    let results: Vec<String> = messages
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].to_string())
+        .collect();
+    assert_eq!(results.len(), 19, "{messages:#?}");
+    let not_run = results
+        .iter()
+        .filter(|r| r.contains("one reply may make at most 16 calls"))
+        .count();
+    assert_eq!(not_run, 3, "{results:#?}");
+    // The ones that ran are the first sixteen, in the reply's order.
+    let told = setup.llm.requests()[1]["messages"].to_string();
+    assert_eq!(told.matches("at most 16 calls").count(), 3, "{told}");
+    assert!(
+        results[..16].iter().all(|r| !r.contains("at most 16")),
+        "{results:#?}"
+    );
+}
+
 #[tokio::test]
 async fn an_older_call_with_the_same_key_and_its_result_are_dropped() {
     let args =

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use futures::future::join_all;
+use futures::StreamExt;
 use protocol::api::ToolOutcome;
 use protocol::chat::{ContentBlock, EventKind, Message, Role, RunStatus};
 use sqlx::PgConnection;
@@ -25,6 +25,14 @@ use crate::db::{self, conversations, runs, storable, summaries};
 use crate::error::{Error, Result};
 use crate::requests::endings;
 use crate::tools::executor::ToolCall;
+
+/// The most calls one model reply may make; the rest are answered as not run, so the
+/// model makes them in a later step. A model steered by what it read could otherwise
+/// ask for hundreds at once.
+const MAX_CALLS_PER_REPLY: usize = 16;
+
+/// How many of one reply's calls run at the same time.
+const CALLS_AT_ONCE: usize = 4;
 
 const SYSTEM_PROMPT: &str = "You are toolgate's assistant. Answer the user's request, calling tools when they help. Be brief and concrete, and base answers on tool results.";
 
@@ -356,8 +364,9 @@ pub(super) async fn drive(
             .map(|call| call.id.as_str())
             .filter(|id| reply.tool_calls.iter().filter(|c| c.id == *id).count() > 1)
             .collect();
-        let calls = reply.tool_calls.iter().map(|call| {
+        let calls: Vec<_> = reply.tool_calls.iter().enumerate().map(|(index, call)| {
             let repeated = repeated_ids.contains(&call.id.as_str());
+            let over_the_limit = index >= MAX_CALLS_PER_REPLY;
             let refused = call.refused.clone();
             let tool_call = ToolCall {
                 conversation_id: run.conversation_id,
@@ -369,6 +378,14 @@ pub(super) async fn drive(
             };
             let ctx = &ctx;
             async move {
+                // Answered at once, without a word to the stream: a flood costs no
+                // database work per call it holds.
+                if over_the_limit {
+                    let outcome = ToolOutcome::failed(format!(
+                        "not run: one reply may make at most {MAX_CALLS_PER_REPLY} calls; make this one in a later reply"
+                    ));
+                    return Ok::<_, Error>((tool_call, outcome));
+                }
                 let started = EventKind::ToolCallStarted {
                     tool_call_id: tool_call.tool_call_id.clone(),
                     name: tool_call.tool_name.clone(),
@@ -413,8 +430,21 @@ pub(super) async fn drive(
                 };
                 Ok::<_, Error>((tool_call, outcome))
             }
-        });
-        let finished = join_all(calls).await;
+        }).collect();
+        // A few at a time, a slow one holding up no other: a reply of many calls to a
+        // slow service would otherwise hold as many responses and connections at once.
+        // Recorded in the reply's order.
+        let numbered = calls
+            .into_iter()
+            .enumerate()
+            .map(|(index, call)| async move { (index, call.await) })
+            .collect::<Vec<_>>();
+        let mut finished: Vec<_> = futures::stream::iter(numbered)
+            .buffer_unordered(CALLS_AT_ONCE)
+            .collect()
+            .await;
+        finished.sort_unstable_by_key(|(index, _)| *index);
+        let finished = finished.into_iter().map(|(_, result)| result);
 
         let mut tx = db::begin_recording_as_user(&runner.executor.pool, user_id).await?;
         conversations::lock_for_writing(&mut tx, run.conversation_id).await?;
