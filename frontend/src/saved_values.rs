@@ -4,6 +4,7 @@
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use protocol::api::{SavedScope, SavedValue};
+use protocol::unseen;
 
 use crate::api;
 use crate::deferred::{Deferred, Unavailable};
@@ -216,7 +217,7 @@ fn SavedValuesList(panel: SavedValues) -> impl IntoView {
                                             view! { "shared as "<code>{key}</code> }.into_any()
                                         }
                                         Some(Owner::Tool(tool)) => {
-                                            view! { "for "<code>{value_text::revealed(&tool)}</code> }.into_any()
+                                            view! { "for "<code>{unseen::written_out(&tool)}</code> }.into_any()
                                         }
                                         None => {
                                             view! {

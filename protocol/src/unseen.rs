@@ -47,6 +47,39 @@ pub fn is_unseen(c: char) -> bool {
         )
 }
 
+/// `text` as a person deciding on it must read it: each character they cannot see, or
+/// that reorders what they see ([`is_unseen`]), written out as `⟨U+XXXX⟩`; and so each
+/// letter or digit that only looks Latin ([`as_latin`]) in a word that would pass for a
+/// Latin one: one that also holds Latin letters (`acmе.com` with a Cyrillic `е`), or
+/// whose letters all look Latin (`раураӏ`). A word with letters of its own script
+/// (`Привет`, `6-значный`) is left as it is. Words end at ASCII spaces and line breaks
+/// only: a thin or hair space must not cut a word in two.
+pub fn written_out(text: &str) -> String {
+    if text
+        .bytes()
+        .all(|b| b.is_ascii_graphic() || matches!(b, b' ' | b'\n' | b'\t'))
+    {
+        return text.to_owned();
+    }
+    let poses_as_latin = |c: char| !c.is_ascii() && as_latin(c).is_ascii_alphanumeric();
+    let mut out = String::with_capacity(text.len() + 16);
+    for word in text.split_inclusive(|c: char| c.is_ascii_whitespace()) {
+        let passes_for_latin = word.chars().any(poses_as_latin)
+            && (word.chars().any(|c| c.is_ascii_alphabetic())
+                || !word
+                    .chars()
+                    .any(|c| !c.is_ascii() && c.is_alphabetic() && !poses_as_latin(c)));
+        for c in word.chars() {
+            if is_unseen(c) || (passes_for_latin && poses_as_latin(c)) {
+                out.push_str(&format!("⟨U+{:04X}⟩", u32::from(c)));
+            } else {
+                out.push(c);
+            }
+        }
+    }
+    out
+}
+
 /// A name as a service that matches names loosely may read it: in lower case, look-alike
 /// and fullwidth letters as the Latin ones they imitate, the long s as `s` (Go's and
 /// .NET's case-insensitive matching fold it so), and only letters and digits, so that
@@ -190,6 +223,50 @@ mod tests {
         ] {
             assert!(!is_unseen(c), "{:04X}", u32::from(c));
         }
+    }
+
+    #[test]
+    fn what_a_reader_cannot_see_is_written_out() {
+        // An override that shows `exe.txt` for `txt.exe`, a zero-width space in a host,
+        // an isolate, a line separator, a tag character.
+        assert_eq!(
+            written_out("report\u{202E}txt.exe"),
+            "report⟨U+202E⟩txt.exe"
+        );
+        assert_eq!(written_out("pay\u{200B}pal.com"), "pay⟨U+200B⟩pal.com");
+        assert_eq!(
+            written_out("a\u{2066}b\u{2069}\u{2028}c\u{E0041}\u{7}"),
+            "a⟨U+2066⟩b⟨U+2069⟩⟨U+2028⟩c⟨U+E0041⟩⟨U+0007⟩"
+        );
+        // What a reader sees is left alone: new lines, tabs, accents, other scripts.
+        let plain = "select *\n\tfrom t -- café, שלום, 日本, Привет John, prix\u{202F}:";
+        assert_eq!(written_out(plain), plain);
+    }
+
+    /// A word that mixes Latin letters with letters that only look like them passes for
+    /// the Latin word: `cfo@acmе.com` mails a look-alike domain.
+    #[test]
+    fn look_alike_letters_among_latin_ones_are_written_out() {
+        assert_eq!(written_out("cfo@acm\u{0435}.com"), "cfo@acm⟨U+0435⟩.com");
+        assert_eq!(
+            written_out("to \u{1D429}ay 5\u{FF10}"),
+            "to ⟨U+1D429⟩ay 5⟨U+FF10⟩"
+        );
+        // Only the mixed word: the Cyrillic one beside it stays as it is.
+        assert_eq!(written_out("Привет paypa\u{04CF}"), "Привет paypa⟨U+04CF⟩");
+        // A word of look-alikes alone, and one cut by a hair space, pass for Latin too.
+        assert_eq!(
+            written_out("\u{0440}\u{0430}\u{0443}\u{0440}\u{0430}\u{04CF}"),
+            "⟨U+0440⟩⟨U+0430⟩⟨U+0443⟩⟨U+0440⟩⟨U+0430⟩⟨U+04CF⟩"
+        );
+        assert_eq!(
+            written_out("\u{0440}\u{200A}aypal"),
+            "⟨U+0440⟩\u{200A}aypal"
+        );
+        // Words with letters of their own script stay as they are.
+        assert_eq!(written_out("6-значный код"), "6-значный код");
+        // Control characters in plain ASCII are written out too.
+        assert_eq!(written_out("paypal\u{7F}.com"), "paypal⟨U+007F⟩.com");
     }
 
     #[test]

@@ -7,6 +7,7 @@ use leptos::prelude::*;
 use protocol::FieldSpec;
 use protocol::api::InputRequest;
 use protocol::approval::Decision;
+use protocol::unseen;
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -53,7 +54,7 @@ pub(super) fn label_of(fields: &[FieldSpec], name: &str) -> String {
     if let Some(field) = field_named(fields, name) {
         return field.label().to_owned();
     }
-    let shown = value_text::revealed(name);
+    let shown = unseen::written_out(name);
     let reads_like = |text: &str| {
         // Letters that look Latin as the Latin ones (`Dаtabase` with a Cyrillic `а`);
         // otherwise ASCII case only: Unicode's case tables would weigh on the bundle.
@@ -76,10 +77,11 @@ pub(super) fn label_of(fields: &[FieldSpec], name: &str) -> String {
 }
 
 /// How a value reads on the card: strings as they are, the rest as indented JSON; what
-/// a reader cannot see, or what would reorder the text, written out.
+/// a reader cannot see, what would reorder the text, and letters that only look Latin
+/// among Latin ones, written out.
 pub(super) fn shown(value: &Value) -> (String, bool) {
     (
-        value_text::revealed(&draft_of(value)),
+        unseen::written_out(&draft_of(value)),
         !matches!(value, Value::String(_)),
     )
 }
@@ -213,13 +215,14 @@ pub(super) fn ArgInput(
     };
     let testid = format!("approval-arg-{}", arg.name);
     let locked = move || sending.get().is_some();
-    // An input shows hidden or reordering characters as they act, not as they are: what
-    // will run is written out beneath it whenever it holds one.
+    // An input shows hidden or reordering characters as they act, and look-alike letters
+    // as the letters they imitate: what will run is written out beneath it whenever it
+    // holds one.
     let reads_as = Memo::new(move |_| {
         let name = name.get_value();
         drafts.with(|d| {
             let text = d.get(&name)?;
-            let shown = value_text::revealed(text);
+            let shown = unseen::written_out(text);
             (shown != *text).then_some(shown)
         })
     });
@@ -239,7 +242,7 @@ pub(super) fn ArgInput(
                 >
                     {(!known)
                         .then(|| {
-                            let shown = value_text::revealed(&chosen);
+                            let shown = unseen::written_out(&chosen);
                             view! { <option value=chosen.clone() selected=true>{shown}</option> }
                         })}
                     {options
@@ -300,7 +303,7 @@ pub(super) fn ArgInput(
                     .map(|text| {
                         view! {
                             <p class="help revealed" data-testid="approval-arg-revealed">
-                                "Holds characters that cannot be seen; it reads: "
+                                "Holds characters that cannot be seen, or letters that only look Latin; it reads: "
                                 <code>{text}</code>
                             </p>
                         }
@@ -375,14 +378,14 @@ mod tests {
             "production-reason (not the field)"
         );
         assert_eq!(label_of(&r.fields, "query"), "query");
-        // Letters that only look Latin make no other name.
+        // Letters that only look Latin make no other name, and are written out.
         assert_eq!(
             label_of(&r.fields, "D\u{0430}tabase"),
-            "D\u{0430}tabase (not the field)"
+            "D⟨U+0430⟩tabase (not the field)"
         );
         assert_eq!(
             label_of(&r.fields, "\u{FF24}atabase"),
-            "\u{FF24}atabase (not the field)"
+            "⟨U+FF24⟩atabase (not the field)"
         );
         // The edit form starts from the value itself: sent unchanged, it is the same.
         assert_eq!(draft_of(&json!("a\u{202E}b")), "a\u{202E}b");

@@ -10,13 +10,14 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 use protocol::api::{InputRequest, RequestStatus};
 use protocol::approval::Decision;
+use protocol::unseen;
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use crate::api::{self, ApiError};
 use crate::state::AppState;
 use crate::stream::{ChatStore, ToolState};
-use crate::{clock, focus, ordered, value_text};
+use crate::{clock, focus, ordered};
 
 use arguments::{
     ArgInput, arg_input_id, argument_key, arguments_of, describe, draft_of, label_of, parse_draft,
@@ -628,7 +629,7 @@ pub fn ApprovalCard(request_id: Uuid) -> impl IntoView {
             <header class="card-head">
                 <h2 class="card-title" id=title_id>
                     <span class="card-kicker">{move || kicker(status.get())}</span>
-                    <code>{value_text::revealed(&tool_name)}</code>
+                    <code>{unseen::written_out(&tool_name)}</code>
                 </h2>
                 <p class="card-reason" data-testid="card-reason">{reason}</p>
             </header>

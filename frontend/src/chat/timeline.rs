@@ -5,6 +5,7 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 use protocol::api::InputRequest;
 use protocol::chat::{ContentBlock, Message, Role, RunStatus};
+use protocol::unseen;
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
@@ -272,7 +273,7 @@ fn ToolCallView(id: String, name: String, arguments: Map<String, Value>) -> impl
         >
             <div class="tool-call-head">
                 <span class="tool-icon" aria-hidden="true">"⚙"</span>
-                <code class="tool-name">{value_text::revealed(&name)}</code>
+                <code class="tool-name">{unseen::written_out(&name)}</code>
                 {server}
                 <span
                     class=move || format!("badge badge-{}", state.get().label().replace(' ', "-"))

@@ -10,6 +10,7 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 use protocol::api::{InputRequest, RequestStatus};
 use protocol::fields::{FieldErrors, validate_inputs, with_cleared};
+use protocol::unseen;
 use uuid::Uuid;
 
 use crate::api::{self, ApiError};
@@ -425,7 +426,7 @@ pub fn InputCard(request_id: Uuid) -> impl IntoView {
                             RequestStatus::Rejected => "Rejected · ",
                         }}
                     </span>
-                    <code>{value_text::revealed(&tool_name)}</code>
+                    <code>{unseen::written_out(&tool_name)}</code>
                 </h2>
                 <p class="card-reason" data-testid="card-reason">{reason}</p>
                 {asking_server

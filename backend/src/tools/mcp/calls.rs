@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use protocol::api::{Elicitation, ElicitationMode, InputRequest, RequestStatus, ToolOutcome};
 use protocol::chat::EventKind;
 use protocol::fields::{FieldSpec, SaveFor};
+use protocol::unseen;
 use rmcp::ServiceError;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ElicitRequestParams, ElicitResult,
@@ -643,10 +644,12 @@ impl Question {
         let mut message = message.trim().to_owned();
         // Masked before the cut, which could otherwise leave part of a secret behind.
         redactions.text(&mut message);
+        // Shown as the user must read it: a direction override the server, or a value it
+        // quotes, slips in would reorder what the user reads (`Pay 10 to …`).
         let message = if message.is_empty() {
             format!("The MCP server `{server}` asks:")
         } else {
-            excerpt(&message, MAX_MESSAGE_CHARS)
+            excerpt(&unseen::written_out(&message), MAX_MESSAGE_CHARS)
         };
         if url.as_deref().is_some_and(|url| redactions.finds(url)) {
             return Err("its link carries a secret of the call".to_owned());
@@ -654,6 +657,7 @@ impl Question {
         let mut fields = fields;
         for field in &mut fields {
             masked_field(field, redactions)?;
+            elicitation::write_out_words(field);
         }
         Ok(Question {
             message,
@@ -1135,6 +1139,31 @@ mod tests {
 
     fn asked(params: Value) -> ElicitRequestParams {
         serde_json::from_value(params).expect("an elicitation")
+    }
+
+    /// A server's words that hide or reorder characters (`Pay 10 to 12\u{202E}34`) or
+    /// pass look-alike letters for Latin ones are shown written out: in its question,
+    /// its fields' labels and descriptions and its choices' titles; the values that go
+    /// back to it stay as they are.
+    #[test]
+    fn a_questions_words_are_shown_as_they_must_be_read() {
+        let question = Question::of(
+            &asked(json!({"mode": "form",
+                "message": "Pay 10 to account 12\u{202E}34?",
+                "requestedSchema": {"type": "object", "properties": {
+                    "go": {"type": "string", "title": "Send to p\u{0430}ypal",
+                        "description": "Hidden\u{E0080} data",
+                        "oneOf": [{"const": "yes\u{200B}", "title": "Ca\u{200B}ncel"}]}}}})),
+            "files",
+            &Redactions::new([]),
+        )
+        .expect("asked");
+        assert_eq!(question.message, "Pay 10 to account 12⟨U+202E⟩34?");
+        let field = &question.fields[0];
+        assert_eq!(field.label.as_deref(), Some("Send to p⟨U+0430⟩ypal"));
+        assert_eq!(field.description.as_deref(), Some("Hidden⟨U+E0080⟩ data"));
+        assert_eq!(field.options[0].label, "Ca⟨U+200B⟩ncel");
+        assert_eq!(field.options[0].value, "yes\u{200B}");
     }
 
     /// A hostile server repeats a secret of the call in its question: the words are shown

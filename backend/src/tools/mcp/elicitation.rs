@@ -7,7 +7,7 @@
 use std::borrow::Cow;
 
 use protocol::fields::{self, FieldSpec, FieldType, SelectOption};
-use protocol::unseen::{as_latin, is_unseen};
+use protocol::unseen::{self, as_latin, is_unseen};
 use rmcp::model::{
     ElicitationSchema, EnumSchema, MultiSelectEnumSchema, PrimitiveSchemaDefinition,
     SingleSelectEnumSchema, StringFormat,
@@ -148,6 +148,21 @@ pub fn fields_of(
             .join("; ")
     })?;
     Ok(specs)
+}
+
+/// `field`'s words as a person must read them ([`unseen::written_out`]): its label, its
+/// description and its choices' titles, which the server wrote. Its name, values and
+/// default go back to the server as they are.
+pub fn write_out_words(field: &mut FieldSpec) {
+    for words in [&mut field.label, &mut field.description]
+        .into_iter()
+        .flatten()
+    {
+        *words = unseen::written_out(words);
+    }
+    for option in &mut field.options {
+        option.label = unseen::written_out(&option.label);
+    }
 }
 
 /// A secret asked for as a number (a PIN) or an address would be answered as one,
