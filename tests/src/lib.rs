@@ -190,10 +190,27 @@ impl Drop for TempDir {
     }
 }
 
-/// A loopback port nobody listens on right now.
+/// A loopback port nobody listens on right now, for a server started later: below the
+/// range the system hands out for port 0, so no other test's listener (bound to port 0
+/// meanwhile) is given it, and never the same twice in this process.
 pub fn free_port() -> Result<u16> {
-    let listener = StdListener::bind("127.0.0.1:0").context("finding a free port")?;
-    Ok(listener.local_addr()?.port())
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let handed_out_from = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768);
+    let (low, count) = (10_000u32, handed_out_from.saturating_sub(10_000).max(1_000));
+    // Processes started side by side begin at different places.
+    let start = std::process::id().wrapping_mul(7_919);
+    for _ in 0..count {
+        let port = low + start.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed)) % count;
+        let port = u16::try_from(port).context("a port number")?;
+        if StdListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    bail!("no free port from {low} to {}", low + count)
 }
 
 /// What a server is started with; tests override single variables.
@@ -368,8 +385,14 @@ impl TestServer {
                     self.log.drained().await
                 );
             }
+            // Only toolgate's own answer counts: another program may hold the port this
+            // server could not bind.
             if let Ok(response) = self.client.get(self.url("/healthz")).send().await
                 && response.status().is_success()
+                && response
+                    .json::<Value>()
+                    .await
+                    .is_ok_and(|body| body == json!({"status": "ok"}))
             {
                 return Ok(());
             }
