@@ -985,6 +985,25 @@ databases.main = {{ url = "{url}" }}
             "https://{q}/x",
         );
         parse_tools_file(&own_words_only).expect("the model's own words may go anywhere public");
+        // Anywhere public, not anywhere private: with private ranges open, its hosts are
+        // listed.
+        let inward = own_words_only.replace(
+            "[tools.http]\n",
+            "[tools.http]\nallow_private_networks = true\n",
+        );
+        assert_ne!(inward, own_words_only, "the replacement must apply");
+        let err = error_of(&inward);
+        assert!(
+            err.contains("`{q}`")
+                && err.contains("allow_private_networks")
+                && err.contains("allow_hosts"),
+            "{err}"
+        );
+        parse_tools_file(&inward.replace(
+            "[tools.http]\n",
+            "[tools.http]\nallow_hosts = [\"intranet.example\"]\n",
+        ))
+        .expect("listed hosts bound the choice");
         let may_fill_with_key = may_fill.replace(
             "[tools.http]\n",
             "[tools.http]\nheaders = { X-Key = \"{env.LOOKUP_KEY}\" }\n",

@@ -35,6 +35,7 @@ kind = "http"
 parameters = { type = "object", properties = { target = { type = "string" } }, required = ["target"] }
 [tools.http]
 url = "{target}"
+allow_hosts = ["127.0.0.1"]
 allow_private_networks = true
 max_response_bytes = 1024
 timeout_seconds = 60
@@ -57,6 +58,7 @@ parameters = { type = "object", properties = { target = { type = "string" } }, r
 [tools.http]
 method = "POST"
 url = "{target}"
+allow_hosts = ["127.0.0.1"]
 allow_private_networks = true
 
 [[tools]]

@@ -203,6 +203,14 @@ pub fn check_routing_header(
     Ok(())
 }
 
+/// The model's placeholder that decides which host the URL goes to, if one does.
+pub fn host_the_model_chooses(url: &Template, model_sets: &BTreeSet<String>) -> Option<String> {
+    match host_chooser(url, model_sets) {
+        Some(HostChooser::Model(placeholder)) => Some(placeholder),
+        _ => None,
+    }
+}
+
 /// The first placeholder before the URL's path that the operator does not fill.
 fn host_chooser(url: &Template, model_sets: &BTreeSet<String>) -> Option<HostChooser> {
     let parts = url.parts();
