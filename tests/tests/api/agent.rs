@@ -582,6 +582,43 @@ async fn a_reply_of_too_many_calls_runs_the_first_sixteen() {
     );
 }
 
+/// A reply's calls run a few at a time: a service they all reach sees at most four at
+/// once, and more than one.
+#[tokio::test]
+async fn a_replys_calls_run_four_at_a_time() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let (now, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (counting, peak) = (now.clone(), most.clone());
+    let service = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port");
+    let base = format!("http://{}", service.local_addr().expect("address"));
+    let app = axum::Router::new().route(
+        "/slow",
+        axum::routing::get(move || {
+            let (counting, peak) = (counting.clone(), peak.clone());
+            async move {
+                let at_once = counting.fetch_add(1, Ordering::SeqCst) + 1;
+                peak.fetch_max(at_once, Ordering::SeqCst);
+                tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+                counting.fetch_sub(1, Ordering::SeqCst);
+                axum::Json(json!({"ok": true}))
+            }
+        }),
+    );
+    tokio::spawn(async move { axum::serve(service, app).await });
+    let tools = "[[tools]]\nname = \"slow_read\"\ndescription = \"Reads slowly\"\nkind = \"http\"\n[tools.http]\nurl = \"{env.SLOW_BASE}/slow\"\nallow_private_networks = true\n";
+    let calls = (0..10)
+        .map(|i| call(&format!("call_{i}"), "slow_read", json!({})))
+        .collect();
+    let script = vec![MockReply::ToolCalls(calls), MockReply::Text("Read.".into())];
+    let setup = with_tools_and_mock_model(tools, script, &[("SLOW_BASE", &base)]).await;
+    completed_run(&setup.server, "four-at-once", "read them all").await;
+    let most = most.load(Ordering::SeqCst);
+    assert!((2..=4).contains(&most), "{most} calls at once");
+}
+
 #[tokio::test]
 async fn an_older_call_with_the_same_key_and_its_result_are_dropped() {
     let args =

@@ -391,16 +391,29 @@ pub(super) async fn drive(
                     name: tool_call.tool_name.clone(),
                     arguments: tool_call.arguments.clone(),
                 };
-                let mut tx = db::begin_as_user(&runner.executor.pool, user_id).await?;
-                emit(
-                    &mut tx,
-                    tool_call.conversation_id,
-                    user_id,
-                    Some(run_id),
-                    started,
-                )
-                .await?;
-                tx.commit().await?;
+                let announced = async {
+                    let mut tx = db::begin_as_user(&runner.executor.pool, user_id).await?;
+                    emit(
+                        &mut tx,
+                        tool_call.conversation_id,
+                        user_id,
+                        Some(run_id),
+                        started,
+                    )
+                    .await?;
+                    tx.commit().await?;
+                    Ok::<_, Error>(())
+                }
+                .await;
+                // Not run, rather than an error for the whole reply: siblings that ran
+                // before it (four at a time) keep the outcomes they must not lose.
+                if let Err(err) = announced {
+                    tracing::warn!(%run_id, tool_call_id = %tool_call.tool_call_id, error = %err, "a call's start could not be recorded; not run");
+                    let outcome = ToolOutcome::failed(
+                        "not run: toolgate could not record the call's start; call again",
+                    );
+                    return Ok::<_, Error>((tool_call, outcome));
+                }
                 if repeated {
                     let outcome = ToolOutcome::failed(format!(
                         "not run: this reply gives the id `{}` to more than one call; call again, each call with an id of its own",
