@@ -69,18 +69,29 @@ pub struct OriginGuard {
 }
 
 impl OriginGuard {
-    /// Refuses a tool whose host its model (or, with the operator's environment on
-    /// board, its user) chooses without `allow_hosts`; otherwise the guard for its calls.
+    /// Refuses a tool whose host its model chooses without `allow_hosts` while its
+    /// request carries anything beyond the model's words or may reach private addresses
+    /// (`private_networks`: opened for one service, they would all be open to the
+    /// model's choice), or whose host its user chooses with the operator's environment
+    /// on board; otherwise the guard for its calls.
     pub fn for_tool(
         url: &Template,
         carried: &Carried,
         model_sets: &BTreeSet<String>,
         hosts_listed: bool,
+        private_networks: bool,
     ) -> Result<Self, String> {
         if hosts_listed {
             return Ok(OriginGuard::default());
         }
         match host_chooser(url, model_sets) {
+            Some(HostChooser::Model(placeholder)) if private_networks => {
+                return Err(format!(
+                    "http.url: the model's `{placeholder}` decides which host the request goes \
+                     to, and allow_private_networks would let it reach any private address; \
+                     list the hosts the tool may reach in http.allow_hosts"
+                ));
+            }
             Some(HostChooser::Model(placeholder)) if carried.beyond_the_model => {
                 return Err(format!(
                     "http.url: the model's `{placeholder}` decides which host the request goes \
@@ -167,20 +178,29 @@ fn may_route(name: &str) -> bool {
 }
 
 /// Refuses a routing header (`Host`, `Forwarded`, `X-Forwarded-Host`, ...) that the model
-/// fills while the request carries anything beyond the model's words, or that the user
-/// fills while it carries the environment's values: the URL's rule for its host, with no
-/// host list to lift it.
+/// fills while the request carries anything beyond the model's words or may reach
+/// private addresses (`private_networks`), or that the user fills while it carries the
+/// environment's values: the URL's rule for its host, with no host list to lift it.
 pub fn check_routing_header(
     name: &str,
     template: &Template,
     carried: &Carried,
     model_sets: &BTreeSet<String>,
+    private_networks: bool,
 ) -> Result<(), String> {
     if !may_route(name) {
         return Ok(());
     }
     for part in template.parts() {
         match chooser_of(part, model_sets) {
+            Some(HostChooser::Model(placeholder)) if private_networks => {
+                return Err(format!(
+                    "http.headers.{name}: the model's `{placeholder}` decides which site the \
+                     request reaches behind its host, and allow_private_networks opens this \
+                     network's private sites to it; a header that names the site takes only \
+                     the operator's values"
+                ));
+            }
             Some(HostChooser::Model(placeholder)) if carried.beyond_the_model => {
                 return Err(format!(
                     "http.headers.{name}: the model's `{placeholder}` decides which site the \
@@ -201,14 +221,6 @@ pub fn check_routing_header(
         }
     }
     Ok(())
-}
-
-/// The model's placeholder that decides which host the URL goes to, if one does.
-pub fn host_the_model_chooses(url: &Template, model_sets: &BTreeSet<String>) -> Option<String> {
-    match host_chooser(url, model_sets) {
-        Some(HostChooser::Model(placeholder)) => Some(placeholder),
-        _ => None,
-    }
 }
 
 /// The first placeholder before the URL's path that the operator does not fill.
@@ -410,21 +422,25 @@ mod tests {
             ("X-Host", &tenant),
             ("X-HTTP-Host-Override", &site),
         ] {
-            let err =
-                check_routing_header(name, template, &operators, &model).expect_err("refused");
+            let err = check_routing_header(name, template, &operators, &model, false)
+                .expect_err("refused");
             assert!(err.contains(&format!("http.headers.{name}")), "{err}");
         }
         // The operator's own values, a header that routes nothing, and a user who only
         // sends their own values where they like: allowed.
         let operator_site = Template::parse("{env.SITE}").expect("parses");
-        assert!(check_routing_header("Host", &operator_site, &operators, &model).is_ok());
-        assert!(check_routing_header("X-Request-Site", &site, &operators, &model).is_ok());
+        assert!(check_routing_header("Host", &operator_site, &operators, &model, false).is_ok());
+        assert!(check_routing_header("X-Request-Site", &site, &operators, &model, false).is_ok());
         let token = Template::parse("Bearer {tenant_token}").expect("parses");
         let own = Carried::by([&token], &fields);
-        assert!(check_routing_header("Host", &tenant, &own, &model).is_ok());
-        assert!(check_routing_header("Host", &site, &own, &model).is_err());
+        assert!(check_routing_header("Host", &tenant, &own, &model, false).is_ok());
+        assert!(check_routing_header("Host", &site, &own, &model, false).is_err());
         let nothing = Carried::by([&site], &fields);
-        assert!(check_routing_header("Host", &site, &nothing, &model).is_ok());
+        assert!(check_routing_header("Host", &site, &nothing, &model, false).is_ok());
+        // With private ranges open, the model names no site behind the host, whatever
+        // the request carries.
+        let err = check_routing_header("Host", &site, &nothing, &model, true).expect_err("refused");
+        assert!(err.contains("allow_private_networks"), "{err}");
     }
 
     #[test]
@@ -435,13 +451,14 @@ mod tests {
         let model = names(&["message"]);
         let fields = names(&["webhook_url", "webhook_token"]);
         let own = Carried::by([&url, &token], &fields);
-        assert!(OriginGuard::for_tool(&url, &own, &model, false).is_ok());
+        assert!(OriginGuard::for_tool(&url, &own, &model, false, false).is_ok());
         let operators = Carried::by([&url, &key], &fields);
-        let err = OriginGuard::for_tool(&url, &operators, &model, false).expect_err("refused");
+        let err =
+            OriginGuard::for_tool(&url, &operators, &model, false, false).expect_err("refused");
         assert!(
             err.contains("`{webhook_url}`") && err.contains("allow_hosts"),
             "{err}"
         );
-        assert!(OriginGuard::for_tool(&url, &operators, &model, true).is_ok());
+        assert!(OriginGuard::for_tool(&url, &operators, &model, true, false).is_ok());
     }
 }

@@ -130,22 +130,21 @@ impl HttpTool {
             _ => None,
         };
         let carried = Carried::by(templates.iter().map(|(_, template)| template), fields);
-        let origin_guard =
-            OriginGuard::for_tool(&url, &carried, model_sets, !config.allow_hosts.is_empty())?;
-        // Private ranges opened for one service behind the model's choice of host would
-        // open every one of them to it (a database's port, an admin page on 10.0.0.5).
-        if config.allow_private_networks
-            && config.allow_hosts.is_empty()
-            && let Some(placeholder) = host_choice::host_the_model_chooses(&url, model_sets)
-        {
-            return Err(format!(
-                "http.url: the model's `{placeholder}` decides which host the request goes to, \
-                 and allow_private_networks would let it reach any private address; list the \
-                 hosts the tool may reach in http.allow_hosts"
-            ));
-        }
+        let origin_guard = OriginGuard::for_tool(
+            &url,
+            &carried,
+            model_sets,
+            !config.allow_hosts.is_empty(),
+            config.allow_private_networks,
+        )?;
         for (name, template) in &headers {
-            host_choice::check_routing_header(name.as_str(), template, &carried, model_sets)?;
+            host_choice::check_routing_header(
+                name.as_str(),
+                template,
+                &carried,
+                model_sets,
+                config.allow_private_networks,
+            )?;
         }
         let egress = EgressPolicy::new(&config.allow_hosts, config.allow_private_networks)?;
         let client = egress.client()?;
