@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use protocol::api::{RequestKind, ToolOutcome};
-use protocol::{fields, unseen};
+use protocol::fields;
 use serde_json::{Map, Value};
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -111,7 +111,7 @@ pub async fn execute(executor: &Executor, user_id: &str, call: ToolCall) -> Resu
         return Ok(outcome);
     }
     // Before any card: the user must not answer for a call that cannot run as shown.
-    if let Some(refusal) = names_read_as_one(&tool, &call.arguments) {
+    if let Some(refusal) = one_name_refusal(&tool, &call.arguments) {
         let outcome = ToolOutcome::failed(refusal);
         log.write(&mut tx, &outcome, "failure", &[]).await?;
         tx.commit().await?;
@@ -405,12 +405,12 @@ async fn retry_with_answer(
     Ok(run(executor, user_id, tool, call, &values).await)
 }
 
-/// Why a call whose arguments hold two names a service may take for one
+/// Why a call whose arguments hold a name a service may take for another
 /// ([`Tool::names_read_as_one`]) is refused, if they do.
-fn names_read_as_one(tool: &Tool, arguments: &Map<String, Value>) -> Option<String> {
+fn one_name_refusal(tool: &Tool, arguments: &Map<String, Value>) -> Option<String> {
     let (first, second) = tool.names_read_as_one(arguments)?;
     Some(format!(
-        "invalid arguments: `{first}` and `{second}` are one name to a service that reads names loosely (case, look-alike letters, `_` and `-`); send one of them"
+        "invalid arguments: `{first}` and `{second}` are one name to a service that reads names loosely (case, look-alike letters, `_` and `-`); send only one, by the name the tool declares"
     ))
 }
 
@@ -538,7 +538,7 @@ fn validate(
         .filter(|(name, _)| tool.field(name).is_none())
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    if let Some(refusal) = names_read_as_one(tool, &call.arguments) {
+    if let Some(refusal) = one_name_refusal(tool, &call.arguments) {
         return Err(refusal);
     }
     let problems = tool.argument_errors(&Value::Object(model_arguments.clone()));
@@ -584,15 +584,7 @@ fn with_server_defaults(
     let defaults: Vec<(String, Value)> = tool
         .server_defaults()
         .into_iter()
-        // Nor one a service would take for an argument already given (`skip_checks`
-        // beside the model's `ſkip_checks`): the card would show both.
-        .filter(|(name, _)| {
-            let key = unseen::name_key(name);
-            !values
-                .keys()
-                .chain(model_arguments.keys())
-                .any(|given| given == name || unseen::name_key(given) == key)
-        })
+        .filter(|(name, _)| !values.contains_key(name) && !model_arguments.contains_key(name))
         .filter(|(name, default)| !name.contains('\0') && !holds_nul(default))
         .take(MOST_DEFAULTS)
         .collect();

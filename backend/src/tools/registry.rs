@@ -267,24 +267,34 @@ impl Tool {
             .and_then(|index| self.fields().get(index))
     }
 
-    /// Two of `arguments`' names that a server matching names loosely may take for one
-    /// ([`unseen::name_key`]: `sql` and `ſql`, `to` and `To`), unless the schema declares
-    /// both by exactly those names. The approval card would show both, and which one the
-    /// server acts on (Go's `encoding/json` takes the last) would be its choice, not the
-    /// user's. Fields and names like them are left to [`field_variant`](Self::field_variant).
+    /// Two names a server matching names loosely may take for one ([`unseen::name_key`]:
+    /// `sql` and `ſql`, `to` and `To`), one of them among `arguments` and the other
+    /// there too or declared by the schema, unless the schema declares both by exactly
+    /// those names. The approval card would show one thing and the server act on the
+    /// other: the last of the two (Go's `encoding/json`), or its own default for the
+    /// declared name when it reads names strictly. Fields and names like them are left
+    /// to [`field_variant`](Self::field_variant).
     pub fn names_read_as_one<'a>(
-        &self,
+        &'a self,
         arguments: &'a Map<String, Value>,
     ) -> Option<(&'a str, &'a str)> {
+        let declared = self
+            .parameters
+            .get("properties")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flat_map(|properties| properties.keys());
+        let ordinary =
+            |name: &&String| self.field(name).is_none() && self.field_variant(name).is_none();
         let mut seen: HashMap<String, &'a str> = HashMap::with_capacity(arguments.len());
-        let ordinary = arguments
-            .keys()
-            .filter(|name| self.field(name).is_none() && self.field_variant(name).is_none());
-        for name in ordinary {
+        for name in declared.filter(ordinary) {
+            seen.entry(unseen::name_key(name)).or_insert(name);
+        }
+        for name in arguments.keys().filter(ordinary) {
             match seen.entry(unseen::name_key(name)) {
                 Entry::Occupied(first) => {
                     let first = *first.get();
-                    if !(self.declares(first) && self.declares(name)) {
+                    if first != name && !(self.declares(first) && self.declares(name)) {
                         return Some((first, name));
                     }
                 }

@@ -1099,7 +1099,7 @@ async fn arguments_a_service_takes_for_one_are_refused_before_any_card() {
         assert_eq!(outcome["success"], false, "{arguments}: {outcome}");
         let error = outcome["error"].as_str().unwrap_or_default();
         assert!(
-            error.contains("are one name to a service") && error.contains("send one of them"),
+            error.contains("are one name to a service") && error.contains("send only one"),
             "{arguments}: {outcome}"
         );
         assert!(outcome.get("approval_request").is_none(), "{outcome}");

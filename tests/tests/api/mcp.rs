@@ -2467,20 +2467,25 @@ async fn the_approval_card_shows_and_the_call_sends_the_servers_defaults() {
     assert_eq!(approved["tool_result"]["success"], true, "{approved}");
     assert_eq!(archived_with(&approved["tool_result"]), edited);
 
-    // An argument the server reads as one it has a default for (`include_ſhared` for
-    // `include_shared`) keeps that default off the card: it shows one of them, not both.
-    let waiting = archive(
+    // An argument named like a declared one but not as it (`include_ſhared` for
+    // `include_shared`) is refused: a server reading names loosely would take it for
+    // that one, and one reading them strictly would apply its default, `true`, while
+    // the card said `false`.
+    let refused = archive(
         server,
         &token,
         "call_archive_long_s",
         json!({"include_ſhared": false}),
     )
     .await;
-    assert_eq!(
-        waiting["approval_request"]["tool_args"],
-        json!({"older_than_days": 30, "include_ſhared": false}),
-        "{waiting}"
+    assert_eq!(refused["success"], false, "{refused}");
+    assert!(
+        refused["error"]
+            .as_str()
+            .is_some_and(|error| error.contains("`include_shared` and `include_ſhared`")),
+        "{refused}"
     );
+    assert!(refused.get("approval_request").is_none(), "{refused}");
 }
 
 /// A call that runs without waiting keeps the arguments as the model sent them: only
