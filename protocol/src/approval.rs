@@ -137,6 +137,11 @@ mod tests {
             json!({"amount": "⑤"}),
             json!({"amount": "\u{2075}"}),
             json!({"database": "produ\u{E0080}ction\u{FFF0}"}),
+            json!({"database": "PRODUCTIO\u{039D}"}),
+            json!({"database": "pr\u{00BA}ducti\u{1D52}n"}),
+            json!({"database": "\u{1D56}\u{02B3}\u{1D52}\u{1D48}\u{1D58}\u{1D9C}\u{1D57}\u{2071}\u{1D52}\u{207F}"}),
+            // Anything else normalisation changes may read as the value: a ligature.
+            json!({"database": "producti\u{FB01}n"}),
             // An object where a value was expected could mean anything.
             json!({"database": {"name": "production"}}),
             // A service may read a name loosely (Go's encoding/json ignores case).

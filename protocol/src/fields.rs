@@ -289,7 +289,9 @@ impl VisibleIf {
     /// Whether the named value may be what the rule names, read as a service receiving
     /// it might: what [`holds`](Self::holds) accepts, and also any item of a list (a
     /// multiselect's value is one) or of a comma-separated text, text without regard to
-    /// case, surrounding spaces, invisible characters or fullwidth forms, numbers by
+    /// case, surrounding spaces, invisible characters or styled and look-alike letters
+    /// (fullwidth, bold, circled, Cyrillic; a value holding any other character that
+    /// compatibility normalisation changes is taken to hold anything), numbers by
     /// value, and any object (which could mean anything). For approval conditions, where
     /// a call the rule means must not slip by written another way (`["production"]`,
     /// `"Production "`, `"staging,production"`, `"５"` for `5`). The field is also
@@ -344,11 +346,33 @@ fn same_meaning(actual: &Value, expected: &Value) -> bool {
         return false;
     };
     let (actual, expected) = (plain(&actual), plain(&expected));
-    actual == expected
+    // What compatibility normalisation may still read as other letters (a ligature `ﬁ`,
+    // a squared `㎏`) could be the value meant: asked about rather than guessed.
+    actual.chars().any(may_read_otherwise)
+        || actual == expected
         || matches!(
             (actual.parse::<f64>(), expected.parse::<f64>()),
             (Ok(a), Ok(e)) if a == e
         )
+}
+
+/// Whether `c` is of the blocks whose characters Unicode's compatibility normalisation
+/// (NFKC) turns into others: letterlike symbols, number forms, enclosed and squared
+/// letters, modifier letters, ligatures, half- and fullwidth forms, mathematical
+/// alphanumerics.
+fn may_read_otherwise(c: char) -> bool {
+    matches!(
+        c,
+        '\u{02B0}'..='\u{02FF}'
+            | '\u{1D2C}'..='\u{1DBF}'
+            | '\u{2070}'..='\u{218F}'
+            | '\u{2460}'..='\u{24FF}'
+            | '\u{3200}'..='\u{33FF}'
+            | '\u{FB00}'..='\u{FB4F}'
+            | '\u{FF00}'..='\u{FFEF}'
+            | '\u{1D400}'..='\u{1D7FF}'
+            | '\u{1F100}'..='\u{1F1FF}'
+    )
 }
 
 /// Text as a reader, or a service that normalises what it receives, may take it:
@@ -358,14 +382,12 @@ fn same_meaning(actual: &Value, expected: &Value) -> bool {
 /// normalisation turns into `prod`; Cyrillic `рrоd` too, for a rule should rather ask
 /// once too often than let a call slip by).
 fn plain(text: &str) -> String {
-    // Lower case first: `as_latin` reads some letters in one case only (`п` as `n`).
     let plain: String = text
         .chars()
         .filter(|c| !crate::unseen::is_unseen(*c))
-        .flat_map(char::to_lowercase)
         .map(|c| match c {
             '\u{3000}' => ' ',
-            _ => crate::unseen::as_latin(c),
+            _ => crate::unseen::folded(c),
         })
         .collect();
     plain.trim().to_owned()

@@ -86,10 +86,21 @@ pub fn written_out(text: &str) -> String {
 /// `Account_ID`, `account-id `, `accountId` and `ａｃｃｏｕｎｔ＿ｉｄ` are one name.
 pub fn name_key(name: &str) -> String {
     name.chars()
-        .flat_map(char::to_lowercase)
-        .map(|c| if c == 'ſ' { 's' } else { as_latin(c) })
+        .map(folded)
         .filter(|c| c.is_alphanumeric())
         .collect()
+}
+
+/// `c` as a reader, or a service that reads loosely, takes it, in lower case: as the
+/// Latin letter or digit it imitates ([`as_latin`]) in its own case first (`Ν` as `n`),
+/// else in lower case (`П` as `п`, so `n`); otherwise its lower case. The one reading
+/// that names, the words of a question and approval conditions all go by.
+pub fn folded(c: char) -> char {
+    let read = as_latin(c);
+    if read.is_ascii() {
+        return read;
+    }
+    as_latin(c.to_lowercase().next().unwrap_or(c))
 }
 
 /// The ASCII character a reader takes `c` for, in lower case: fullwidth forms,
@@ -165,6 +176,39 @@ pub fn as_latin(c: char) -> char {
         'ᴡ' => 'w',
         'ʏ' => 'y',
         'ᴢ' => 'z',
+        // Letters written small above or below the line (`ᵖʳᵒᵈ`, `ₚ`), ordinals and
+        // Roman numerals: compatibility normalisation reads them as the plain ones.
+        'ᵃ' | 'ₐ' | 'ª' => 'a',
+        'ᵇ' => 'b',
+        'ᶜ' | 'ⅽ' | 'Ⅽ' => 'c',
+        'ᵈ' | 'ⅾ' | 'Ⅾ' => 'd',
+        'ᵉ' | 'ₑ' => 'e',
+        'ᶠ' => 'f',
+        'ᵍ' => 'g',
+        'ʰ' | 'ₕ' => 'h',
+        'ⁱ' | 'ᵢ' | 'ⅰ' | 'Ⅰ' => 'i',
+        'ʲ' | 'ⱼ' => 'j',
+        'ᵏ' | 'ₖ' => 'k',
+        'ˡ' | 'ₗ' | 'ⅼ' | 'Ⅼ' => 'l',
+        'ᵐ' | 'ₘ' | 'ⅿ' | 'Ⅿ' => 'm',
+        'ⁿ' | 'ₙ' => 'n',
+        'ᵒ' | 'ₒ' | 'º' => 'o',
+        'ᵖ' | 'ₚ' => 'p',
+        'ʳ' | 'ᵣ' => 'r',
+        'ˢ' | 'ₛ' | 'ſ' => 's',
+        'ᵗ' | 'ₜ' => 't',
+        'ᵘ' | 'ᵤ' => 'u',
+        'ᵛ' | 'ᵥ' | 'ⅴ' | 'Ⅴ' => 'v',
+        'ʷ' => 'w',
+        'ˣ' | 'ₓ' | 'ⅹ' | 'Ⅹ' => 'x',
+        'ʸ' => 'y',
+        'ᶻ' => 'z',
+        'ɑ' => 'a',
+        'В' | 'Β' => 'b',
+        'М' | 'Μ' => 'm',
+        'Η' => 'h',
+        'Ζ' => 'z',
+        'Υ' => 'y',
         'с' | 'С' | 'ϲ' => 'c',
         'ԁ' | 'Ԁ' | 'ᴅ' => 'd',
         'е' | 'Е' | 'ё' | 'ε' | 'Ε' | 'ᴇ' => 'e',
@@ -289,6 +333,9 @@ mod tests {
             assert_eq!(name_key(spelling), expected, "{spelling:?}");
         }
         assert_eq!(name_key("databaſe"), name_key("database"));
+        // A capital read in its own case: Greek `Ν` is `n`, though `ν` reads `v`.
+        assert_eq!(name_key("\u{039D}AME"), "name");
+        assert_eq!(name_key("\u{041F}"), "n");
         assert_ne!(name_key("databases"), name_key("database"));
     }
 
@@ -302,5 +349,6 @@ mod tests {
         assert_eq!(read("ⓅⒾⓃ ①②③"), "pin 123");
         assert_eq!(read("\u{1D7D0}\u{1D7E3} ℎℯ"), "21 he");
         assert_eq!(read("été"), "été");
+        assert_eq!(read("ᵖʳᵒᵈ ⅽ"), "prod c");
     }
 }

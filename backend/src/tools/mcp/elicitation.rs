@@ -7,7 +7,7 @@
 use std::borrow::Cow;
 
 use protocol::fields::{self, FieldSpec, FieldType, SelectOption};
-use protocol::unseen::{self, as_latin, is_unseen};
+use protocol::unseen::{self, is_unseen};
 use rmcp::model::{
     ElicitationSchema, EnumSchema, MultiSelectEnumSchema, PrimitiveSchemaDefinition,
     SingleSelectEnumSchema, StringFormat,
@@ -343,8 +343,7 @@ fn sounds_sensitive(text: &str) -> bool {
     let said: String = text
         .chars()
         .filter(|c| !is_unseen(*c))
-        .flat_map(char::to_lowercase)
-        .map(as_latin)
+        .map(unseen::folded)
         .collect();
     SENSITIVE_WORDS.iter().any(|word| said.contains(word))
         || said
@@ -565,6 +564,8 @@ mod tests {
             // Small capitals, and a default-ignorable character Unicode reserves.
             ("ᴘᴀꜱꜱᴡᴏʀᴅ", ""),
             ("Pass\u{E0080}word", ""),
+            // A Greek capital Nu, read as `n` in its own case (`ν` would read `v`).
+            ("PI\u{039D}", ""),
         ] {
             let fields = fields_of(
                 &schema(json!({"type": "object", "properties": {
