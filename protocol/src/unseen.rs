@@ -50,9 +50,10 @@ pub fn is_unseen(c: char) -> bool {
 /// `text` as a person deciding on it must read it: each character they cannot see, or
 /// that reorders what they see ([`is_unseen`]), written out as `⟨U+XXXX⟩`; and so each
 /// letter or digit that only looks Latin ([`as_latin`]) in a word that would pass for a
-/// Latin one: one that also holds Latin letters (`acmе.com` with a Cyrillic `е`), or
-/// whose letters all look Latin (`раураӏ`). A word with letters of its own script
-/// (`Привет`, `6-значный`) is left as it is. Words end at ASCII spaces and line breaks
+/// Latin one: a word that also holds Latin letters (`acmе.com` with a Cyrillic `е`), or,
+/// in a text with no letters of another script of their own, a word whose letters all
+/// look Latin (`раураӏ`). In a text of another script (`Привет`, `рука и нога`) such a
+/// word is an ordinary one and left as it is. Words end at ASCII spaces and line breaks
 /// only: a thin or hair space must not cut a word in two.
 pub fn written_out(text: &str) -> String {
     if text
@@ -62,13 +63,13 @@ pub fn written_out(text: &str) -> String {
         return text.to_owned();
     }
     let poses_as_latin = |c: char| !c.is_ascii() && as_latin(c).is_ascii_alphanumeric();
+    let of_another_script =
+        |c: char| !c.is_ascii() && c.is_alphabetic() && !poses_as_latin(c) && !is_combining(c);
+    let another_script = text.chars().any(of_another_script);
     let mut out = String::with_capacity(text.len() + 16);
     for word in text.split_inclusive(|c: char| c.is_ascii_whitespace()) {
         let passes_for_latin = word.chars().any(poses_as_latin)
-            && (word.chars().any(|c| c.is_ascii_alphabetic())
-                || !word
-                    .chars()
-                    .any(|c| !c.is_ascii() && c.is_alphabetic() && !poses_as_latin(c)));
+            && (word.chars().any(|c| c.is_ascii_alphabetic()) || !another_script);
         for c in word.chars() {
             if is_unseen(c) || (passes_for_latin && poses_as_latin(c)) {
                 out.push_str(&format!("⟨U+{:04X}⟩", u32::from(c)));
@@ -78,6 +79,20 @@ pub fn written_out(text: &str) -> String {
         }
     }
     out
+}
+
+/// Whether `c` is a combining mark, which sits on the letter before it and is no letter
+/// of a script of its own (Unicode counts some, as `ͅ`, alphabetic).
+fn is_combining(c: char) -> bool {
+    matches!(
+        c,
+        '\u{0300}'..='\u{036F}'
+            | '\u{0483}'..='\u{0489}'
+            | '\u{1AB0}'..='\u{1AFF}'
+            | '\u{1DC0}'..='\u{1DFF}'
+            | '\u{20D0}'..='\u{20FF}'
+            | '\u{FE20}'..='\u{FE2F}'
+    )
 }
 
 /// A name as a service that matches names loosely may read it: in lower case, look-alike
@@ -307,8 +322,15 @@ mod tests {
             written_out("\u{0440}\u{200A}aypal"),
             "⟨U+0440⟩\u{200A}aypal"
         );
-        // Words with letters of their own script stay as they are.
+        // Words with letters of their own script stay as they are, and so do words of
+        // look-alikes alone in a text of that script.
         assert_eq!(written_out("6-значный код"), "6-значный код");
+        assert_eq!(written_out("рука и нога"), "рука и нога");
+        // A combining mark is no letter of a script of its own.
+        assert_eq!(
+            written_out("\u{0440}\u{0430}\u{0443}\u{0440}\u{0430}\u{04CF}\u{0345}"),
+            "⟨U+0440⟩⟨U+0430⟩⟨U+0443⟩⟨U+0440⟩⟨U+0430⟩⟨U+04CF⟩\u{0345}"
+        );
         // Control characters in plain ASCII are written out too.
         assert_eq!(written_out("paypal\u{7F}.com"), "paypal⟨U+007F⟩.com");
     }
