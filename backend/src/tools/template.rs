@@ -164,6 +164,21 @@ impl Template {
                 "`{name}` is a whole part of the URL's path and cannot be empty"
             ));
         }
+        // Values that each pass may still meet the template's own dots: `{name}.{ext}`,
+        // both empty, leaves `.`, which URL parsing drops from the path.
+        if encoding == Encoding::Url
+            && self
+                .parts
+                .iter()
+                .skip(1)
+                .any(|part| matches!(part, Part::Value(_) | Part::Context(_)))
+            && climbs_the_path(&out)
+        {
+            return Err(
+                "the values leave `.` or `..` as a whole part of the URL's path, which would change the path"
+                    .to_owned(),
+            );
+        }
         Ok(out)
     }
 }
@@ -200,6 +215,23 @@ impl Template {
         }
         None
     }
+}
+
+/// Whether the path of `url` holds `.` or `..` (or `%2E` for a dot) as a whole part,
+/// which URL parsing resolves away.
+fn climbs_the_path(url: &str) -> bool {
+    let after_scheme = url.find("://").map_or(0, |at| at + 3);
+    let Some(path_at) = url[after_scheme..].find(['/', '\\']) else {
+        return false;
+    };
+    let path = &url[after_scheme + path_at..];
+    let path = path.split(['?', '#']).next().unwrap_or_default();
+    path.split(['/', '\\']).any(|part| {
+        matches!(
+            part.to_ascii_lowercase().replace("%2e", ".").as_str(),
+            "." | ".."
+        )
+    })
 }
 
 fn placeholder(name: &str) -> Result<Part, String> {
@@ -399,6 +431,25 @@ mod tests {
                 Encoding::Url
             )
             .is_ok()
+        );
+        // The template's own dot between two empty values makes a part of `.`.
+        let dotted = Template::parse("https://x/files/{name}.{ext}?v=1").expect("valid");
+        let render_dotted = |name: &str, ext: &str| {
+            let values = json!({"name": name, "ext": ext});
+            dotted.render(
+                values.as_object().expect("map"),
+                &ToolContext::sample(),
+                Encoding::Url,
+            )
+        };
+        assert!(render_dotted("", "").is_err());
+        assert_eq!(
+            render_dotted("", "txt").as_deref(),
+            Ok("https://x/files/.txt?v=1")
+        );
+        assert_eq!(
+            render_dotted("a", "txt").as_deref(),
+            Ok("https://x/files/a.txt?v=1")
         );
         let within = Template::parse("https://x/v1/acc-{id}/t").expect("valid");
         let values = json!({"id": ""});
