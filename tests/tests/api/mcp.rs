@@ -129,19 +129,6 @@ fn server_info<'a>(tools: &'a Value, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no server {name} in {tools}"))
 }
 
-async fn execute(
-    server: &TestServer,
-    token: &str,
-    conversation: &str,
-    tool: &str,
-    call_id: &str,
-    arguments: Value,
-) -> (StatusCode, Value) {
-    server
-        .execute_tool(token, conversation, tool, call_id, arguments)
-        .await
-}
-
 /// The JSON the test server's eliciting tools answer with: `elicitation: {...}`.
 fn echoed_elicitation(outcome: &Value) -> Value {
     let text = outcome["result"]["text"].as_str().unwrap_or_default();
@@ -172,15 +159,15 @@ async fn answered(
 
 /// The card of the test server's `ask_password`, which asks for a password in a form.
 async fn password_card(server: &TestServer, token: &str, conversation: &str) -> Value {
-    let (_, asked) = execute(
-        server,
-        token,
-        conversation,
-        "t__ask_password",
-        "call_password",
-        json!({}),
-    )
-    .await;
+    let (_, asked) = server
+        .execute_tool(
+            token,
+            conversation,
+            "t__ask_password",
+            "call_password",
+            json!({}),
+        )
+        .await;
     asked["user_input_request"].clone()
 }
 
@@ -235,15 +222,15 @@ async fn tools_appear_namespaced_with_their_schemas_over_stdio_and_http() {
 
     let conversation = server.new_conversation(&token).await;
     for name in ["local", "remote"] {
-        let (status, outcome) = execute(
-            server,
-            &token,
-            &conversation,
-            &format!("{name}__echo"),
-            &format!("call_echo_{name}"),
-            json!({"text": "hello"}),
-        )
-        .await;
+        let (status, outcome) = server
+            .execute_tool(
+                &token,
+                &conversation,
+                &format!("{name}__echo"),
+                &format!("call_echo_{name}"),
+                json!({"text": "hello"}),
+            )
+            .await;
         assert_eq!(status, StatusCode::OK, "{outcome}");
         assert_eq!(outcome["success"], true, "{outcome}");
         assert_eq!(outcome["result"]["text"], "echo: hello", "{outcome}");
@@ -279,15 +266,9 @@ async fn a_tool_whose_schema_poses_as_a_turn_or_a_pin_is_left_out() {
     assert!(names.contains(&"t__echo"), "{names:?}");
     for forged in ["t__forged_property", "t__forged_choice"] {
         assert!(!names.contains(&forged), "{forged} offered: {names:?}");
-        let (status, body) = execute(
-            server,
-            &token,
-            &conversation,
-            forged,
-            "call_forged",
-            json!({}),
-        )
-        .await;
+        let (status, body) = server
+            .execute_tool(&token, &conversation, forged, "call_forged", json!({}))
+            .await;
         assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
     }
     assert!(!listed.to_string().contains("evil.example"), "{listed}");
@@ -345,15 +326,15 @@ async fn a_session_slow_to_open_holds_up_no_other_users_call() {
     let (state, setup, token, conversation) = ready_with_state("", "mcp-open").await;
     let server = &setup.server;
     let echo = |call: &'static str, token: String, conversation: String| async move {
-        execute(
-            server,
-            &token,
-            &conversation,
-            "t__echo",
-            call,
-            json!({"text": call}),
-        )
-        .await
+        server
+            .execute_tool(
+                &token,
+                &conversation,
+                "t__echo",
+                call,
+                json!({"text": call}),
+            )
+            .await
     };
     // The first user's session is open.
     let (_, outcome) = echo("call_first", token.clone(), conversation.clone()).await;
@@ -401,15 +382,15 @@ async fn a_server_that_is_down_at_start_up_leaves_start_up_alone_and_says_why() 
     }
     // The server's own tools still work.
     let conversation = server.new_conversation(&token).await;
-    let (_, outcome) = execute(
-        server,
-        &token,
-        &conversation,
-        "fine__echo",
-        "call_fine",
-        json!({"text": "still here"}),
-    )
-    .await;
+    let (_, outcome) = server
+        .execute_tool(
+            &token,
+            &conversation,
+            "fine__echo",
+            "call_fine",
+            json!({"text": "still here"}),
+        )
+        .await;
     assert_eq!(outcome["success"], true, "{outcome}");
 }
 
@@ -445,15 +426,15 @@ async fn overlays_make_a_field_user_only_and_add_approval() {
 
     // A model aiming its argument at the user's field gets the card, not its way.
     let conversation = server.new_conversation(&token).await;
-    let (_, asked) = execute(
-        server,
-        &token,
-        &conversation,
-        "t__echo",
-        "call_overlay",
-        json!({"text": "the model's words"}),
-    )
-    .await;
+    let (_, asked) = server
+        .execute_tool(
+            &token,
+            &conversation,
+            "t__echo",
+            "call_overlay",
+            json!({"text": "the model's words"}),
+        )
+        .await;
     assert_eq!(asked["requires_user_input"], true, "{asked}");
     assert!(!asked.to_string().contains("the model's words"), "{asked}");
     let done = answered(
@@ -468,15 +449,15 @@ async fn overlays_make_a_field_user_only_and_add_approval() {
         "{done}"
     );
 
-    let (_, approval) = execute(
-        server,
-        &token,
-        &conversation,
-        "t__slow",
-        "call_slow",
-        json!({"ms": 1}),
-    )
-    .await;
+    let (_, approval) = server
+        .execute_tool(
+            &token,
+            &conversation,
+            "t__slow",
+            "call_slow",
+            json!({"ms": 1}),
+        )
+        .await;
     assert_eq!(approval["requires_approval"], true, "{approval}");
 }
 
@@ -500,15 +481,15 @@ async fn an_elicitation_is_a_durable_card_and_accepted_values_reach_the_server()
     for name in ["t", "h"] {
         let conversation = server.new_conversation(&token).await;
         let call = format!("call_everything_{name}");
-        let (status, asked) = execute(
-            server,
-            &token,
-            &conversation,
-            &format!("{name}__ask_everything"),
-            &call,
-            json!({}),
-        )
-        .await;
+        let (status, asked) = server
+            .execute_tool(
+                &token,
+                &conversation,
+                &format!("{name}__ask_everything"),
+                &call,
+                json!({}),
+            )
+            .await;
         assert_eq!(status, StatusCode::OK, "{asked}");
         assert_eq!(asked["requires_user_input"], true, "{asked}");
         let request = &asked["user_input_request"];
@@ -1007,15 +988,15 @@ async fn a_crash_while_a_card_is_open_ends_the_card_and_the_call_cleanly() {
 async fn url_mode_is_a_link_card_that_completes_when_the_server_says_so() {
     let (setup, token, conversation) = ready(&stdio_server("t", ""), "mcp-url").await;
     let server = &setup.server;
-    let (_, asked) = execute(
-        server,
-        &token,
-        &conversation,
-        "t__open_link",
-        "call_link",
-        json!({"complete_after_ms": 100, "notices": 3}),
-    )
-    .await;
+    let (_, asked) = server
+        .execute_tool(
+            &token,
+            &conversation,
+            "t__open_link",
+            "call_link",
+            json!({"complete_after_ms": 100, "notices": 3}),
+        )
+        .await;
     let request = &asked["user_input_request"];
     assert_eq!(request["elicitation"]["mode"], "url", "{asked}");
     let url = request["elicitation"]["url"].as_str().unwrap_or_default();
@@ -1057,30 +1038,30 @@ async fn a_completion_notice_on_one_users_session_never_completes_another_users_
     for (token, conversation, call) in
         [(&alice, &alice_chat, "call_a"), (&bob, &bob_chat, "call_b")]
     {
-        let (_, asked) = execute(
-            server,
-            token,
-            conversation,
-            "t__open_link",
-            call,
-            json!({"elicitation_id": "1"}),
-        )
-        .await;
+        let (_, asked) = server
+            .execute_tool(
+                token,
+                conversation,
+                "t__open_link",
+                call,
+                json!({"elicitation_id": "1"}),
+            )
+            .await;
         assert_eq!(
             asked["user_input_request"]["elicitation"]["mode"], "url",
             "{asked}"
         );
         cards.push(asked["user_input_request"]["id"].clone());
     }
-    let (status, said) = execute(
-        server,
-        &alice,
-        &alice_chat,
-        "t__finish_link",
-        "call_finish",
-        json!({"elicitation_id": "1"}),
-    )
-    .await;
+    let (status, said) = server
+        .execute_tool(
+            &alice,
+            &alice_chat,
+            "t__finish_link",
+            "call_finish",
+            json!({"elicitation_id": "1"}),
+        )
+        .await;
     assert_eq!(status, StatusCode::OK, "{said}");
     server
         .events_until(&alice, &alice_chat, 0, Duration::from_secs(10), |e| {
@@ -1102,15 +1083,15 @@ async fn what_a_hostile_server_asks_for_is_refused_or_flagged() {
     let (setup, token, conversation) = ready(&stdio_server("t", ""), "mcp-hostile").await;
     let server = &setup.server;
     // A form toolgate cannot show is declined; no card is left behind.
-    let (_, outcome) = execute(
-        server,
-        &token,
-        &conversation,
-        "t__bad_schema",
-        "call_bad",
-        json!({}),
-    )
-    .await;
+    let (_, outcome) = server
+        .execute_tool(
+            &token,
+            &conversation,
+            "t__bad_schema",
+            "call_bad",
+            json!({}),
+        )
+        .await;
     assert_eq!(
         echoed_elicitation(&outcome)["action"],
         "decline",
@@ -1129,15 +1110,15 @@ async fn what_a_hostile_server_asks_for_is_refused_or_flagged() {
     );
     // A link that is not a plain web address is never offered.
     for url in ["javascript:alert(1)", "https://bank.example@evil.example/"] {
-        let (_, outcome) = execute(
-            server,
-            &token,
-            &conversation,
-            "t__open_link",
-            &format!("call_{}", url.len()),
-            json!({"url": url}),
-        )
-        .await;
+        let (_, outcome) = server
+            .execute_tool(
+                &token,
+                &conversation,
+                "t__open_link",
+                &format!("call_{}", url.len()),
+                json!({"url": url}),
+            )
+            .await;
         assert_eq!(
             outcome["result"]["text"], "url: decline",
             "{url}: {outcome}"
@@ -1148,15 +1129,15 @@ async fn what_a_hostile_server_asks_for_is_refused_or_flagged() {
         .iter()
         .enumerate()
     {
-        let (_, outcome) = execute(
-            server,
-            &token,
-            &conversation,
-            "t__open_link",
-            &format!("call_id_{n}"),
-            json!({"url": "https://auth.example.com/connect", "elicitation_id": id}),
-        )
-        .await;
+        let (_, outcome) = server
+            .execute_tool(
+                &token,
+                &conversation,
+                "t__open_link",
+                &format!("call_id_{n}"),
+                json!({"url": "https://auth.example.com/connect", "elicitation_id": id}),
+            )
+            .await;
         assert_eq!(
             outcome["result"]["text"], "url: decline",
             "{id:?}: {outcome}"
@@ -1206,24 +1187,24 @@ async fn one_users_card_and_call_are_never_another_users() {
     tools_when_settled(server, &ann, &["t"]).await;
     let ann_conversation = server.new_conversation(&ann).await;
     let bob_conversation = server.new_conversation(&bob).await;
-    let (_, ann_asked) = execute(
-        server,
-        &ann,
-        &ann_conversation,
-        "t__ask_everything",
-        "call_ann",
-        json!({}),
-    )
-    .await;
-    let (_, bob_asked) = execute(
-        server,
-        &bob,
-        &bob_conversation,
-        "t__ask_everything",
-        "call_bob",
-        json!({}),
-    )
-    .await;
+    let (_, ann_asked) = server
+        .execute_tool(
+            &ann,
+            &ann_conversation,
+            "t__ask_everything",
+            "call_ann",
+            json!({}),
+        )
+        .await;
+    let (_, bob_asked) = server
+        .execute_tool(
+            &bob,
+            &bob_conversation,
+            "t__ask_everything",
+            "call_bob",
+            json!({}),
+        )
+        .await;
     let ann_card = ann_asked["user_input_request"]["tool_call_id"].clone();
     assert_eq!(
         bob_asked["requires_user_input"], true,
@@ -1272,28 +1253,22 @@ async fn one_call_id_in_two_conversations_is_two_calls() {
     tools_when_settled(server, &token, &["t"]).await;
     let asking = server.new_conversation(&token).await;
     let other = server.new_conversation(&token).await;
-    let (status, asked) = execute(
-        server,
-        &token,
-        &asking,
-        "t__ask_everything",
-        "call_0",
-        json!({}),
-    )
-    .await;
+    let (status, asked) = server
+        .execute_tool(&token, &asking, "t__ask_everything", "call_0", json!({}))
+        .await;
     assert_eq!(status, StatusCode::OK, "{asked}");
     assert_eq!(asked["requires_user_input"], true, "{asked}");
     let card = asked["user_input_request"]["tool_call_id"].clone();
 
-    let (status, echoed) = execute(
-        server,
-        &token,
-        &other,
-        "t__echo",
-        "call_0",
-        json!({"text": "the other conversation"}),
-    )
-    .await;
+    let (status, echoed) = server
+        .execute_tool(
+            &token,
+            &other,
+            "t__echo",
+            "call_0",
+            json!({"text": "the other conversation"}),
+        )
+        .await;
     assert_eq!(status, StatusCode::OK, "{echoed}");
     assert_eq!(echoed["success"], true, "{echoed}");
 
@@ -1347,15 +1322,15 @@ fields = [ {{ name = "text", label = "Token", type = "secret" }} ]
         ready_with(&(stdio_server("t", settings) + &overlay), options, login).await;
     let server = &setup.server;
     let call_id = format!("call_{tool}");
-    let (_, asked) = execute(
-        server,
-        &token,
-        &conversation,
-        &format!("t__{tool}"),
-        &call_id,
-        json!({}),
-    )
-    .await;
+    let (_, asked) = server
+        .execute_tool(
+            &token,
+            &conversation,
+            &format!("t__{tool}"),
+            &call_id,
+            json!({}),
+        )
+        .await;
     assert_eq!(asked["requires_user_input"], true, "{asked}");
     let done = answered(server, &token, &call_id, json!({"text": secret})).await;
     (setup, token, conversation, done)
@@ -1422,15 +1397,15 @@ async fn a_password_answered_in_one_round_is_masked_in_the_rounds_after() {
     const PASSWORD: &str = "hunter2-three-rounds";
     let (_state, setup, token, conversation) = ready_with_state(STATELESS, "mcp-rounds").await;
     let server = &setup.server;
-    let (_, asked) = execute(
-        server,
-        &token,
-        &conversation,
-        "t__ask_password_twice",
-        "call_twice",
-        json!({}),
-    )
-    .await;
+    let (_, asked) = server
+        .execute_tool(
+            &token,
+            &conversation,
+            "t__ask_password_twice",
+            "call_twice",
+            json!({}),
+        )
+        .await;
     let first = &asked["user_input_request"];
     assert_eq!(first["fields"][0]["type"], "secret", "{asked}");
     answered(
@@ -1530,15 +1505,15 @@ async fn a_server_process_gets_none_of_toolgates_own_secrets() {
         ("TOOLGATE_JWT_SECRET", "unset"),
         ("TOOLGATE_SECRET_KEY", "unset"),
     ] {
-        let (_, outcome) = execute(
-            server,
-            &token,
-            &conversation,
-            "t__show_env",
-            &format!("call_env_{name}"),
-            json!({"name": name}),
-        )
-        .await;
+        let (_, outcome) = server
+            .execute_tool(
+                &token,
+                &conversation,
+                "t__show_env",
+                &format!("call_env_{name}"),
+                json!({"name": name}),
+            )
+            .await;
         assert_eq!(
             outcome["result"]["text"],
             format!("{name}={expected}"),
@@ -1554,15 +1529,9 @@ async fn a_changed_tool_list_reaches_the_registry_and_slow_calls_time_out() {
     let (_state, setup, token, conversation) =
         ready_with_state("call_timeout_seconds = 3", "mcp-changes").await;
     let server = &setup.server;
-    let (_, added) = execute(
-        server,
-        &token,
-        &conversation,
-        "t__add_tool",
-        "call_add",
-        json!({}),
-    )
-    .await;
+    let (_, added) = server
+        .execute_tool(&token, &conversation, "t__add_tool", "call_add", json!({}))
+        .await;
     assert_eq!(added["success"], true, "{added}");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     loop {
@@ -1573,15 +1542,15 @@ async fn a_changed_tool_list_reaches_the_registry_and_slow_calls_time_out() {
         assert!(tokio::time::Instant::now() < deadline, "{tools}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let (_, slow) = execute(
-        server,
-        &token,
-        &conversation,
-        "t__slow",
-        "call_slow",
-        json!({"ms": 10000}),
-    )
-    .await;
+    let (_, slow) = server
+        .execute_tool(
+            &token,
+            &conversation,
+            "t__slow",
+            "call_slow",
+            json!({"ms": 10000}),
+        )
+        .await;
     assert_eq!(slow["success"], false);
     assert!(
         slow["error"]
@@ -1606,15 +1575,9 @@ async fn stateless_questions_of_2026_07_28_survive_a_restart_and_call_again() {
         "{listed}"
     );
     let conversation = first.new_conversation(&token).await;
-    let (_, asked) = execute(
-        &first,
-        &token,
-        &conversation,
-        "t__ask_code",
-        "call_code",
-        json!({}),
-    )
-    .await;
+    let (_, asked) = first
+        .execute_tool(&token, &conversation, "t__ask_code", "call_code", json!({}))
+        .await;
     assert_eq!(asked["requires_user_input"], true, "{asked}");
     let request = asked["user_input_request"].clone();
     assert_eq!(request["elicitation"]["tool_call_id"], "call_code");
@@ -1652,15 +1615,15 @@ async fn stateless_questions_of_2026_07_28_survive_a_restart_and_call_again() {
 async fn a_round_of_too_many_stateless_questions_is_refused_whole() {
     let (setup, token, conversation) = ready(&stdio_server("t", STATELESS), "mcp-flood").await;
     let server = &setup.server;
-    let (status, outcome) = execute(
-        server,
-        &token,
-        &conversation,
-        "t__ask_code",
-        "call_flood",
-        json!({"extra_questions": 20}),
-    )
-    .await;
+    let (status, outcome) = server
+        .execute_tool(
+            &token,
+            &conversation,
+            "t__ask_code",
+            "call_flood",
+            json!({"extra_questions": 20}),
+        )
+        .await;
     assert_eq!(status, StatusCode::OK, "{outcome}");
     assert_eq!(outcome["success"], false, "{outcome}");
     assert_eq!(
@@ -1668,15 +1631,15 @@ async fn a_round_of_too_many_stateless_questions_is_refused_whole() {
         "{outcome}"
     );
     // Nor does one that asks toolgate to keep a great state for it between rounds.
-    let (status, outcome) = execute(
-        server,
-        &token,
-        &conversation,
-        "t__ask_code",
-        "call_state",
-        json!({"state_bytes": 70_000}),
-    )
-    .await;
+    let (status, outcome) = server
+        .execute_tool(
+            &token,
+            &conversation,
+            "t__ask_code",
+            "call_state",
+            json!({"state_bytes": 70_000}),
+        )
+        .await;
     assert_eq!(status, StatusCode::OK, "{outcome}");
     assert_eq!(
         outcome["error"],
@@ -1692,31 +1655,16 @@ async fn a_round_of_too_many_stateless_questions_is_refused_whole() {
 async fn an_answered_round_waits_for_a_session_while_the_users_are_busy() {
     let (setup, token, conversation) = ready(&stdio_server("t", STATELESS), "mcp-busy-round").await;
     let server = &setup.server;
-    let (_, asked) = execute(
-        server,
-        &token,
-        &conversation,
-        "t__ask_code",
-        "call_code",
-        json!({}),
-    )
-    .await;
+    let (_, asked) = server
+        .execute_tool(&token, &conversation, "t__ask_code", "call_code", json!({}))
+        .await;
     assert_eq!(asked["requires_user_input"], true, "{asked}");
     let card = asked["user_input_request"]["tool_call_id"].clone();
     // Four slow calls take every session a user may have with the server.
     let ids: Vec<String> = (0..4).map(|n| format!("call_slow_{n}")).collect();
     let slow: Vec<_> = ids
         .iter()
-        .map(|id| {
-            execute(
-                server,
-                &token,
-                &conversation,
-                "t__slow",
-                id,
-                json!({"ms": 3000}),
-            )
-        })
+        .map(|id| server.execute_tool(&token, &conversation, "t__slow", id, json!({"ms": 3000})))
         .collect();
     let answering = async {
         // Once the slow calls have their sessions.
@@ -1751,15 +1699,9 @@ async fn answer_after_a_restart_with(before: &str, after: &str) -> (Value, TestS
     let (user, token) = first.new_user("mcp-switched-off").await;
     tools_when_settled(&first, &token, &["t"]).await;
     let conversation = first.new_conversation(&token).await;
-    let (_, asked) = execute(
-        &first,
-        &token,
-        &conversation,
-        "t__ask_code",
-        "call_code",
-        json!({}),
-    )
-    .await;
+    let (_, asked) = first
+        .execute_tool(&token, &conversation, "t__ask_code", "call_code", json!({}))
+        .await;
     assert_eq!(asked["requires_user_input"], true, "{asked}");
     let request = asked["user_input_request"].clone();
     first.terminate().await.expect("stops");
@@ -1857,15 +1799,15 @@ async fn a_server_that_crashes_is_reconnected_and_meanwhile_its_tools_say_why() 
         // Ten a second: well within the rate limit.
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    let (_, offline) = execute(
-        server,
-        &token,
-        &conversation,
-        "t__echo",
-        "call_while_down",
-        json!({"text": "anyone there?"}),
-    )
-    .await;
+    let (_, offline) = server
+        .execute_tool(
+            &token,
+            &conversation,
+            "t__echo",
+            "call_while_down",
+            json!({"text": "anyone there?"}),
+        )
+        .await;
     let echo = tool(&tools, "t__echo");
     assert_eq!(echo["available"], false, "{echo}");
     let reason = echo["unavailable_reason"].as_str().unwrap_or_default();
@@ -1896,15 +1838,15 @@ async fn a_server_that_crashes_is_reconnected_and_meanwhile_its_tools_say_why() 
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let (_, back) = execute(
-        server,
-        &token,
-        &conversation,
-        "t__echo",
-        "call_after",
-        json!({"text": "back"}),
-    )
-    .await;
+    let (_, back) = server
+        .execute_tool(
+            &token,
+            &conversation,
+            "t__echo",
+            "call_after",
+            json!({"text": "back"}),
+        )
+        .await;
     assert_eq!(back["success"], true, "{back}");
 }
 
@@ -1916,15 +1858,15 @@ async fn an_elicitation_expires_no_later_than_its_servers_timeout() {
     )
     .await;
     let server = &setup.server;
-    let (status, asked) = execute(
-        server,
-        &token,
-        &conversation,
-        "t__ask_everything",
-        "call_expiring",
-        json!({}),
-    )
-    .await;
+    let (status, asked) = server
+        .execute_tool(
+            &token,
+            &conversation,
+            "t__ask_everything",
+            "call_expiring",
+            json!({}),
+        )
+        .await;
     assert_eq!(status, StatusCode::OK, "{asked}");
     assert_eq!(asked["requires_user_input"], true, "{asked}");
     let request = &asked["user_input_request"];
@@ -1966,15 +1908,15 @@ async fn a_call_with_two_questions_open_does_not_time_out_while_one_still_waits(
     )
     .await;
     let server = &setup.server;
-    let (status, asked) = execute(
-        server,
-        &token,
-        &conversation,
-        "t__ask_two_at_once",
-        "call_two",
-        json!({}),
-    )
-    .await;
+    let (status, asked) = server
+        .execute_tool(
+            &token,
+            &conversation,
+            "t__ask_two_at_once",
+            "call_two",
+            json!({}),
+        )
+        .await;
     assert_eq!(status, StatusCode::OK, "{asked}");
     assert_eq!(asked["requires_user_input"], true, "{asked}");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -2029,15 +1971,15 @@ async fn a_server_slow_after_its_question_expired_does_not_hold_up_other_expirie
     let (_, token) = server.new_user("mcp-slow-after").await;
     tools_when_settled(server, &token, &["t"]).await;
     let slow = server.new_conversation(&token).await;
-    let (status, asked) = execute(
-        server,
-        &token,
-        &slow,
-        "t__ask_then_take_time",
-        "call_slow",
-        json!({"ms": 60_000}),
-    )
-    .await;
+    let (status, asked) = server
+        .execute_tool(
+            &token,
+            &slow,
+            "t__ask_then_take_time",
+            "call_slow",
+            json!({"ms": 60_000}),
+        )
+        .await;
     assert_eq!(status, StatusCode::OK, "{asked}");
     assert_eq!(asked["requires_user_input"], true, "{asked}");
     let card = asked["user_input_request"]["tool_call_id"]
@@ -2047,15 +1989,9 @@ async fn a_server_slow_after_its_question_expired_does_not_hold_up_other_expirie
     until_stored_expired(server, card, Duration::from_secs(15)).await;
 
     let other = server.new_conversation(&token).await;
-    let (status, asked) = execute(
-        server,
-        &token,
-        &other,
-        "t__ask_everything",
-        "call_other",
-        json!({}),
-    )
-    .await;
+    let (status, asked) = server
+        .execute_tool(&token, &other, "t__ask_everything", "call_other", json!({}))
+        .await;
     assert_eq!(status, StatusCode::OK, "{asked}");
     assert_eq!(asked["requires_user_input"], true, "{asked}");
     let card = asked["user_input_request"]["tool_call_id"]
@@ -2142,27 +2078,27 @@ enabled = false
     assert!(unmarked["requires_approval"].is_object(), "{unmarked}");
 
     let conversation = server.new_conversation(&token).await;
-    let (status, deleted) = execute(
-        server,
-        &token,
-        &conversation,
-        "t__delete_thing",
-        "call_delete",
-        json!({}),
-    )
-    .await;
+    let (status, deleted) = server
+        .execute_tool(
+            &token,
+            &conversation,
+            "t__delete_thing",
+            "call_delete",
+            json!({}),
+        )
+        .await;
     assert_eq!(status, StatusCode::OK, "{deleted}");
     assert_ne!(deleted["requires_approval"], true, "{deleted}");
     assert_eq!(deleted["success"], true, "{deleted}");
-    let (status, refused) = execute(
-        server,
-        &token,
-        &conversation,
-        "t__ask_password",
-        "call_ask",
-        json!({}),
-    )
-    .await;
+    let (status, refused) = server
+        .execute_tool(
+            &token,
+            &conversation,
+            "t__ask_password",
+            "call_ask",
+            json!({}),
+        )
+        .await;
     assert_eq!(status, StatusCode::OK, "{refused}");
     assert_eq!(
         refused,
@@ -2186,15 +2122,15 @@ async fn a_read_only_mark_lifts_approval_only_for_a_trusted_server() {
     let echo = tool(&listed, "t__echo");
     assert!(echo["requires_approval"].is_object(), "{echo}");
     let conversation = server.new_conversation(&token).await;
-    let (status, asked) = execute(
-        server,
-        &token,
-        &conversation,
-        "t__echo",
-        "call_echo",
-        json!({"text": "hello"}),
-    )
-    .await;
+    let (status, asked) = server
+        .execute_tool(
+            &token,
+            &conversation,
+            "t__echo",
+            "call_echo",
+            json!({"text": "hello"}),
+        )
+        .await;
     assert_eq!(status, StatusCode::OK, "{asked}");
     assert_eq!(asked["requires_approval"], true, "{asked}");
     assert!(!asked.to_string().contains("echo: hello"), "{asked}");
@@ -2229,15 +2165,15 @@ async fn a_child_gets_its_arguments_and_directory_and_http_its_headers_from_the_
     assert_eq!(server_info(&listed, "h")["status"], "connected", "{listed}");
 
     let conversation = server.new_conversation(&token).await;
-    let (_, setup_told) = execute(
-        server,
-        &token,
-        &conversation,
-        "t__show_setup",
-        "call_setup",
-        json!({}),
-    )
-    .await;
+    let (_, setup_told) = server
+        .execute_tool(
+            &token,
+            &conversation,
+            "t__show_setup",
+            "call_setup",
+            json!({}),
+        )
+        .await;
     let text = setup_told["result"]["text"].as_str().unwrap_or_default();
     assert!(
         text.contains(r#"args: ["--flag","two words"]"#),
@@ -2266,15 +2202,15 @@ async fn a_live_sessions_question_ends_when_toolgate_stops_and_stays_ended_after
     let (user, token) = first.new_user("mcp-live-restart").await;
     tools_when_settled(&first, &token, &["t"]).await;
     let conversation = first.new_conversation(&token).await;
-    let (_, asked) = execute(
-        &first,
-        &token,
-        &conversation,
-        "t__ask_everything",
-        "call_live",
-        json!({}),
-    )
-    .await;
+    let (_, asked) = first
+        .execute_tool(
+            &token,
+            &conversation,
+            "t__ask_everything",
+            "call_live",
+            json!({}),
+        )
+        .await;
     assert_eq!(asked["requires_user_input"], true, "{asked}");
     let card = asked["user_input_request"]["tool_call_id"]
         .as_str()
@@ -2402,15 +2338,9 @@ fn archived_with(outcome: &Value) -> Value {
 /// `t__archive_things` called with `arguments` in a new conversation: the outcome.
 async fn archive(server: &TestServer, token: &str, id: &str, arguments: Value) -> Value {
     let conversation = server.new_conversation(token).await;
-    let (status, outcome) = execute(
-        server,
-        token,
-        &conversation,
-        "t__archive_things",
-        id,
-        arguments,
-    )
-    .await;
+    let (status, outcome) = server
+        .execute_tool(token, &conversation, "t__archive_things", id, arguments)
+        .await;
     assert_eq!(status, StatusCode::OK, "{outcome}");
     outcome
 }

@@ -414,10 +414,7 @@ async fn remembered_values_panel_masks_secrets_and_clears() {
         .await
         .expect("completed");
 
-    b.find("[data-testid=saved-values] summary")
-        .await
-        .expect("panel")
-        .click()
+    b.click_on("[data-testid=saved-values] summary")
         .await
         .expect("open");
     b.wait_until(
@@ -436,10 +433,7 @@ async fn remembered_values_panel_masks_secrets_and_clears() {
     assert!(panel.contains("this conversation"), "{panel}");
     screenshot(&b, "saved-values.png").await;
 
-    b.find("[data-testid=clear-saved]")
-        .await
-        .expect("clear")
-        .click()
+    b.click_on("[data-testid=clear-saved]")
         .await
         .expect("click clear");
     b.wait_for("[data-testid=saved-empty]")
@@ -504,10 +498,7 @@ async fn a_user_wide_secret_is_forgotten_from_the_panel_in_every_conversation() 
     assert_eq!(before.len(), 1, "{before:?}");
     assert_eq!(before[0]["scope"], "user", "{before:?}");
 
-    b.find("[data-testid=saved-values] summary")
-        .await
-        .expect("panel")
-        .click()
+    b.click_on("[data-testid=saved-values] summary")
         .await
         .expect("open");
     b.wait_until(
@@ -522,10 +513,7 @@ async fn a_user_wide_secret_is_forgotten_from_the_panel_in_every_conversation() 
         .expect("panel text");
     assert!(panel.contains("all your conversations"), "{panel}");
     assert!(!panel.contains("tok-user-wide"), "{panel}");
-    b.find("[data-testid=forget-saved]")
-        .await
-        .expect("forget")
-        .click()
+    b.click_on("[data-testid=forget-saved]")
         .await
         .expect("click forget");
     b.wait_for("[data-testid=saved-empty]")

@@ -181,10 +181,7 @@ async fn pnl_card_validates_as_you_type_then_completes_and_the_answer_streams_in
     screenshot(&b, "exchange.png").await;
 
     // Remembered for the conversation.
-    b.find("[data-testid=saved-values] summary")
-        .await
-        .expect("saved values")
-        .click()
+    b.click_on("[data-testid=saved-values] summary")
         .await
         .expect("open saved values");
     b.wait_until(

@@ -127,12 +127,7 @@ async fn docs_page_shows_the_operations_under_the_policy() {
     .expect("operations listed");
     b.execute(WATCH_VIOLATIONS, vec![]).await.expect("watch");
     // Opening an operation renders its schema and examples.
-    b.find(".opblock-summary")
-        .await
-        .expect("an operation")
-        .click()
-        .await
-        .expect("open it");
+    b.click_on(".opblock-summary").await.expect("open it");
     b.wait_for(".opblock-body")
         .await
         .expect("operation details");

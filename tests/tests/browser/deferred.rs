@@ -45,10 +45,7 @@ async fn chat_after(fx: &Fixture, user: &str, text: &str, block: bool) -> Browse
 }
 
 async fn open_saved_values(b: &Browser) {
-    b.find("[data-testid=saved-values] summary")
-        .await
-        .expect("panel")
-        .click()
+    b.click_on("[data-testid=saved-values] summary")
         .await
         .expect("open the panel");
 }
@@ -104,10 +101,7 @@ async fn a_card_whose_code_cannot_be_fetched_says_so_and_shows_after_a_retry() {
         .expect("the run waits");
 
     b.block_urls(&[]).await.expect("unblock");
-    b.find("[data-testid=deferred-retry]")
-        .await
-        .expect("try again")
-        .click()
+    b.click_on("[data-testid=deferred-retry]")
         .await
         .expect("click try again");
     let input = b

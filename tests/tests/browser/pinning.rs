@@ -34,10 +34,7 @@ async fn the_first_request_is_kept_and_a_later_message_can_be_pinned() {
     );
     assert_eq!(b.count(PRESSED).await.expect("count"), 0);
 
-    b.find("[data-testid=pin-message]")
-        .await
-        .expect("pin button")
-        .click()
+    b.click_on("[data-testid=pin-message]")
         .await
         .expect("click pin");
     b.wait_for(PRESSED).await.expect("the button shows the pin");

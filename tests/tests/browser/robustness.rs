@@ -15,10 +15,7 @@ const COMPOSER_TEXT: &str = "document.querySelector('[data-testid=composer-input
 
 /// Clicks "Sign out" and waits for the sign-in page.
 async fn sign_out(b: &crate::webdriver::Browser) {
-    b.find("[data-testid=sign-out]")
-        .await
-        .expect("sign-out button")
-        .click()
+    b.click_on("[data-testid=sign-out]")
         .await
         .expect("sign out");
     b.wait_for("[data-testid=user-name]")
@@ -302,10 +299,7 @@ async fn works_at_375_pixels_wide() {
     new_conversation(&b).await;
     ask(&b, "Which customers do we have? Query the database.").await;
     b.wait_for(PENDING_CARD).await.expect("card");
-    b.find("[data-field=database] select option[value=production]")
-        .await
-        .expect("option")
-        .click()
+    b.click_on("[data-field=database] select option[value=production]")
         .await
         .expect("choose");
     b.wait_for("[data-field=production_reason] textarea")
@@ -524,10 +518,7 @@ async fn without_dev_sign_in_the_page_explains_tokens_and_accepts_a_pasted_one()
         .await
         .expect("token field");
     field.send_keys("not-a-token").await.expect("type");
-    b.find("[data-testid=token-sign-in] button[type=submit]")
-        .await
-        .expect("button")
-        .click()
+    b.click_on("[data-testid=token-sign-in] button[type=submit]")
         .await
         .expect("click");
     b.wait_until(
@@ -547,10 +538,7 @@ async fn without_dev_sign_in_the_page_explains_tokens_and_accepts_a_pasted_one()
         .send_keys(&format!("\u{E009}a\u{E000}{wrong}"))
         .await
         .expect("paste");
-    b.find("[data-testid=token-sign-in] button[type=submit]")
-        .await
-        .expect("button")
-        .click()
+    b.click_on("[data-testid=token-sign-in] button[type=submit]")
         .await
         .expect("click");
     b.wait_until(
@@ -569,10 +557,7 @@ async fn without_dev_sign_in_the_page_explains_tokens_and_accepts_a_pasted_one()
         .send_keys(&format!("\u{E009}a\u{E000}{good}"))
         .await
         .expect("paste");
-    b.find("[data-testid=token-sign-in] button[type=submit]")
-        .await
-        .expect("button")
-        .click()
+    b.click_on("[data-testid=token-sign-in] button[type=submit]")
         .await
         .expect("click");
     b.wait_for("[data-testid=new-conversation]")

@@ -272,6 +272,15 @@ impl Browser {
         .await
     }
 
+    /// Finds the element `css` names and clicks it.
+    pub async fn click_on(&self, css: &str) -> Result<()> {
+        self.find(css)
+            .await?
+            .click()
+            .await
+            .with_context(|| format!("clicking `{css}`"))
+    }
+
     pub async fn find(&self, css: &str) -> Result<Element<'_>> {
         let found = self
             .command(
