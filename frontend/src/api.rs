@@ -216,6 +216,7 @@ pub async fn post_message(token: &str, id: Uuid, text: &str) -> ApiResult<PostMe
     let path = format!("/api/conversations/{id}/messages");
     let body = PostMessage {
         content: PostContent::Text(text.to_owned()),
+        idempotency_key: None,
     };
     call("POST", &path, Some(token), json_body(&body)?).await
 }

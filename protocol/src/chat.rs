@@ -396,6 +396,12 @@ pub struct PinMessage {
 #[serde(deny_unknown_fields)]
 pub struct PostMessage {
     pub content: PostContent,
+    /// A key the client picks for this message: a fresh UUID for each message, kept
+    /// while the same message is sent again. Posting again under a key the conversation
+    /// already holds posts nothing and answers as the first post did (its message, and
+    /// its run or command reply); under it with other content, a 422.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<Uuid>,
 }
 
 /// The answer to posting a message: a run started (202), or, for a `/context`

@@ -16,7 +16,7 @@ pub mod tokens;
 
 pub use active_runs::ActiveRuns;
 pub use run::{
-    Runner, StartedRun, conversation_full, deliver_mcp_outcomes, deliver_outcome,
+    Runner, StartedRun, already_posted, conversation_full, deliver_mcp_outcomes, deliver_outcome,
     fail_abandoned_runs, prepare_request, resume_stranded_runs, start_run, wind_down,
 };
 

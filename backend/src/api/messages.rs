@@ -22,7 +22,7 @@ use crate::agent::{self, commands};
 use crate::auth::AuthUser;
 use crate::db::messages::{self, NewMessage};
 use crate::db::{self, conversations, events, runs};
-use crate::error::{Error, FieldErrors, Result};
+use crate::error::{Error, FieldErrors, Result, ResultExt};
 use crate::state::AppState;
 use crate::tools::kinds::http::egress::{self, AddressClass};
 
@@ -123,15 +123,16 @@ fn content_blocks(content: PostContent) -> Result<Vec<ContentBlock>> {
 /// `/context`, `/remember` or `/help` command is answered at once (200). A second
 /// message while a run is active is refused with 409 `run_active`, and one to a
 /// conversation that holds the most message content one may with 409
-/// `conversation_full`.
+/// `conversation_full`. Sent again under its `idempotency_key`, a message is not posted
+/// twice: the answer is the first post's.
 #[utoipa::path(post, path = "/api/conversations/{id}/messages", tag = "chat", request_body = PostMessage,
     params(("id" = Uuid, Path, description = "Conversation id")), security(("bearer" = [])), responses(
-    (status = 202, description = "A run started", body = PostMessageResponse),
-    (status = 200, description = "A chat command, answered at once", body = PostMessageResponse),
+    (status = 202, description = "A run started (or, for a message sent again under its `idempotency_key`, was started then)", body = PostMessageResponse),
+    (status = 200, description = "A chat command, answered at once (or then)", body = PostMessageResponse),
     (status = 400, description = "Malformed body (not JSON, a key given twice, a wrong type)", body = protocol::api::ErrorBody),
     (status = 404, body = protocol::api::ErrorBody),
-    (status = 409, description = "A run is already active (`run_active`), or the conversation holds the most messages one may (`conversation_full`)", body = protocol::api::ErrorBody),
-    (status = 422, body = protocol::api::ErrorBody)))]
+    (status = 409, description = "A run is already active (`run_active`), the conversation holds the most messages one may (`conversation_full`), or a message was posted under the same `idempotency_key` at the same moment (`already_posted`; send again to read it)", body = protocol::api::ErrorBody),
+    (status = 422, description = "Content that breaks the rules, or an `idempotency_key` this conversation holds for another message", body = protocol::api::ErrorBody)))]
 pub async fn post_message(
     State(state): State<AppState>,
     user: AuthUser,
@@ -139,6 +140,75 @@ pub async fn post_message(
     ApiJson(body): ApiJson<PostMessage>,
 ) -> Result<(StatusCode, Json<PostMessageResponse>)> {
     let content = content_blocks(body.content)?;
+    let Some(key) = body.idempotency_key else {
+        return post(&state, &user, conversation_id, content, None).await;
+    };
+    if let Some(first) = first_post(&state, &user, conversation_id, key, &content).await? {
+        return Ok(first);
+    }
+    match post(&state, &user, conversation_id, content.clone(), Some(key)).await {
+        Ok(answer) => Ok(answer),
+        // Another request under the key may have posted meanwhile: this one then broke
+        // the key's index, or a check its message passed (a run now active, the
+        // conversation now full). Its message is the answer.
+        Err(err) => match first_post(&state, &user, conversation_id, key, &content).await? {
+            Some(first) => Ok(first),
+            None => Err(err),
+        },
+    }
+}
+
+/// The answer to the message posted earlier to the conversation under `key`, as it
+/// was first given (202 with its run, or 200 with a command's reply); `None` when the
+/// conversation holds no message under the key (or is not the caller's). The same key
+/// with other content is a 422: a client that reuses keys would otherwise lose the
+/// second message without a word.
+async fn first_post(
+    state: &AppState,
+    user: &AuthUser,
+    conversation_id: Uuid,
+    key: Uuid,
+    content: &[ContentBlock],
+) -> Result<Option<(StatusCode, Json<PostMessageResponse>)>> {
+    let mut tx = db::begin_as_user(&state.db, &user.user_id).await?;
+    let found =
+        messages::posted_under_key(&mut tx, conversation_id, key, commands::COMMAND_MODEL).await?;
+    tx.commit().await?;
+    let Some((message, reply)) = found else {
+        return Ok(None);
+    };
+    if message.content != content {
+        return Err(Error::unprocessable(
+            "idempotency key already used",
+            FieldErrors::from([(
+                "idempotency_key".to_owned(),
+                "this conversation holds another message posted under this key; pick a new key for each message"
+                    .to_owned(),
+            )]),
+        ));
+    }
+    let status = match message.run_id {
+        Some(_) => StatusCode::ACCEPTED,
+        None => StatusCode::OK,
+    };
+    Ok(Some((
+        status,
+        Json(PostMessageResponse {
+            run_id: message.run_id,
+            message,
+            reply,
+        }),
+    )))
+}
+
+/// Posts the message: a command answered at once, or a run started.
+async fn post(
+    state: &AppState,
+    user: &AuthUser,
+    conversation_id: Uuid,
+    content: Vec<ContentBlock>,
+    idempotency_key: Option<Uuid>,
+) -> Result<(StatusCode, Json<PostMessageResponse>)> {
     if let Some(text) = protocol::chat::command_text(&content) {
         let mut tx = db::begin_as_user(&state.db, &user.user_id).await?;
         if !conversations::exists(&mut tx, conversation_id).await? {
@@ -157,8 +227,10 @@ pub async fn post_message(
                 run_id: None,
             },
             limits.conversation_bytes(),
+            idempotency_key,
         )
-        .await?
+        .await
+        .on_constraint(messages::IDEMPOTENCY_KEY_INDEX, |_| agent::already_posted())?
         .ok_or_else(|| agent::conversation_full(limits))?;
         let reply_text = commands::run(
             &mut tx,
@@ -204,8 +276,14 @@ pub async fn post_message(
             }),
         ));
     }
-    let started =
-        agent::start_run(&state.runner(), &user.user_id, conversation_id, content).await?;
+    let started = agent::start_run(
+        &state.runner(),
+        &user.user_id,
+        conversation_id,
+        content,
+        idempotency_key,
+    )
+    .await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(PostMessageResponse {

@@ -73,18 +73,25 @@ const MAX_SEARCHED_BYTES: usize = 256 * 1024;
 /// Appends a message in two statements. The conversation row is locked so parallel
 /// writers (tool results of one step) take consecutive sequence numbers.
 pub async fn append(conn: &mut PgConnection, new: NewMessage<'_>) -> sqlx::Result<Message> {
-    append_within(conn, new, i64::MAX)
+    append_within(conn, new, i64::MAX, None)
         .await?
         .ok_or(sqlx::Error::RowNotFound)
 }
 
+/// The unique index on a conversation's idempotency keys: a message posted under a key
+/// another message of the conversation already holds breaks it.
+pub const IDEMPOTENCY_KEY_INDEX: &str = "messages_idempotency_key";
+
 /// [`append`], unless the conversation would then hold more than `most_bytes` of
 /// message content (`conversations.content_bytes`): `None`, and nothing is written.
-/// Also `None` for a conversation the caller cannot see.
+/// Also `None` for a conversation the caller cannot see. A user's message keeps the
+/// `idempotency_key` its client posted it under; one the conversation already holds
+/// fails on [`IDEMPOTENCY_KEY_INDEX`].
 pub async fn append_within(
     conn: &mut PgConnection,
     new: NewMessage<'_>,
     most_bytes: i64,
+    idempotency_key: Option<Uuid>,
 ) -> sqlx::Result<Option<Message>> {
     let bytes = i64::try_from(storable::json_size(&new.content)).unwrap_or(i64::MAX);
     // Marks the conversation active, counts the content and, as an update, holds its
@@ -121,10 +128,10 @@ pub async fn append_within(
         text.truncate(end);
     }
     let row = message_rows!(
-        "insert into messages (id, conversation_id, user_id, seq, role, content, model, run_id, text_content, content_bytes)
+        "insert into messages (id, conversation_id, user_id, seq, role, content, model, run_id, text_content, content_bytes, idempotency_key)
          values ($1, $2, $3,
                  (select coalesce(max(seq), 0) + 1 from messages where conversation_id = $2),
-                 $4, $5, $6, $7, $8, $9)
+                 $4, $5, $6, $7, $8, $9, $10)
          returning",
         "",
         Uuid::new_v4(),
@@ -136,10 +143,41 @@ pub async fn append_within(
         new.run_id,
         text,
         i32::try_from(bytes).unwrap_or(i32::MAX),
+        idempotency_key,
     )
     .fetch_one(conn)
     .await?;
     Ok(Some(row.into()))
+}
+
+/// The message the caller posted to the conversation under `idempotency_key`, and,
+/// when it started no run, the reply `reply_model` wrote right after it (a command's).
+pub async fn posted_under_key(
+    conn: &mut PgConnection,
+    conversation_id: Uuid,
+    idempotency_key: Uuid,
+    reply_model: &str,
+) -> sqlx::Result<Option<(Message, Option<Message>)>> {
+    let mut rows = message_rows!(
+        "select",
+        "from messages
+         where conversation_id = $1
+           and (idempotency_key = $2
+                or (role = 'assistant' and model = $3
+                    and seq = (select posted.seq + 1 from messages posted
+                               where posted.conversation_id = $1
+                                 and posted.idempotency_key = $2
+                                 and posted.run_id is null)))
+         order by seq",
+        conversation_id,
+        idempotency_key,
+        reply_model,
+    )
+    .fetch_all(conn)
+    .await?
+    .into_iter()
+    .map(Message::from);
+    Ok(rows.next().map(|posted| (posted, rows.next())))
 }
 
 pub async fn list(conn: &mut PgConnection, conversation_id: Uuid) -> sqlx::Result<Vec<Message>> {

@@ -1150,6 +1150,7 @@ async fn step_transactions(state: &backend::AppState, url: &str) -> Result<()> {
             user,
             conversation,
             vec![protocol::chat::ContentBlock::Text { text }],
+            None,
         )
         .await?;
         let deadline = Instant::now() + Duration::from_secs(30);

@@ -13,6 +13,7 @@ mod limits;
 mod mcp;
 mod rls;
 mod schema;
+mod sending_again;
 mod sql_kind;
 mod streams;
 mod tools;

@@ -39,13 +39,15 @@ pub(super) async fn emit(
     Ok(())
 }
 
-/// Stores the user's message, starts a run for it and drives the run in the
-/// background. Refused with 409 while another run of the conversation is active.
+/// Stores the user's message (under the client's `idempotency_key`, when it sent one),
+/// starts a run for it and drives the run in the background. Refused with 409 while
+/// another run of the conversation is active.
 pub async fn start_run(
     runner: &Runner,
     user_id: &str,
     conversation_id: Uuid,
     content: Vec<ContentBlock>,
+    idempotency_key: Option<Uuid>,
 ) -> Result<StartedRun> {
     let mut tx = db::begin_as_user(&runner.executor.pool, user_id).await?;
     if !conversations::exists(&mut tx, conversation_id).await? {
@@ -78,8 +80,10 @@ pub async fn start_run(
             run_id: Some(run_id),
         },
         runner.config.limits.conversation_bytes(),
+        idempotency_key,
     )
-    .await?
+    .await
+    .on_constraint(messages::IDEMPOTENCY_KEY_INDEX, |_| already_posted())?
     .ok_or_else(|| conversation_full(&runner.config.limits))?;
     let model = runner.agent.default_model();
     let run = runs::insert(
@@ -123,6 +127,15 @@ fn run_active() -> Error {
     Error::conflict(
         "run_active",
         "a run is already in progress in this conversation; wait for it, or answer its pending input",
+    )
+}
+
+/// Another request posted a message under the same idempotency key while this one
+/// did; it won, and asking again answers with its message.
+pub fn already_posted() -> Error {
+    Error::conflict(
+        "already_posted",
+        "a message was posted under this idempotency_key at the same moment; send it again to read that message",
     )
 }
 

@@ -70,6 +70,7 @@ impl Harness {
             user,
             conversation,
             vec![ContentBlock::Text { text: text.into() }],
+            None,
         )
         .await
         .expect("started");
