@@ -212,11 +212,17 @@ pub async fn list_messages(token: &str, id: Uuid) -> ApiResult<MessageList> {
     Ok(all)
 }
 
-pub async fn post_message(token: &str, id: Uuid, text: &str) -> ApiResult<PostMessageResponse> {
+/// Posts `text`; sent again under the same `idempotency_key`, it is posted once.
+pub async fn post_message(
+    token: &str,
+    id: Uuid,
+    text: &str,
+    idempotency_key: Option<Uuid>,
+) -> ApiResult<PostMessageResponse> {
     let path = format!("/api/conversations/{id}/messages");
     let body = PostMessage {
         content: PostContent::Text(text.to_owned()),
-        idempotency_key: None,
+        idempotency_key,
     };
     call("POST", &path, Some(token), json_body(&body)?).await
 }

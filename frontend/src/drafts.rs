@@ -5,8 +5,11 @@
 //! forgets it; closing the tab does too.
 
 const PREFIX: &str = "toolgate.draft.";
+/// Beside each draft, how it was sent ([`crate::resend`]).
+const SENDING_PREFIX: &str = "toolgate.sending.";
 
-fn storage() -> Option<web_sys::Storage> {
+/// This tab's `sessionStorage`, where drafts and what is kept beside them live.
+pub(crate) fn storage() -> Option<web_sys::Storage> {
     web_sys::window()?.session_storage().ok().flatten()
 }
 
@@ -36,7 +39,25 @@ pub fn save(key: &str, text: &str) {
     }
 }
 
-/// Forgets every draft but `user`'s (every draft when `None`).
+/// Where what is kept about sending the draft under `draft` is kept ([`crate::resend`]):
+/// beside it, with the same owner.
+pub fn beside(draft: &str) -> String {
+    format!(
+        "{SENDING_PREFIX}{}",
+        draft.strip_prefix(PREFIX).unwrap_or(draft)
+    )
+}
+
+/// Whose a kept entry is: `<prefix><user>.<conversation or "new">`, where a user id may
+/// hold dots and the rest not; `None` for what is not a draft or kept beside one.
+fn owner_of(key: &str) -> Option<&str> {
+    key.strip_prefix(PREFIX)
+        .or_else(|| key.strip_prefix(SENDING_PREFIX))
+        .and_then(|rest| rest.rsplit_once('.'))
+        .map(|(owner, _)| owner)
+}
+
+/// Forgets every draft (and what is kept beside it) but `user`'s (every one when `None`).
 pub fn forget_all_but(user: Option<&str>) {
     let Some(storage) = storage() else {
         return;
@@ -44,16 +65,25 @@ pub fn forget_all_but(user: Option<&str>) {
     let count = storage.length().unwrap_or(0);
     let keys: Vec<String> = (0..count)
         .filter_map(|i| storage.key(i).ok().flatten())
-        .filter(|key| {
-            // `<user>.<conversation or "new">`: a user id may hold dots, the rest not.
-            let owner = key
-                .strip_prefix(PREFIX)
-                .and_then(|rest| rest.rsplit_once('.'))
-                .map(|(owner, _)| owner);
-            owner.is_some() && owner != user
-        })
+        .filter(|key| owner_of(key).is_some_and(|owner| Some(owner) != user))
         .collect();
     for key in keys {
         let _ = storage.remove_item(&key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_is_kept_beside_a_draft_has_the_drafts_owner() {
+        let draft = key("alice.example", None);
+        assert_eq!(beside(&draft), "toolgate.sending.alice.example.new");
+        assert_eq!(owner_of(&draft), Some("alice.example"));
+        assert_eq!(owner_of(&beside(&draft)), Some("alice.example"));
+        let id = uuid::Uuid::from_u128(7);
+        assert_eq!(owner_of(&beside(&key("bob", Some(id)))), Some("bob"));
+        assert_eq!(owner_of("toolgate.session"), None);
     }
 }

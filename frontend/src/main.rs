@@ -15,6 +15,7 @@ mod focus;
 mod input_card;
 mod local_time;
 mod ordered;
+mod resend;
 mod saved_values;
 mod state;
 mod stream;

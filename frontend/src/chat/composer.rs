@@ -6,6 +6,7 @@ use protocol::chat::RunStatus;
 use uuid::Uuid;
 
 use crate::api::{self, ApiError};
+use crate::resend::{self, Sending};
 use crate::state::AppState;
 use crate::stream::{ChatStore, RunView};
 use crate::{drafts, focus};
@@ -45,7 +46,14 @@ pub(super) fn Composer(store: Option<ChatStore>) -> impl IntoView {
     let text = RwSignal::new(drafts::kept(&draft_key));
     // Kept as it is typed; a sign-out on purpose forgets it before the box goes.
     let draft_key = StoredValue::new(draft_key);
-    Effect::new(move |_| text.with(|typed| draft_key.with_value(|key| drafts::save(key, typed))));
+    Effect::new(move |_| {
+        text.with(|typed| {
+            draft_key.with_value(|key| {
+                drafts::save(key, typed);
+                resend::shown(key, typed);
+            })
+        })
+    });
     let sending = RwSignal::new(false);
     let error = RwSignal::new(None::<String>);
     let input = NodeRef::<leptos::html::Textarea>::new();
@@ -65,14 +73,26 @@ pub(super) fn Composer(store: Option<ChatStore>) -> impl IntoView {
         sending.set(true);
         error.set(None);
         let key = draft_key.get_value();
+        let sending_as = resend::for_text(&key, &content);
         spawn_local(async move {
-            let target = match store.map(|s| s.id).or(created.get_value()) {
+            let target = match store
+                .map(|s| s.id)
+                .or(created.get_value())
+                .or(sending_as.and_then(|s| s.conversation))
+            {
                 Some(id) => Ok(id),
                 None => api::create_conversation(&token, Some(title_from(&content)))
                     .await
                     .map(|conversation| {
                         let id = conversation.id;
                         created.set_value(Some(id));
+                        if let Some(sending_as) = sending_as {
+                            let made = Sending {
+                                conversation: Some(id),
+                                ..sending_as
+                            };
+                            resend::keep(&key, made, &content);
+                        }
                         app.conversations.update(|list| {
                             list.retain(|c| c.id != id);
                             list.insert(0, conversation);
@@ -81,7 +101,7 @@ pub(super) fn Composer(store: Option<ChatStore>) -> impl IntoView {
                     }),
             };
             let posted = match target {
-                Ok(id) => api::post_message(&token, id, &content)
+                Ok(id) => api::post_message(&token, id, &content, sending_as.map(|s| s.key))
                     .await
                     .map(|p| (id, p)),
                 Err(err) => Err(err),
@@ -107,10 +127,16 @@ pub(super) fn Composer(store: Option<ChatStore>) -> impl IntoView {
                     }
                     match store {
                         Some(store) => {
+                            // Sent again, the answer is the first send's, whose run the
+                            // conversation has already shown (and may have ended).
+                            let known = store.messages.with_untracked(|shown| {
+                                shown.iter().any(|m| m.id == posted.message.id)
+                            });
                             let mut added = vec![posted.message];
                             added.extend(posted.reply);
                             store.add_messages(added);
                             if let Some(run_id) = posted.run_id
+                                && !known
                                 && store.run.with_untracked(|r| r.as_ref().and_then(|r| r.id))
                                     != Some(run_id)
                             {

@@ -648,6 +648,243 @@ async fn a_draft_outlives_a_reload_and_a_visit_elsewhere_until_it_is_sent() {
     b.quit().await;
 }
 
+/// A message box opened again while its message was being sent still shows the text
+/// once the send is through; Send there answers with the message already posted and
+/// posts nothing twice (no second message, no second run).
+#[tokio::test]
+async fn send_again_from_a_box_opened_mid_send_posts_the_message_once() {
+    let Some(fx) = Fixture::start("send_again").await else {
+        return;
+    };
+    let b = fx.browser().await;
+    let address = a_conversation_of(&b, &fx.base(), &unique("jon")).await;
+    let conversation = address.rsplit('/').next().expect("id").to_owned();
+    b.wait_for("[data-testid=stream-status][data-state=live]")
+        .await
+        .expect("the conversation caught up");
+    let text = "Please total the March invoices";
+    b.wait_for("[data-testid=composer-input]")
+        .await
+        .expect("message box")
+        .send_keys(text)
+        .await
+        .expect("type");
+    b.wait_until(
+        "the send button to be enabled",
+        "!document.querySelector('[data-testid=send]').disabled",
+    )
+    .await
+    .expect("send enabled");
+
+    // The post waits on the conversation's row while the user goes and comes back.
+    let mut holder = fx.server.db().await;
+    sqlx::query("begin")
+        .execute(&mut holder)
+        .await
+        .expect("begin");
+    sqlx::query("select 1 from conversations where id = $1::uuid for update")
+        .bind(&conversation)
+        .execute(&mut holder)
+        .await
+        .expect("hold the conversation");
+    b.find("[data-testid=composer-input]")
+        .await
+        .expect("message box")
+        .send_keys(ENTER)
+        .await
+        .expect("send");
+    new_conversation(&b).await;
+    b.goto(&address).await.expect("back to the conversation");
+    let kept = b
+        .wait_until("the text still being sent", &composer_shows(text))
+        .await;
+    assert!(kept.is_ok(), "{}", b.page_summary().await);
+    sqlx::query("commit")
+        .execute(&mut holder)
+        .await
+        .expect("let go");
+
+    // The send goes through and its run ends; the box still shows the text.
+    b.wait_until(
+        "the sent message",
+        "document.body.innerText.includes('March invoices')",
+    )
+    .await
+    .expect("the message went");
+    crate::wait_idle(&b).await;
+    b.wait_until(
+        "the send button to be enabled",
+        "!document.querySelector('[data-testid=send]').disabled",
+    )
+    .await
+    .expect("send enabled");
+    assert_eq!(composer_value(&b).await, json!(text));
+    b.find("[data-testid=composer-input]")
+        .await
+        .expect("message box")
+        .send_keys(ENTER)
+        .await
+        .expect("send again");
+    b.wait_until("the box to empty", &composer_shows(""))
+        .await
+        .expect("answered");
+    crate::wait_idle(&b).await;
+
+    let mut db = fx.server.db().await;
+    let (messages, runs): (i64, i64) = sqlx::query_as(
+        "select (select count(*) from messages
+                 where conversation_id = $1::uuid and role = 'user' and text_content = $2),
+                (select count(*) from agent_runs r join messages m on m.id = r.user_message_id
+                 where r.conversation_id = $1::uuid and m.text_content = $2)",
+    )
+    .bind(&conversation)
+    .bind(text)
+    .fetch_one(&mut db)
+    .await
+    .expect("count");
+    assert_eq!((messages, runs), (1, 1), "{}", b.page_summary().await);
+    let shown = b
+        .execute(
+            "return [...document.querySelectorAll('[data-testid=message-user]')]\
+             .filter(m => m.innerText.includes('March invoices')).length",
+            vec![],
+        )
+        .await
+        .expect("shown");
+    assert_eq!(shown, json!(1));
+    b.quit().await;
+}
+
+/// The same from the new-conversation page: sent again from a box opened while the
+/// first send was under way, the message goes into the conversation made for it then,
+/// not into a second one.
+#[tokio::test]
+async fn send_again_from_a_new_conversation_box_makes_no_second_conversation() {
+    let Some(fx) = Fixture::start("send_again_new").await else {
+        return;
+    };
+    let b = fx.browser().await;
+    let user = unique("kim");
+    let address = a_conversation_of(&b, &fx.base(), &user).await;
+    new_conversation(&b).await;
+    let text = "Summarise the April payroll";
+    b.wait_for("[data-testid=composer-input]")
+        .await
+        .expect("message box")
+        .send_keys(text)
+        .await
+        .expect("type");
+
+    // The conversation is made; its message waits until the user has gone and come back.
+    let mut holder = fx.server.db().await;
+    sqlx::query("begin")
+        .execute(&mut holder)
+        .await
+        .expect("begin");
+    sqlx::query("lock table messages in share mode")
+        .execute(&mut holder)
+        .await
+        .expect("hold new messages");
+    b.find("[data-testid=composer-input]")
+        .await
+        .expect("message box")
+        .send_keys(ENTER)
+        .await
+        .expect("send");
+    let mut db = fx.server.db().await;
+    let made = async {
+        loop {
+            let made: i64 = sqlx::query_scalar(
+                "select count(*) from conversations where user_id = $1 and title like 'Summarise%'",
+            )
+            .bind(&user)
+            .fetch_one(&mut db)
+            .await
+            .expect("conversations");
+            if made == 1 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(20), made)
+        .await
+        .expect("the conversation made");
+    b.goto(&address).await.expect("to another conversation");
+    b.wait_for("[data-testid=stream-status][data-state=live]")
+        .await
+        .expect("the other conversation");
+    new_conversation(&b).await;
+    let kept = b
+        .wait_until("the text still being sent", &composer_shows(text))
+        .await;
+    assert!(kept.is_ok(), "{}", b.page_summary().await);
+    sqlx::query("commit")
+        .execute(&mut holder)
+        .await
+        .expect("let go");
+    let ended = async {
+        loop {
+            let running: i64 = sqlx::query_scalar(
+                "select count(*) from agent_runs
+                 where user_id = $1 and status in ('running', 'waiting_for_input')",
+            )
+            .bind(&user)
+            .fetch_one(&mut db)
+            .await
+            .expect("runs");
+            let posted: i64 = sqlx::query_scalar(
+                "select count(*) from messages where user_id = $1 and text_content = $2",
+            )
+            .bind(&user)
+            .bind(text)
+            .fetch_one(&mut db)
+            .await
+            .expect("messages");
+            if running == 0 && posted == 1 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(30), ended)
+        .await
+        .expect("the first send through and its run over");
+
+    assert_eq!(composer_value(&b).await, json!(text));
+    b.find("[data-testid=composer-input]")
+        .await
+        .expect("message box")
+        .send_keys(ENTER)
+        .await
+        .expect("send again");
+    b.wait_until(
+        "the conversation made for it",
+        "location.hash.startsWith('#/c/') && document.body.innerText.includes('April payroll')",
+    )
+    .await
+    .expect("shown");
+    crate::wait_idle(&b).await;
+    let (conversations, messages, runs): (i64, i64, i64) = sqlx::query_as(
+        "select (select count(*) from conversations where user_id = $1),
+                (select count(*) from messages where user_id = $1 and text_content = $2),
+                (select count(*) from agent_runs where user_id = $1)",
+    )
+    .bind(&user)
+    .bind(text)
+    .fetch_one(&mut db)
+    .await
+    .expect("count");
+    // The first conversation with its exchange, and the one made for this message.
+    assert_eq!(
+        (conversations, messages, runs),
+        (2, 1, 2),
+        "{}",
+        b.page_summary().await
+    );
+    b.quit().await;
+}
+
 /// What was typed and not sent outlives a session that runs out while it is on the
 /// screen (signing in again brings it back), but not a sign-out on purpose.
 #[tokio::test]
