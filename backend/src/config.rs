@@ -277,7 +277,14 @@ impl Config {
             Some(secret) if secret.len() < 32 => {
                 bail!("TOOLGATE_JWT_SECRET must be at least 32 characters long")
             }
-            Some(secret) => secret.into_bytes(),
+            Some(secret) => {
+                if let Some(distinct) = few_distinct(&secret) {
+                    bail!(
+                        "TOOLGATE_JWT_SECRET is made of only {distinct} different characters, so tokens signed with it are easy to forge; use a random one, e.g. from `openssl rand -hex 32`"
+                    );
+                }
+                secret.into_bytes()
+            }
             None if dev_auth => kept_random_secret(&data_dir, "jwt_secret")?.into_bytes(),
             None => {
                 bail!("TOOLGATE_JWT_SECRET is not set; it is required unless TOOLGATE_DEV_AUTH=1")
@@ -287,7 +294,24 @@ impl Config {
             Some(key) if key.len() < 16 => {
                 bail!("TOOLGATE_SECRET_KEY must be at least 16 characters long")
             }
-            Some(key) => key,
+            Some(key) => {
+                // Whoever issues tokens holds the JWT secret; the saved secrets' key is
+                // the server's alone. The JWT secret is the one to change: a new key
+                // would leave every saved secret unreadable.
+                if key.as_bytes() == jwt_secret.as_slice() {
+                    bail!(
+                        "TOOLGATE_SECRET_KEY and TOOLGATE_JWT_SECRET are the same, so whoever issues tokens could open saved secrets: change TOOLGATE_JWT_SECRET (and where tokens are issued); changing TOOLGATE_SECRET_KEY instead would leave the secrets saved so far unreadable"
+                    );
+                }
+                // Only a warning: the values saved so far are sealed with this key, and
+                // refusing it would lose them all.
+                if key.len() < STRONG_SECRET_KEY_CHARS || few_distinct(&key).is_some() {
+                    tracing::warn!(
+                        "TOOLGATE_SECRET_KEY is shorter than {STRONG_SECRET_KEY_CHARS} characters or made of few different ones: saved secrets are easier to open from a copy of the database. A new random key (`openssl rand -hex 32`) leaves the values saved so far unreadable; users are asked for them again"
+                    );
+                }
+                key
+            }
             None if dev_auth => kept_random_secret(&data_dir, "secret_key")?,
             None => bail!(
                 "TOOLGATE_SECRET_KEY is not set; it encrypts saved secret values and is required unless TOOLGATE_DEV_AUTH=1"
@@ -507,6 +531,24 @@ fn refuse_dev_auth_on_public_bind(
     )
 }
 
+/// The fewest different characters a secret of 32 or more characters is made of: a
+/// random one has fewer about once in 30 million (32 hex digits), while `aaaa…`, `0000…`
+/// or `passwordpassword…` do.
+const FEWEST_DISTINCT_SECRET_CHARS: usize = 8;
+
+/// A secret key shorter than this draws a warning at start.
+const STRONG_SECRET_KEY_CHARS: usize = 32;
+
+/// How many different characters `secret` is made of, when so few that its length hides
+/// how little it holds.
+fn few_distinct(secret: &str) -> Option<usize> {
+    let distinct = secret
+        .chars()
+        .collect::<std::collections::BTreeSet<char>>()
+        .len();
+    (distinct < FEWEST_DISTINCT_SECRET_CHARS).then_some(distinct)
+}
+
 fn flag(name: &str, value: Option<String>) -> anyhow::Result<bool> {
     match value.as_deref() {
         None | Some("0") | Some("false") | Some("off") => Ok(false),
@@ -663,6 +705,41 @@ mod tests {
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("5w").is_err());
         assert!(parse_duration("0s").is_err());
+    }
+
+    #[test]
+    fn a_jwt_secret_of_a_few_repeated_characters_or_one_that_is_the_secret_key_is_refused() {
+        let random = "0123456789abcdef0123456789abcdef";
+        for weak in ["a".repeat(64), "0".repeat(40), "passwordpassword".repeat(2)] {
+            let err = config(&[
+                ("DATABASE_URL", "postgres://x/y"),
+                ("TOOLGATE_JWT_SECRET", &weak),
+                ("TOOLGATE_SECRET_KEY", "another secret of enough length"),
+            ])
+            .expect_err(&weak)
+            .to_string();
+            assert!(
+                err.contains("TOOLGATE_JWT_SECRET") && err.contains("different characters"),
+                "{err}"
+            );
+            assert!(!err.contains(&weak), "the secret echoed: {err}");
+        }
+        let err = config(&[
+            ("DATABASE_URL", "postgres://x/y"),
+            ("TOOLGATE_JWT_SECRET", random),
+            ("TOOLGATE_SECRET_KEY", random),
+        ])
+        .expect_err("the same secret twice")
+        .to_string();
+        assert!(err.contains("change TOOLGATE_JWT_SECRET"), "{err}");
+        assert!(!err.contains(random), "the secret echoed: {err}");
+        // A weak secret key still opens what it sealed: kept, with a warning.
+        let kept = config(&[
+            ("DATABASE_URL", "postgres://x/y"),
+            ("TOOLGATE_JWT_SECRET", random),
+            ("TOOLGATE_SECRET_KEY", "passwordpassword"),
+        ]);
+        assert!(kept.is_ok());
     }
 
     #[test]

@@ -218,6 +218,37 @@ async fn without_dev_auth_a_jwt_secret_is_required_at_start() {
     assert!(err.contains("TOOLGATE_JWT_SECRET is not set"), "{err}");
 }
 
+/// A JWT secret of a few repeated characters, or the token secret used again to seal
+/// saved values, stops the server at start; a weak secret key (which sealed what is
+/// saved) is kept with a warning. No message echoes a secret.
+#[tokio::test]
+async fn a_guessable_or_shared_secret_stops_the_server_and_a_weak_key_is_warned_of() {
+    let weak = "passwordpasswordpasswordpassword";
+    for (name, value, says) in [
+        ("TOOLGATE_JWT_SECRET", weak, "different characters"),
+        (
+            "TOOLGATE_SECRET_KEY",
+            JWT_SECRET,
+            "change TOOLGATE_JWT_SECRET",
+        ),
+    ] {
+        let result = TestServer::try_start(ServerOptions::default().env(name, value)).await;
+        let err = format!("{:#}", result.err().expect("must not start"));
+        assert!(err.contains(name) && err.contains(says), "{err}");
+        assert!(!err.contains(value), "the secret echoed: {err}");
+    }
+    let server =
+        TestServer::start_with(ServerOptions::default().env("TOOLGATE_SECRET_KEY", weak)).await;
+    let logs = server.logs();
+    assert!(
+        logs.contains(
+            "TOOLGATE_SECRET_KEY is shorter than 32 characters or made of few different ones"
+        ),
+        "{logs}"
+    );
+    assert!(!logs.contains(weak), "the secret logged");
+}
+
 #[tokio::test]
 async fn a_token_that_lives_longer_than_a_day_is_refused() {
     let server = TestServer::start().await;
