@@ -57,16 +57,32 @@ struct Secret {
     /// that a chance match is unlikely, and its hex form (never a base64 form, whose
     /// case is its bytes).
     any_case: bool,
-    /// A line break may stand between two of its characters: a base64 form, which
-    /// MIME and PEM cut into lines of 76 or 64 characters wherever the secret sits.
-    wrapped: bool,
+    /// What may stand between two of its characters and still show it.
+    gap: Gap,
+}
+
+/// What may stand between two characters of a form of a secret without hiding it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Gap {
+    /// Nothing: the secret as given.
+    None,
+    /// A line break, and the indentation of the line after it: a base64 form, which
+    /// MIME and PEM cut into lines of 76 or 64 characters wherever the secret sits, and
+    /// a file that nests it (YAML, an indented PEM block) indents.
+    LineBreak,
+    /// Between two bytes' digits, what programs write between bytes: a separator
+    /// (`:`, `-`, `,`), spaces, a line break and indentation, and a prefix to the next
+    /// byte (`0x`, `\x`): a hex form, as fingerprints, `openssl`, byte arrays in source
+    /// code and debug output write bytes. (Dumps with offsets and a text column, such as
+    /// `hexdump -C`'s, show a secret longer than one of their lines.)
+    ByteSeparator,
 }
 
 /// `secrets` longest first, each once, so a secret that contains another is replaced
-/// whole.
+/// whole. Forms of one text read differently (in any case, across gaps) stay apart.
 fn longest_first(mut secrets: Vec<Secret>) -> Vec<Secret> {
     secrets.sort_by(|a, b| b.text.len().cmp(&a.text.len()).then_with(|| a.cmp(b)));
-    secrets.dedup_by(|a, b| a.text == b.text);
+    secrets.dedup();
     secrets
 }
 
@@ -89,19 +105,19 @@ impl Redactions {
                 let given = Secret {
                     text: secret.to_owned(),
                     any_case: secret.chars().count() >= MIN_ANY_CASE_CHARS,
-                    wrapped: false,
+                    gap: Gap::None,
                 };
                 let base64 = base64_forms(secret.as_bytes())
                     .into_iter()
                     .map(|text| Secret {
                         text,
                         any_case: false,
-                        wrapped: true,
+                        gap: Gap::LineBreak,
                     });
                 let hex = hex_form(secret.as_bytes()).map(|text| Secret {
                     text,
                     any_case: true,
-                    wrapped: false,
+                    gap: Gap::ByteSeparator,
                 });
                 // A secret of several lines (a PEM key) is often written out line by
                 // line, or cut where a line ends: each of its lines is looked for too.
@@ -113,7 +129,7 @@ impl Redactions {
                         .map(|line| Secret {
                             text: line.to_owned(),
                             any_case: false,
-                            wrapped: false,
+                            gap: Gap::None,
                         })
                         .collect()
                 } else {
@@ -350,18 +366,15 @@ fn echo_len(text: &[u8], at: usize, secret: &Secret, work: &mut usize) -> Option
     }
     let mut count = kept.min(2);
     sort_two(&mut ends, count);
-    for c in chars {
+    for (index, c) in chars.enumerate() {
         let mut next = [0usize; 6];
         let mut found = 0;
         for &end in &ends[..count] {
-            // In a form cut into lines, a line break before the character is part of
-            // the copy (base64 holds neither `\r`, `\n` nor `\\`).
-            let end = end
-                + if secret.wrapped {
-                    line_break_len(text, end)
-                } else {
-                    0
-                };
+            // What may stand before the character is part of the copy: no form holds
+            // what its gap may (hex no separator, base64 no line break or indent).
+            let gap = gap_len(text, end, secret.gap, index + 1);
+            *work += gap;
+            let end = end + gap;
             for len in spellings(text, end, c, secret.any_case) {
                 next[found] = end + len;
                 found += 1;
@@ -379,14 +392,54 @@ fn echo_len(text: &[u8], at: usize, secret: &Secret, work: &mut usize) -> Option
     Some((ends[0] - at, ends[count - 1] - at))
 }
 
+/// How many bytes of `text` from `at` stand in the `gap` before a form's character at
+/// `index` (counted from 0).
+fn gap_len(text: &[u8], at: usize, gap: Gap, index: usize) -> usize {
+    match gap {
+        Gap::None => 0,
+        Gap::LineBreak => line_break_len(text, at),
+        // Only between two bytes, never inside one; each part may be missing.
+        Gap::ByteSeparator if index.is_multiple_of(2) => {
+            let rest = text.get(at..).unwrap_or_default();
+            let mut len = usize::from(matches!(rest.first(), Some(b':' | b'-' | b',')));
+            len += rest[len..]
+                .iter()
+                .take(MAX_INDENT)
+                .take_while(|&&byte| byte == b' ')
+                .count();
+            len += line_break_len(rest, len);
+            let prefix = [b"0x".as_slice(), b"0X", b"\\x", b"\\\\x"]
+                .into_iter()
+                .find(|prefix| rest[len..].starts_with(prefix));
+            len + prefix.map_or(0, <[u8]>::len)
+        }
+        Gap::ByteSeparator => 0,
+    }
+}
+
+/// The most spaces and tabs read as one line's indentation (or between two bytes).
+const MAX_INDENT: usize = 64;
+
 /// How many bytes of `text` from `at` are a line break (`\n` or `\r\n`, as is or
-/// JSON-escaped), if any.
+/// JSON-escaped) and the spaces and tabs that indent the next line (at most
+/// [`MAX_INDENT`]), if any.
 fn line_break_len(text: &[u8], at: usize) -> usize {
     let rest = text.get(at..).unwrap_or_default();
-    [b"\r\n".as_slice(), b"\n", b"\\r\\n", b"\\n"]
+    let Some(line_break) = [b"\r\n".as_slice(), b"\n", b"\\r\\n", b"\\n"]
         .into_iter()
         .find(|line_break| rest.starts_with(line_break))
-        .map_or(0, <[u8]>::len)
+    else {
+        return 0;
+    };
+    let mut len = line_break.len();
+    for _ in 0..MAX_INDENT {
+        match &rest[len..] {
+            [b' ' | b'\t', ..] => len += 1,
+            [b'\\', b't', ..] => len += 2,
+            _ => break,
+        }
+    }
+    len
 }
 
 /// The first `count` (at most two) of `ends` in order.
@@ -602,6 +655,15 @@ mod tests {
                 );
             }
         }
+        // And where the lines are indented (YAML, an indented PEM block).
+        for indent in ["\n    ", "\r\n\t", "\\n  ", "\\n\\t\\t"] {
+            let mut shown = format!("{}{indent}{}", &encoded[..13], &encoded[13..]);
+            Redactions::new([secret]).text(&mut shown);
+            assert!(
+                !reveals(&shown.replace(indent, ""), secret),
+                "{indent:?}: {shown}"
+            );
+        }
         // Lines of other base64 stay as they were.
         let other = format!(
             "{}\n{}",
@@ -626,6 +688,58 @@ mod tests {
             format!("SENT {MASKED}.")
         );
         assert_eq!(masked("1234567", "31323334353637"), "31323334353637");
+    }
+
+    /// Bytes written out with separators (`openssl … -c`, fingerprints, `hexdump -C`,
+    /// a dump cut into lines) are the same bytes.
+    #[test]
+    fn a_secret_in_hex_with_separators_between_bytes_is_found() {
+        let secret = "hex-me-please";
+        let bytes: Vec<String> = secret.bytes().map(|byte| format!("{byte:02X}")).collect();
+        for joined in [
+            bytes.join(":"),
+            bytes.join("-"),
+            bytes.join(" "),
+            format!("{}  {}", bytes[..8].join(" "), bytes[8..].join(" ")),
+            format!("{}\n    {}", bytes[..5].concat(), bytes[5..].concat()),
+            format!("{}\\n{}", bytes[..6].join(" "), bytes[6..].join(" ")),
+            format!("{} \n{}", bytes[..6].join(" "), bytes[6..].join(" ")),
+            // Byte arrays: Rust's `{:x?}`, Go's `%#v`, C, escaped strings, JSON-escaped.
+            bytes.join(", "),
+            format!("0x{}", bytes.join(", 0x")),
+            format!("0X{}", bytes.join(",0X")),
+            format!("\\x{}", bytes.join("\\x")),
+            format!("\\\\x{}", bytes.join("\\\\x")),
+        ] {
+            let shown = masked(secret, &format!("sent {joined}."));
+            // The first byte's prefix, if any, is all that stays.
+            let left = shown
+                .strip_prefix("sent ")
+                .and_then(|rest| rest.strip_suffix(&format!("{MASKED}.")));
+            assert!(
+                matches!(left, Some("" | "0x" | "0X" | "\\x" | "\\\\x")),
+                "{joined}: {shown}"
+            );
+        }
+        // Inside a byte nothing may stand, and other bytes stay as they were.
+        let split = "6:865782d6d652d706c65617365";
+        assert_eq!(masked(secret, split), split);
+        let other = "de:ad:be:ef:00:11:22:33:44";
+        assert_eq!(masked(secret, other), other);
+    }
+
+    /// What a gap may hold is bounded: a text of long indents costs no more to look
+    /// through than one without.
+    #[test]
+    fn a_gap_reads_at_most_a_line_breaks_worth_of_indent() {
+        let indented = format!("\n{}x", " ".repeat(10 * MAX_INDENT));
+        assert_eq!(line_break_len(indented.as_bytes(), 0), 1 + MAX_INDENT);
+        let spaced = format!("{}41", " ".repeat(10 * MAX_INDENT));
+        assert_eq!(
+            gap_len(spaced.as_bytes(), 0, Gap::ByteSeparator, 2),
+            MAX_INDENT
+        );
+        assert_eq!(gap_len(spaced.as_bytes(), 0, Gap::ByteSeparator, 3), 0);
     }
 
     #[test]
