@@ -9,7 +9,7 @@ use std::sync::{Arc, LazyLock, Mutex};
 
 use protocol::chat::{ContentBlock, Message};
 
-use super::model::{ChatMessage, ModelRequest};
+use super::model::{ChatMessage, ModelRequest, ToolSpec};
 
 /// Texts shorter than this are tokenized every time: the lookup would cost as much.
 const CACHED_FROM_BYTES: usize = 64;
@@ -124,9 +124,33 @@ fn count_blocks(content: &[ContentBlock]) -> usize {
         .sum::<usize>()
 }
 
+/// Tokens of everything in `request`: its system blocks, its messages and the tools it
+/// offers, whose definitions (schemas above all, and an MCP server may offer many) go
+/// to the model with every request.
 pub fn count_request(request: &ModelRequest) -> usize {
-    request.system.iter().map(|s| count_text(s)).sum::<usize>()
-        + request.messages.iter().map(count_message).sum::<usize>()
+    count_fixed(request) + request.messages.iter().map(count_message).sum::<usize>()
+}
+
+/// Tokens every request of a step carries whatever its history: the system blocks and
+/// the tools' definitions.
+pub fn count_fixed(request: &ModelRequest) -> usize {
+    request.system.iter().map(|s| count_text(s)).sum::<usize>() + count_tools(&request.tools)
+}
+
+/// Per-tool framing (the function wrapper, the field names) that chat formats add.
+const TOOL_OVERHEAD: usize = 8;
+
+/// Tokens of the tools' definitions as they are sent: name, description, parameters.
+pub fn count_tools(tools: &[ToolSpec]) -> usize {
+    tools
+        .iter()
+        .map(|tool| {
+            TOOL_OVERHEAD
+                + count_text(&tool.name)
+                + count_text(&tool.description)
+                + count_text(&tool.parameters.to_string())
+        })
+        .sum()
 }
 
 #[cfg(test)]
@@ -137,6 +161,35 @@ mod tests {
     fn counts_real_tokens() {
         assert_eq!(count_text("hello world"), 2);
         assert!(count_text(&"word ".repeat(100)) >= 100);
+    }
+
+    /// A request's tools go to the model with it: their definitions count.
+    #[test]
+    fn the_tools_a_request_offers_count_in_it() {
+        use crate::agent::model::Purpose;
+        let mut request = ModelRequest {
+            model: "m".into(),
+            system: vec!["base".into()],
+            messages: vec![],
+            tools: vec![],
+            purpose: Purpose::Chat,
+        };
+        let bare = count_request(&request);
+        let description = "Looks up an invoice by its number in the accounting system. ".repeat(20);
+        request.tools.push(ToolSpec {
+            name: "find_invoice".into(),
+            description: description.clone(),
+            parameters: serde_json::json!({
+                "type": "object",
+                "properties": {"number": {"type": "string", "description": description}},
+            }),
+        });
+        let with_tool = count_request(&request);
+        assert!(
+            with_tool >= bare + 2 * count_text(&description),
+            "{bare} -> {with_tool}"
+        );
+        assert_eq!(count_fixed(&request), with_tool - bare + count_text("base"));
     }
 
     #[test]

@@ -550,6 +550,28 @@ mod tests {
         );
     }
 
+    /// The tools' definitions go with every request: a conversation that fits the
+    /// ceiling only without them does not fit it.
+    #[test]
+    fn validate_counts_the_tools_the_request_offers() {
+        let mut req = request(&[(Role::User, "what is 6 * 7?")]);
+        let mut config = PipelineConfig::default();
+        config.set("validate", "max_tokens", "300").expect("valid");
+        config.stages = vec!["validate".into()];
+        run_stages(&config, &mut req, &[], &no_keys).expect("fits without tools");
+        req.tools.push(crate::agent::model::ToolSpec {
+            name: "calculator".into(),
+            description: "Evaluates an arithmetic expression exactly. ".repeat(40),
+            parameters: json!({"type": "object", "properties": {"expression": {"type": "string"}}}),
+        });
+        let err = run_stages(&config, &mut req, &[], &no_keys).expect_err("over with its tools");
+        assert!(
+            err.to_string()
+                .contains("more than the context pipeline's limit of 300"),
+            "{err}"
+        );
+    }
+
     #[test]
     fn the_budget_is_where_summarisation_starts_when_it_is_lower() {
         let mut config = PipelineConfig::default();

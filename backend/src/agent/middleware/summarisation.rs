@@ -27,14 +27,15 @@ pub const SUMMARY_PREFIX: &str = "Summary of the earlier conversation:";
 pub const SUMMARY_PROMPT: &str = "Summarise the conversation so far for the assistant that continues it. Keep, as bullet points: every constraint and requirement the user stated (in their words where short), the decisions made, the questions still open, what the tools returned that still matters, and the names of current artefacts (files, scripts, ids). Keep names, numbers and ids exactly. An earlier summary, if any, comes first: carry its points over.";
 
 /// Where the kept tail starts: at an exchange, holding the current one and then whole
-/// earlier exchanges while it has fewer than `keep_messages` messages and, with the
-/// system prompt (`system` tokens) and what must stay before it (`stay`: pinned
+/// earlier exchanges while it has fewer than `keep_messages` messages and, with what
+/// every request carries (`fixed` tokens: the system prompt and the tools' definitions)
+/// and what must stay before it (`stay`: pinned
 /// requests, current artefacts — kept whatever is summarised), fits in half of `start`,
 /// so that after summarising the request is well under `start`.
 pub fn cut_point(
     messages: &[ChatMessage],
     stay: &[bool],
-    system: usize,
+    fixed: usize,
     start: usize,
     keep_messages: usize,
 ) -> usize {
@@ -54,7 +55,7 @@ pub fn cut_point(
     let mut tail_tokens: usize = counts[cut..].iter().sum();
     for exchange in exchanges.iter().rev().skip(1) {
         let size: usize = counts[exchange.clone()].iter().sum();
-        let after = system + staying_before[exchange.start] + tail_tokens + size;
+        let after = fixed + staying_before[exchange.start] + tail_tokens + size;
         if messages.len() - cut >= keep_messages || after > start / 2 {
             break;
         }
@@ -253,11 +254,10 @@ impl Middleware for Summarisation {
                 return Ok(());
             }
             let stay = history::must_stay(&request.messages, &key_of);
-            let system = request.system.iter().map(|s| tokens::count_text(s)).sum();
             let mut cut = cut_point(
                 &request.messages,
                 &stay,
-                system,
+                tokens::count_fixed(request),
                 start,
                 settings.keep_messages,
             );
