@@ -16,8 +16,8 @@ pub mod tokens;
 
 pub use active_runs::ActiveRuns;
 pub use run::{
-    Runner, StartedRun, already_posted, conversation_full, deliver_mcp_outcomes, deliver_outcome,
-    fail_abandoned_runs, prepare_request, resume_stranded_runs, start_run, wind_down,
+    Runner, StartedRun, already_posted, deliver_mcp_outcomes, deliver_outcome, fail_abandoned_runs,
+    not_appended, prepare_request, resume_stranded_runs, start_run, wind_down,
 };
 
 use std::sync::Arc;

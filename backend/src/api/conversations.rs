@@ -8,10 +8,11 @@ use uuid::Uuid;
 
 use super::json::ApiJson;
 use super::paging;
+use super::path::ApiPath;
 use super::query::{ApiQuery, QueryRules};
 use crate::auth::AuthUser;
 use crate::db::conversations::ListPlace;
-use crate::db::{self, conversations};
+use crate::db::{self, conversations, input_requests, runs};
 use crate::error::{Error, FieldErrors, Result};
 use crate::state::AppState;
 
@@ -53,6 +54,49 @@ pub async fn create_conversation(
     let conversation = conversations::insert(&mut tx, &user.user_id, title).await?;
     tx.commit().await?;
     Ok((StatusCode::CREATED, Json(conversation)))
+}
+
+/// Deletes one of the caller's conversations with everything it holds: its messages,
+/// runs, requests, events and the values saved for it alone (values saved for the user
+/// stay). The log of its tool calls stays, no longer tied to it. Refused with 409 while
+/// a run of it is in progress or waiting (`run_active`: the run would go on writing to
+/// it) or a request of it waits for an answer (`request_pending`: a tool, an MCP server
+/// above all, waits on it).
+#[utoipa::path(delete, path = "/api/conversations/{id}", tag = "conversations",
+    params(("id" = Uuid, Path, description = "Conversation id")), security(("bearer" = [])), responses(
+    (status = 204, description = "Deleted"),
+    (status = 400, body = protocol::api::ErrorBody),
+    (status = 401, body = protocol::api::ErrorBody),
+    (status = 404, description = "No such conversation of the caller's", body = protocol::api::ErrorBody),
+    (status = 409, description = "A run of it is active (`run_active`), or a request of it waits for an answer (`request_pending`)", body = protocol::api::ErrorBody)))]
+pub async fn delete_conversation(
+    State(state): State<AppState>,
+    user: AuthUser,
+    ApiPath(conversation_id): ApiPath<Uuid>,
+) -> Result<StatusCode> {
+    let mut tx = db::begin_as_user(&state.db, &user.user_id).await?;
+    if !conversations::lock_for_deleting(&mut tx, conversation_id).await? {
+        return Err(Error::NotFound("conversation"));
+    }
+    if runs::active_for_conversation(&mut tx, conversation_id)
+        .await?
+        .is_some()
+    {
+        return Err(Error::conflict(
+            "run_active",
+            "a run of this conversation is in progress or waiting for an answer; let it finish (answer its request), then delete the conversation",
+        ));
+    }
+    if input_requests::any_pending_in(&mut tx, conversation_id).await? {
+        return Err(Error::conflict(
+            "request_pending",
+            "a request of this conversation waits for your answer; answer or cancel it, then delete the conversation",
+        ));
+    }
+    conversations::delete(&mut tx, conversation_id).await?;
+    tx.commit().await?;
+    tracing::info!(user = %user.user_id, conversation = %conversation_id, "conversation deleted");
+    Ok(StatusCode::NO_CONTENT)
 }
 
 #[derive(Deserialize, IntoParams)]

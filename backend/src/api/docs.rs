@@ -97,6 +97,7 @@ fn field_spec_conditions() -> Value {
         conversations::create_conversation,
         conversations::list_conversations,
         messages::get_conversation,
+        conversations::delete_conversation,
         messages::post_message,
         messages::list_messages,
         messages::pin_message,

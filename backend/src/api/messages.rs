@@ -230,8 +230,10 @@ async fn post(
             idempotency_key,
         )
         .await
-        .on_constraint(messages::IDEMPOTENCY_KEY_INDEX, |_| agent::already_posted())?
-        .ok_or_else(|| agent::conversation_full(limits))?;
+        .on_constraint(messages::IDEMPOTENCY_KEY_INDEX, |_| agent::already_posted())?;
+        let Some(message) = message else {
+            return Err(agent::not_appended(&mut tx, conversation_id, limits).await);
+        };
         let reply_text = commands::run(
             &mut tx,
             &user.user_id,

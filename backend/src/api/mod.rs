@@ -37,7 +37,10 @@ pub fn app(state: AppState) -> Router {
             "/conversations",
             post(conversations::create_conversation).get(conversations::list_conversations),
         )
-        .route("/conversations/{id}", get(messages::get_conversation))
+        .route(
+            "/conversations/{id}",
+            get(messages::get_conversation).delete(conversations::delete_conversation),
+        )
         .route(
             "/conversations/{id}/messages",
             post(messages::post_message).get(messages::list_messages),

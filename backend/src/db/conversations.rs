@@ -124,6 +124,28 @@ pub async fn lock_for_writing(conn: &mut PgConnection, id: Uuid) -> sqlx::Result
     Ok(locked.is_some())
 }
 
+/// Takes the conversation's row lock that keeps every writer out until commit, before
+/// deleting it; `false` when the conversation is not the caller's.
+pub async fn lock_for_deleting(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<bool> {
+    let locked = sqlx::query_scalar!(
+        r#"select 1 as "locked!" from conversations where id = $1 for update"#,
+        id
+    )
+    .fetch_optional(conn)
+    .await?;
+    Ok(locked.is_some())
+}
+
+/// Deletes the conversation, and with it (by the tables' cascades) everything it holds:
+/// messages, runs, requests, their events and the values saved for it alone. The log of
+/// its tool calls stays, its conversation unset.
+pub async fn delete(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<()> {
+    sqlx::query!("delete from conversations where id = $1", id)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
 /// The conversation's context pipeline settings, if it has its own.
 pub async fn context_pipeline(
     conn: &mut PgConnection,

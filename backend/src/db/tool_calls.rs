@@ -19,12 +19,17 @@ pub struct ToolCallRecord<'a> {
     pub duration_ms: f64,
 }
 
+///
+/// The row names the conversation as it stands when it is written: one deleted while
+/// the call ran leaves the row without it (its lock waits out a deletion under way)
+/// rather than failing the record of what ran.
 pub async fn insert(conn: &mut PgConnection, record: ToolCallRecord<'_>) -> sqlx::Result<()> {
     sqlx::query!(
         "insert into tool_call_log
              (user_id, conversation_id, run_id, tool_name, tool_call_id, arguments,
               ignored_arguments, outcome, error, duration_ms)
-         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+         values ($1, (select c.id from conversations c where c.id = $2 for key share),
+                 $3, $4, $5, $6, $7, $8, $9, $10)",
         record.user_id,
         record.conversation_id,
         record.run_id,

@@ -242,3 +242,243 @@ async fn conversations_are_listed_a_page_at_a_time() {
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["conversations"], serde_json::json!([]), "{body}");
 }
+
+/// Rows of `table` that belong to `conversation`.
+async fn rows_of(db: &mut sqlx::PgConnection, table: &str, conversation: &str) -> i64 {
+    sqlx::query_scalar(&format!(
+        "select count(*) from {table} where conversation_id = $1::uuid"
+    ))
+    .bind(conversation)
+    .fetch_one(db)
+    .await
+    .expect("count")
+}
+
+/// A deleted conversation is gone with all it holds; another of the user's, and the
+/// values they saved for themselves, stay.
+#[tokio::test]
+async fn a_conversation_is_deleted_with_all_it_holds() {
+    let server = TestServer::start().await;
+    let (user, token) = server.new_user("delete").await;
+    let doomed = server.new_conversation(&token).await;
+    let kept = server.new_conversation(&token).await;
+    for conversation in [&doomed, &kept] {
+        let run = server
+            .start_run(&token, conversation, json!("what is 6 * 7?"))
+            .await;
+        server.run_finished(&token, conversation, &run).await;
+    }
+    let mut db = server.db().await;
+    for conversation in [Some(&doomed), None] {
+        sqlx::query(
+            "insert into saved_tool_inputs (user_id, conversation_id, name, value)
+             values ($1, $2::uuid, 'company_id', '\"C-1\"')",
+        )
+        .bind(&user)
+        .bind(conversation)
+        .execute(&mut db)
+        .await
+        .expect("a saved value");
+    }
+
+    let path = format!("/api/conversations/{doomed}");
+    let (status, body) = server.send("DELETE", &path, Some(&token), None).await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    let (status, _) = server.send("GET", &path, Some(&token), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    for table in [
+        "messages",
+        "agent_runs",
+        "run_events",
+        "saved_tool_inputs",
+        "tool_call_log",
+    ] {
+        assert_eq!(rows_of(&mut db, table, &doomed).await, 0, "{table}");
+    }
+    // The log of what ran stays, no longer tied to the conversation.
+    let logged: i64 = sqlx::query_scalar(
+        "select count(*) from tool_call_log where user_id = $1 and conversation_id is null",
+    )
+    .bind(&user)
+    .fetch_one(&mut db)
+    .await
+    .expect("count");
+    assert!(logged > 0, "the tool call log went with the conversation");
+    // A message to it now is a 404, as to any conversation not the caller's.
+    let (status, body) = server.post_message(&token, &doomed, json!("hello?")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert!(rows_of(&mut db, "messages", &kept).await > 0);
+    let user_wide: i64 = sqlx::query_scalar(
+        "select count(*) from saved_tool_inputs where user_id = $1 and conversation_id is null",
+    )
+    .bind(&user)
+    .fetch_one(&mut db)
+    .await
+    .expect("count");
+    assert_eq!(user_wide, 1);
+    let (_, list) = server
+        .send("GET", "/api/conversations", Some(&token), None)
+        .await;
+    let ids: Vec<&str> = list["conversations"]
+        .as_array()
+        .expect("list")
+        .iter()
+        .filter_map(|c| c["id"].as_str())
+        .collect();
+    assert_eq!(ids, [kept.as_str()]);
+    // Deleted once; the second time there is nothing to delete.
+    let (status, body) = server.send("DELETE", &path, Some(&token), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+}
+
+/// Another user's conversation cannot be deleted, nor told apart from none; a bad id
+/// is a 400; a conversation whose run is active stays until the run ends.
+#[tokio::test]
+async fn only_the_owner_deletes_and_never_under_an_active_run() {
+    let server = TestServer::start().await;
+    let (alice_id, alice) = server.new_user("alice-del").await;
+    let (mallory_id, mallory) = server.new_user("mallory-del").await;
+    let theirs = server.new_conversation(&alice).await;
+    let mut db = server.db().await;
+    let path = format!("/api/conversations/{theirs}");
+    let (status, body) = server.send("DELETE", &path, Some(&mallory), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    // Whatever state it is in: a run of Alice's there tells Mallory nothing either.
+    waiting_run(&mut db, &theirs, &alice_id).await;
+    let (status, body) = server.send("DELETE", &path, Some(&mallory), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    let (status, _) = server.send("GET", &path, Some(&alice), None).await;
+    assert_eq!(status, StatusCode::OK, "still Alice's");
+    let (status, _) = server.send("DELETE", &path, None, None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    for bad in ["not-a-uuid", "%00", "1%0a2"] {
+        let (status, body) = server
+            .send(
+                "DELETE",
+                &format!("/api/conversations/{bad}"),
+                Some(&alice),
+                None,
+            )
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {body}");
+    }
+
+    let own = server.new_conversation(&mallory).await;
+    waiting_run(&mut db, &own, &mallory_id).await;
+    let own_path = format!("/api/conversations/{own}");
+    let (status, body) = server.send("DELETE", &own_path, Some(&mallory), None).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"]["code"], "run_active", "{body}");
+    sqlx::query("update agent_runs set status = 'cancelled', finished_at = now() where conversation_id = $1::uuid")
+        .bind(&own)
+        .execute(&mut db)
+        .await
+        .expect("the run over");
+    // A card waiting for an answer (a tool, an MCP server, waits on it) keeps it too.
+    let (status, created) = server
+        .action(
+            &mallory,
+            json!({
+                "action": "create_request", "conversation_id": own,
+                "tool_name": "quickbooks_profit_and_loss", "tool_call_id": "call_waiting",
+                "reason": "the company", "fields": [{"name": "quickbooks_realm_id",
+                "label": "Company ID", "type": "text", "required": true}]
+            }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let (status, body) = server.send("DELETE", &own_path, Some(&mallory), None).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"]["code"], "request_pending", "{body}");
+    let (status, cancelled) = server
+        .action(
+            &mallory,
+            json!({"action": "cancel_request", "tool_call_id": "call_waiting"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{cancelled}");
+    let (status, body) = server.send("DELETE", &own_path, Some(&mallory), None).await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+}
+
+/// A run waiting for input, as the database holds it; marked busy until later, so the
+/// recovery sweep leaves it waiting meanwhile.
+async fn waiting_run(db: &mut sqlx::PgConnection, conversation: &str, user: &str) {
+    sqlx::query(
+        "insert into agent_runs (id, conversation_id, user_id, status, model, updated_at)
+         values (gen_random_uuid(), $1::uuid, $2, 'waiting_for_input', 'offline',
+                 now() + interval '1 hour')",
+    )
+    .bind(conversation)
+    .bind(user)
+    .execute(db)
+    .await
+    .expect("a waiting run");
+}
+
+/// A tool call that runs while its conversation is being deleted is still logged (the
+/// log row without the conversation) and answered, not a 500 for the record of what ran.
+#[tokio::test]
+async fn a_call_that_ran_while_its_conversation_was_deleted_is_logged_and_answered() {
+    let server = TestServer::start().await;
+    let (user, token) = server.new_user("deleted-under").await;
+    let conversation = server.new_conversation(&token).await;
+    // A deletion under way, as another request's would be.
+    let mut deleter = server.db().await;
+    let mut deleting = sqlx::Connection::begin(&mut deleter)
+        .await
+        .expect("a transaction");
+    let deleter_pid: i32 = sqlx::query_scalar("select pg_backend_pid()")
+        .fetch_one(&mut *deleting)
+        .await
+        .expect("its process");
+    sqlx::query("delete from conversations where id = $1::uuid")
+        .bind(&conversation)
+        .execute(&mut *deleting)
+        .await
+        .expect("deleting");
+    let mut watcher = server.db().await;
+    let finish_deleting = async move {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let waiting: i64 = sqlx::query_scalar(
+                "select count(*) from pg_stat_activity where $1 = any(pg_blocking_pids(pid))",
+            )
+            .bind(deleter_pid)
+            .fetch_one(&mut watcher)
+            .await
+            .expect("waiting");
+            if waiting > 0 {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the log write to wait"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        deleting.commit().await.expect("deleted");
+    };
+    let ((status, outcome), ()) = tokio::join!(
+        server.execute_tool(
+            &token,
+            &conversation,
+            "calculator",
+            "call_under_delete",
+            json!({"expression": "6 * 7"}),
+        ),
+        finish_deleting,
+    );
+    assert_eq!(status, StatusCode::OK, "{outcome}");
+    assert_eq!(outcome["success"], true, "{outcome}");
+    let mut db = server.db().await;
+    let logged: Option<Option<String>> = sqlx::query_scalar(
+        "select conversation_id::text from tool_call_log
+         where user_id = $1 and tool_call_id = 'call_under_delete'",
+    )
+    .bind(&user)
+    .fetch_optional(&mut db)
+    .await
+    .expect("the log");
+    assert_eq!(logged, Some(None), "logged, without the conversation");
+}

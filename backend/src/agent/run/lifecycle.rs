@@ -83,8 +83,10 @@ pub async fn start_run(
         idempotency_key,
     )
     .await
-    .on_constraint(messages::IDEMPOTENCY_KEY_INDEX, |_| already_posted())?
-    .ok_or_else(|| conversation_full(&runner.config.limits))?;
+    .on_constraint(messages::IDEMPOTENCY_KEY_INDEX, |_| already_posted())?;
+    let Some(message) = message else {
+        return Err(not_appended(&mut tx, conversation_id, &runner.config.limits).await);
+    };
     let model = runner.agent.default_model();
     let run = runs::insert(
         &mut tx,
@@ -139,16 +141,25 @@ pub fn already_posted() -> Error {
     )
 }
 
-/// A conversation that holds the most message content one may: the user's message is
-/// refused, and nothing of it is stored.
-pub fn conversation_full(limits: &crate::config::Limits) -> Error {
-    Error::conflict(
-        "conversation_full",
-        format!(
-            "this conversation holds the most messages one may ({} MiB); start a new conversation to go on",
-            limits.conversation_mib
+/// Why a user's message was not appended to the conversation: it holds the most
+/// message content one may (nothing of the message is stored), or it was deleted since
+/// the request found it.
+pub async fn not_appended(
+    conn: &mut PgConnection,
+    conversation_id: Uuid,
+    limits: &crate::config::Limits,
+) -> Error {
+    match conversations::exists(conn, conversation_id).await {
+        Ok(false) => Error::NotFound("conversation"),
+        Err(err) => err.into(),
+        Ok(true) => Error::conflict(
+            "conversation_full",
+            format!(
+                "this conversation holds the most messages one may ({} MiB); start a new conversation to go on",
+                limits.conversation_mib
+            ),
         ),
-    )
+    }
 }
 
 pub(super) fn spawn_drive(runner: Runner, user_id: String, conversation_id: Uuid, run_id: Uuid) {

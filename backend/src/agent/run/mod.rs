@@ -18,8 +18,8 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 pub use lifecycle::{
-    StartedRun, already_posted, conversation_full, deliver_mcp_outcomes, deliver_outcome,
-    start_run, wind_down,
+    StartedRun, already_posted, deliver_mcp_outcomes, deliver_outcome, not_appended, start_run,
+    wind_down,
 };
 pub use recovery::{fail_abandoned_runs, resume_stranded_runs};
 pub use step::prepare_request;

@@ -806,7 +806,13 @@ async fn wait_for_answer(
                 slot.answered_with(&secrets, shared);
                 return answer;
             }
-            Ok(_) => {}
+            Ok(Some(_)) => {}
+            // Gone with its conversation: nobody is left to answer it.
+            Ok(None) => {
+                break format!(
+                    "the conversation of the MCP server `{server}`'s question was deleted"
+                );
+            }
             Err(err) => {
                 tracing::warn!(%server, error = %err, "could not read an MCP question's state")
             }
