@@ -190,6 +190,12 @@ pub async fn create_conversation(token: &str, title: Option<String>) -> ApiResul
     call("POST", "/api/conversations", Some(token), json_body(&body)?).await
 }
 
+/// Deletes the conversation with all it holds.
+pub async fn delete_conversation(token: &str, id: Uuid) -> ApiResult<()> {
+    let path = format!("/api/conversations/{id}");
+    call("DELETE", &path, Some(token), None).await
+}
+
 pub async fn conversation_detail(token: &str, id: Uuid) -> ApiResult<ConversationDetail> {
     let path = format!("/api/conversations/{id}");
     call("GET", &path, Some(token), None).await

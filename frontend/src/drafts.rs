@@ -39,6 +39,14 @@ pub fn save(key: &str, text: &str) {
     }
 }
 
+/// Forgets the draft under `key` and what is kept beside it: its conversation is gone.
+pub fn forget(key: &str) {
+    if let Some(storage) = storage() {
+        let _ = storage.remove_item(key);
+        let _ = storage.remove_item(&beside(key));
+    }
+}
+
 /// Where what is kept about sending the draft under `draft` is kept ([`crate::resend`]):
 /// beside it, with the same owner.
 pub fn beside(draft: &str) -> String {

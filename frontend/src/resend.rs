@@ -70,6 +70,25 @@ pub fn shown(draft: &str, text: &str) {
     }
 }
 
+/// The conversation `id` is deleted: a new-conversation box whose send was made it (its
+/// draft kept under `draft`) makes another the next time, rather than posting into it.
+pub fn conversation_deleted(draft: &str, id: Uuid) {
+    let Some(storage) = drafts::storage() else {
+        return;
+    };
+    let at = drafts::beside(draft);
+    if let Ok(Some(kept)) = storage.get_item(&at)
+        && conversation_of(&kept) == Some(id)
+    {
+        let _ = storage.remove_item(&at);
+    }
+}
+
+/// The conversation named in a kept entry, if any.
+fn conversation_of(kept: &str) -> Option<Uuid> {
+    Uuid::parse_str(kept.split(' ').nth(1)?).ok()
+}
+
 /// As kept: the key, the conversation (`-` for none yet) and the text's fingerprint.
 fn entry(sending: Sending, text: &str) -> String {
     let conversation = sending
@@ -134,6 +153,8 @@ mod tests {
             ..sending
         };
         assert_eq!(kept_for(&entry(made, "hi"), "hi"), Some(made));
+        assert_eq!(conversation_of(&entry(made, "hi")), made.conversation);
+        assert_eq!(conversation_of(&entry(sending, "hi")), None);
     }
 
     #[test]

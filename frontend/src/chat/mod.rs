@@ -13,9 +13,11 @@ use crate::state::AppState;
 use crate::stream::{self, ChatStore, Link, RunView};
 
 mod composer;
+mod delete;
 mod timeline;
 
 use composer::Composer;
+use delete::DeleteConversation;
 use timeline::Timeline;
 
 /// Whether the conversation could be opened.
@@ -95,6 +97,7 @@ fn ChatBody(store: ChatStore) -> impl IntoView {
                 </h1>
                 <LinkIndicator/>
                 <SavedValuesPanel store/>
+                <DeleteConversation id/>
             </header>
             <div class="scroller" node_ref=scroller on:scroll=move |_| {
                 if let Some(el) = scroller.get_untracked() {

@@ -520,3 +520,109 @@ async fn two_users_never_see_each_others_conversations_or_cards() {
     alice.quit().await;
     bob.quit().await;
 }
+
+/// A conversation is deleted from its page after one more yes, and leaves the list;
+/// "Keep it" keeps it, and one whose run waits for an answer stays with a message.
+#[tokio::test]
+async fn a_conversation_is_deleted_after_one_more_yes() {
+    let Some(fx) = Fixture::start("delete_conversation").await else {
+        return;
+    };
+    let b = fx.browser().await;
+    let user = unique("lee");
+    sign_in(&b, &fx.base(), &user).await;
+    let mut ids = Vec::new();
+    for text in ["What can you do?", "What is 6 * 7?"] {
+        new_conversation(&b).await;
+        ask(&b, text).await;
+        wait_idle(&b).await;
+        let address = b.current_url().await.expect("url");
+        ids.push(address.rsplit('/').next().expect("id").to_owned());
+    }
+    let item = |id: &str| format!("[data-testid=conversation-item][data-conversation-id='{id}']");
+    b.wait_for(&item(&ids[1])).await.expect("listed");
+
+    b.click_on("[data-testid=delete-conversation-ask]")
+        .await
+        .expect("delete");
+    b.click_on("[data-testid=delete-conversation-keep]")
+        .await
+        .expect("keep it");
+    b.wait_for("[data-testid=delete-conversation-ask]")
+        .await
+        .expect("asked no more");
+    // The question starts on "Keep it", and Escape says no as well.
+    b.click_on("[data-testid=delete-conversation-ask]")
+        .await
+        .expect("delete");
+    b.wait_until(
+        "Keep it to have the focus",
+        "document.activeElement && document.activeElement.dataset.testid === 'delete-conversation-keep'",
+    )
+    .await
+    .expect("focus on Keep it");
+    b.find("[data-testid=delete-conversation-keep]")
+        .await
+        .expect("keep it")
+        .send_keys(ESCAPE)
+        .await
+        .expect("Escape");
+    b.wait_for("[data-testid=delete-conversation-ask]")
+        .await
+        .expect("Escape keeps it");
+
+    b.click_on("[data-testid=delete-conversation-ask]")
+        .await
+        .expect("delete");
+    screenshot(&b, "delete-conversation.png").await;
+    b.click_on("[data-testid=delete-conversation-confirm]")
+        .await
+        .expect("delete for good");
+    b.wait_for("[data-testid=new-chat]")
+        .await
+        .expect("the new-conversation page");
+    b.wait_until(
+        "the conversation to leave the list",
+        &format!("!document.querySelector({})", json!(item(&ids[1]))),
+    )
+    .await
+    .expect("gone from the list");
+    b.wait_for(&item(&ids[0])).await.expect("the other stays");
+    let mut db = fx.server.db().await;
+    let left: Vec<String> =
+        sqlx::query_scalar("select id::text from conversations where user_id = $1")
+            .bind(&user)
+            .fetch_all(&mut db)
+            .await
+            .expect("conversations");
+    assert_eq!(left, [ids[0].clone()]);
+
+    // While its run waits for an answer, a conversation stays, and says why.
+    // Marked busy until later, so the recovery sweep leaves it waiting meanwhile.
+    sqlx::query(
+        "insert into agent_runs (id, conversation_id, user_id, status, model, updated_at)
+         values (gen_random_uuid(), $1::uuid, $2, 'waiting_for_input', 'offline',
+                 now() + interval '1 hour')",
+    )
+    .bind(&ids[0])
+    .bind(&user)
+    .execute(&mut db)
+    .await
+    .expect("a waiting run");
+    b.click_on(&item(&ids[0])).await.expect("open the other");
+    b.click_on("[data-testid=delete-conversation-ask]")
+        .await
+        .expect("delete");
+    b.click_on("[data-testid=delete-conversation-confirm]")
+        .await
+        .expect("delete for good");
+    let said = b
+        .wait_until(
+            "the reason it stays",
+            "document.querySelector('[data-testid=delete-conversation-error]').innerText.includes('still working')",
+        )
+        .await;
+    assert!(said.is_ok(), "{}", b.page_summary().await);
+    b.wait_for(&item(&ids[0])).await.expect("still listed");
+    b.quit().await;
+}
