@@ -209,20 +209,8 @@ pub async fn ask(browser: &Browser, text: &str) {
         .await
         .expect("message box");
     input.send_keys(text).await.expect("type message");
-    browser
-        .wait_until(
-            "the send button to be enabled",
-            "!document.querySelector('[data-testid=send]').disabled",
-        )
-        .await
-        .expect("send enabled");
-    browser
-        .find("[data-testid=composer-input]")
-        .await
-        .expect("message box")
-        .send_keys(ENTER)
-        .await
-        .expect("press Enter");
+    wait_send_enabled(browser).await;
+    press_enter_in_composer(browser).await;
     browser
         .wait_until(
             "the message to be sent",
@@ -230,6 +218,28 @@ pub async fn ask(browser: &Browser, text: &str) {
         )
         .await
         .expect("message sent");
+}
+
+/// Waits until the Send button takes a message.
+pub async fn wait_send_enabled(browser: &Browser) {
+    browser
+        .wait_until(
+            "the send button to be enabled",
+            "!document.querySelector('[data-testid=send]').disabled",
+        )
+        .await
+        .expect("send enabled");
+}
+
+/// Presses Enter in the message box, which sends what it holds.
+pub async fn press_enter_in_composer(browser: &Browser) {
+    browser
+        .find("[data-testid=composer-input]")
+        .await
+        .expect("message box")
+        .send_keys(ENTER)
+        .await
+        .expect("press Enter");
 }
 
 /// Waits for an assistant message containing `text`.

@@ -5,7 +5,8 @@ use serde_json::json;
 
 use crate::webdriver::ENTER;
 use crate::{
-    Fixture, ask, new_conversation, open_app, reload, screenshot, sign_in, start_server, unique,
+    Fixture, ask, new_conversation, open_app, press_enter_in_composer, reload, screenshot, sign_in,
+    start_server, unique, wait_send_enabled,
 };
 
 const PENDING_CARD: &str = "[data-testid=input-card][data-status=pending]";
@@ -609,19 +610,9 @@ async fn a_draft_outlives_a_reload_and_a_visit_elsewhere_until_it_is_sent() {
     b.wait_for("[data-testid=stream-status][data-state=live]")
         .await
         .expect("the conversation caught up");
-    b.wait_until(
-        "the send button to be enabled",
-        "!document.querySelector('[data-testid=send]').disabled",
-    )
-    .await
-    .expect("send enabled");
+    wait_send_enabled(&b).await;
     b.set_latency(1500).await.expect("a slow network");
-    b.find("[data-testid=composer-input]")
-        .await
-        .expect("message box")
-        .send_keys(ENTER)
-        .await
-        .expect("send");
+    press_enter_in_composer(&b).await;
     new_conversation(&b).await;
     tokio::time::sleep(std::time::Duration::from_secs(4)).await;
     b.set_latency(0).await.expect("the network back");
@@ -669,12 +660,7 @@ async fn send_again_from_a_box_opened_mid_send_posts_the_message_once() {
         .send_keys(text)
         .await
         .expect("type");
-    b.wait_until(
-        "the send button to be enabled",
-        "!document.querySelector('[data-testid=send]').disabled",
-    )
-    .await
-    .expect("send enabled");
+    wait_send_enabled(&b).await;
 
     // The post waits on the conversation's row while the user goes and comes back.
     let mut holder = fx.server.db().await;
@@ -687,12 +673,7 @@ async fn send_again_from_a_box_opened_mid_send_posts_the_message_once() {
         .execute(&mut holder)
         .await
         .expect("hold the conversation");
-    b.find("[data-testid=composer-input]")
-        .await
-        .expect("message box")
-        .send_keys(ENTER)
-        .await
-        .expect("send");
+    press_enter_in_composer(&b).await;
     new_conversation(&b).await;
     b.goto(&address).await.expect("back to the conversation");
     let kept = b
@@ -712,19 +693,9 @@ async fn send_again_from_a_box_opened_mid_send_posts_the_message_once() {
     .await
     .expect("the message went");
     crate::wait_idle(&b).await;
-    b.wait_until(
-        "the send button to be enabled",
-        "!document.querySelector('[data-testid=send]').disabled",
-    )
-    .await
-    .expect("send enabled");
+    wait_send_enabled(&b).await;
     assert_eq!(composer_value(&b).await, json!(text));
-    b.find("[data-testid=composer-input]")
-        .await
-        .expect("message box")
-        .send_keys(ENTER)
-        .await
-        .expect("send again");
+    press_enter_in_composer(&b).await;
     b.wait_until("the box to empty", &composer_shows(""))
         .await
         .expect("answered");
@@ -785,12 +756,7 @@ async fn send_again_from_a_new_conversation_box_makes_no_second_conversation() {
         .execute(&mut holder)
         .await
         .expect("hold new messages");
-    b.find("[data-testid=composer-input]")
-        .await
-        .expect("message box")
-        .send_keys(ENTER)
-        .await
-        .expect("send");
+    press_enter_in_composer(&b).await;
     let mut db = fx.server.db().await;
     let made = async {
         loop {
@@ -852,12 +818,7 @@ async fn send_again_from_a_new_conversation_box_makes_no_second_conversation() {
         .expect("the first send through and its run over");
 
     assert_eq!(composer_value(&b).await, json!(text));
-    b.find("[data-testid=composer-input]")
-        .await
-        .expect("message box")
-        .send_keys(ENTER)
-        .await
-        .expect("send again");
+    press_enter_in_composer(&b).await;
     b.wait_until(
         "the conversation made for it",
         "location.hash.startsWith('#/c/') && document.body.innerText.includes('April payroll')",
