@@ -59,26 +59,23 @@ pub fn keep(draft: &str, sending: Sending, text: &str) {
 /// message. Not when a send ends: a box opened while it was under way still shows its
 /// text, and Send there must not post it twice.
 pub fn shown(draft: &str, text: &str) {
-    let Some(storage) = drafts::storage() else {
-        return;
-    };
-    let at = drafts::beside(draft);
-    if let Ok(Some(kept)) = storage.get_item(&at)
-        && kept_for(&kept, text.trim()).is_none()
-    {
-        let _ = storage.remove_item(&at);
-    }
+    forget_if(draft, |kept| kept_for(kept, text.trim()).is_none());
 }
 
 /// The conversation `id` is deleted: a new-conversation box whose send was made it (its
 /// draft kept under `draft`) makes another the next time, rather than posting into it.
 pub fn conversation_deleted(draft: &str, id: Uuid) {
+    forget_if(draft, |kept| conversation_of(kept) == Some(id));
+}
+
+/// Forgets what is kept beside the draft under `draft` when `stale` says it should go.
+fn forget_if(draft: &str, stale: impl FnOnce(&str) -> bool) {
     let Some(storage) = drafts::storage() else {
         return;
     };
     let at = drafts::beside(draft);
     if let Ok(Some(kept)) = storage.get_item(&at)
-        && conversation_of(&kept) == Some(id)
+        && stale(&kept)
     {
         let _ = storage.remove_item(&at);
     }

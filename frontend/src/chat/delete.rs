@@ -8,6 +8,15 @@ use uuid::Uuid;
 use crate::state::AppState;
 use crate::{api, drafts, focus, resend};
 
+/// Moves the focus to `button` once the page has drawn it (it may be drawn anew).
+fn focus_soon(button: NodeRef<leptos::html::Button>) {
+    request_animation_frame(move || {
+        if let Some(button) = button.get_untracked() {
+            let _ = button.focus();
+        }
+    });
+}
+
 #[component]
 pub(super) fn DeleteConversation(id: Uuid) -> impl IntoView {
     let app = expect_context::<AppState>();
@@ -20,20 +29,12 @@ pub(super) fn DeleteConversation(id: Uuid) -> impl IntoView {
     let start_asking = move |_| {
         asking.set(true);
         // The safe answer first: Enter by habit keeps the conversation.
-        request_animation_frame(move || {
-            if let Some(button) = keep.get_untracked() {
-                let _ = button.focus();
-            }
-        });
+        focus_soon(keep);
     };
     let stop_asking = move || {
         asking.set(false);
         error.set(None);
-        request_animation_frame(move || {
-            if let Some(button) = ask.get_untracked() {
-                let _ = button.focus();
-            }
-        });
+        focus_soon(ask);
     };
 
     let delete = move |_| {
@@ -72,11 +73,7 @@ pub(super) fn DeleteConversation(id: Uuid) -> impl IntoView {
             }
             deleting.set(false);
             // The buttons were disabled meanwhile, which took the focus away.
-            request_animation_frame(move || {
-                if let Some(button) = keep.get_untracked() {
-                    let _ = button.focus();
-                }
-            });
+            focus_soon(keep);
             match deleted {
                 Err(err) if err.code() == Some("run_active") => error.set(Some(
                     "The agent is still working here, or waiting for an answer above. Delete the conversation when it is done.".into(),
