@@ -13,9 +13,10 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomNotification,
-    ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationSchema, Implementation,
-    InputRequest, InputRequiredResult, ListToolsResult, PaginatedRequestParams, ServerCapabilities,
-    ServerConfig, ServerNotification, Tool, ToolAnnotations,
+    DiscoverRequestMethod, DiscoverResult, ElicitRequest, ElicitRequestParams, ElicitResult,
+    ElicitationSchema, Implementation, InputRequest, InputRequiredResult, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, ServerNotification, Tool,
+    ToolAnnotations,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -115,8 +116,15 @@ pub async fn serve_http() -> Result<HttpServer> {
 
 /// Serves the test tools on standard input and output until the client leaves; exits
 /// at once while the `MCP_TEST_STATE` folder holds [`REFUSE_START`], as a server that
-/// stays down would, and starts 6 s late while it holds [`SLOW_START`].
+/// stays down would, and starts 6 s late while it holds [`SLOW_START`] (or as late as
+/// `--start-late SECONDS` says).
 pub async fn serve_stdio() -> Result<()> {
+    // Each start counted, one character each.
+    if let Some(dir) = std::env::var_os("MCP_TEST_STATE") {
+        let file = PathBuf::from(dir).join(STARTS);
+        let count = std::fs::read_to_string(&file).map_or(0, |text| text.len());
+        std::fs::write(&file, ".".repeat(count + 1))?;
+    }
     if let Some(dir) = std::env::var_os("MCP_TEST_STATE")
         && PathBuf::from(dir).join(REFUSE_START).exists()
     {
@@ -126,6 +134,9 @@ pub async fn serve_stdio() -> Result<()> {
         && PathBuf::from(dir).join(SLOW_START).exists()
     {
         tokio::time::sleep(Duration::from_secs(6)).await;
+    }
+    if let Some(seconds) = argument_after("--start-late") {
+        tokio::time::sleep(Duration::from_secs(seconds)).await;
     }
     let running = TestTools::over(Transport::Stdio)
         .serve(rmcp::transport::stdio())
@@ -386,6 +397,10 @@ fn ask_password_twice(request: &CallToolRequestParams) -> Result<CallToolRespons
     }
 }
 
+/// The file of the `MCP_TEST_STATE` folder where the stdio server counts its starts (one
+/// character each).
+pub const STARTS: &str = "starts";
+
 /// A file in the `MCP_TEST_STATE` folder that keeps the stdio server from starting.
 pub const REFUSE_START: &str = "refuse_start";
 
@@ -399,12 +414,22 @@ fn shared_state_file() -> Option<PathBuf> {
 /// `--bloat N` on the command line: N more tools of about 60 KiB of schema each, a
 /// catalogue past what toolgate takes from one server.
 fn bloat() -> usize {
+    argument_after("--bloat").unwrap_or(0)
+}
+
+/// The number after `option` on the command line.
+fn argument_after<T: std::str::FromStr>(option: &str) -> Option<T> {
     let arguments: Vec<String> = std::env::args().collect();
     arguments
         .windows(2)
-        .find(|pair| pair[0] == "--bloat")
+        .find(|pair| pair[0] == option)
         .and_then(|pair| pair[1].parse().ok())
-        .unwrap_or(0)
+}
+
+/// `--no-discover` on the command line: the server answers `server/discover` as one of
+/// the 2025-11-25 revision does, which knows no such method.
+fn no_discover() -> bool {
+    std::env::args().any(|argument| argument == "--no-discover")
 }
 
 /// `--restless` on the command line: the server says its tool list changed right after
@@ -625,6 +650,19 @@ impl ServerHandler for TestTools {
                 .build(),
         )
         .with_server_info(Implementation::new("toolgate-test-server", "1.0.0"))
+    }
+
+    async fn discover(
+        &self,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<DiscoverResult, ErrorData> {
+        if no_discover() {
+            return Err(ErrorData::method_not_found::<DiscoverRequestMethod>());
+        }
+        Ok(DiscoverResult::from_server_info(
+            self.supported_protocol_versions().into_owned(),
+            self.get_info(),
+        ))
     }
 
     async fn list_tools(

@@ -1610,6 +1610,56 @@ async fn stateless_questions_of_2026_07_28_survive_a_restart_and_call_again() {
     drop(dir);
 }
 
+/// A 2026-07-28 server that takes longer to answer than rmcp's 10 s probe (one starting
+/// on a busy machine) is still spoken to in 2026-07-28, not quietly in the older
+/// revision, whose questions would not survive a restart.
+#[tokio::test]
+async fn a_slow_2026_07_28_server_is_not_taken_for_an_older_one() {
+    let settings =
+        format!("{STATELESS}\nargs = [\"--start-late\", \"11\"]\nconnect_timeout_seconds = 40");
+    let (setup, token, _) = ready(&stdio_server("t", &settings), "mcp-slow-new").await;
+    let listed = tools_when_settled(&setup.server, &token, &["t"]).await;
+    assert_eq!(
+        server_info(&listed, "t")["protocol_version"],
+        "2026-07-28",
+        "{listed}\n{}",
+        setup.server.logs()
+    );
+}
+
+/// A server configured for 2026-07-28 that knows no `server/discover` (one of the
+/// 2025-11-25 revision) is spoken to in its own revision, and its tools work; once it
+/// has said so, its next sessions do not ask again (each asking starts it twice).
+#[tokio::test]
+async fn a_server_without_discover_configured_as_2026_07_28_is_spoken_to_in_2025_11_25() {
+    let settings = format!("{STATELESS}\nargs = [\"--no-discover\"]");
+    let (state, setup, token, conversation) = ready_with_state(&settings, "mcp-no-discover").await;
+    let server = &setup.server;
+    let listed = tools_when_settled(server, &token, &["t"]).await;
+    assert_eq!(
+        server_info(&listed, "t")["protocol_version"],
+        "2025-11-25",
+        "{listed}\n{}",
+        server.logs()
+    );
+    let (status, outcome) = server
+        .execute_tool(
+            &token,
+            &conversation,
+            "t__echo",
+            "call_echo",
+            json!({"text": "hello"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{outcome}");
+    assert_eq!(outcome["result"]["text"], "echo: hello", "{outcome}");
+    // The session that watches the tool list asked and started again; the user's
+    // session started once.
+    let starts =
+        std::fs::read_to_string(state.0.join(tests::mcp_server::STARTS)).expect("starts counted");
+    assert_eq!(starts.len(), 3, "{}", server.logs());
+}
+
 /// A server that asks a flood of questions at once puts no card before the user.
 #[tokio::test]
 async fn a_round_of_too_many_stateless_questions_is_refused_whole() {

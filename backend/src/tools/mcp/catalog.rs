@@ -12,7 +12,7 @@ use serde_json::Value;
 use tokio::sync::Notify;
 
 use super::config::ServerConfig;
-use super::session::{Session, SessionShared, Unreachable};
+use super::session::{OlderRevision, Session, SessionShared, Unreachable};
 use super::{McpHub, McpTarget, NAMESPACE_SEPARATOR};
 use crate::tools::registry::{Runner, Tool, ToolOrigin, ToolParts, read_approval};
 
@@ -46,6 +46,8 @@ pub struct Server {
     /// open one holds up that call alone, not its other users nor the sweep.
     sessions: std::sync::Mutex<Sessions>,
     list_changed: Arc<Notify>,
+    /// Whether the server, set to 2026-07-28, said it knows no `server/discover`.
+    older_revision: OlderRevision,
 }
 
 /// The users' sessions with one server, and how many each user has being opened.
@@ -124,6 +126,7 @@ impl Server {
             config,
             sessions: std::sync::Mutex::default(),
             list_changed: Arc::new(Notify::new()),
+            older_revision: OlderRevision::default(),
         }
     }
 
@@ -158,7 +161,7 @@ impl Server {
             Arc::downgrade(hub),
             self.list_changed.clone(),
         );
-        let session = Session::open(&self.config, shared).await?;
+        let session = Session::open(&self.config, &self.older_revision, shared).await?;
         let turn = session
             .try_take()
             .ok_or_else(|| self.busy("a new session was taken at once".to_owned()))?;
@@ -284,7 +287,9 @@ pub async fn supervise(hub: Arc<McpHub>, server: Arc<Server>) {
             Arc::downgrade(&hub),
             server.list_changed.clone(),
         );
-        let session = match Session::open(&server.config, shared.clone()).await {
+        let session = match Session::open(&server.config, &server.older_revision, shared.clone())
+            .await
+        {
             Ok(session) => session,
             Err(unreachable) => {
                 tracing::warn!(server = %name, detail = %crate::logged::outside(&unreachable.detail), "MCP server unavailable; retrying in {backoff:?}");

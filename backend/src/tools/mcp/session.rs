@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
@@ -12,6 +13,7 @@ use rmcp::model::{
     ElicitRequestParams, ElicitResult, ElicitationCapability, ErrorCode, FormElicitationCapability,
     Implementation, ProtocolVersion, UrlElicitationCapability,
 };
+use rmcp::service::ClientInitializeError;
 use rmcp::service::{
     NotificationContext, RequestContext, RoleClient, RunningService,
     RunningServiceCancellationToken,
@@ -259,9 +261,10 @@ impl Session {
     /// ends, however it ends.
     pub async fn open(
         config: &ServerConfig,
+        older_revision: &OlderRevision,
         shared: Arc<SessionShared>,
     ) -> Result<Arc<Session>, Unreachable> {
-        let running = connect(config, Handler(shared.clone())).await?;
+        let running = connect(config, older_revision, Handler(shared.clone())).await?;
         let protocol_version = running
             .peer_info()
             .map(|info| info.protocol_version.as_str().to_owned());
@@ -360,140 +363,188 @@ fn program(server: &str, command: &str) -> Result<String, Unreachable> {
     resolve(server, command)
 }
 
+/// The handshake a session starts with. A server configured for 2026-07-28 is asked
+/// with `server/discover` alone, not rmcp's `Auto`: that takes a server slower than 10 s
+/// to answer (one starting on a busy machine) for an older one and settles on
+/// 2025-11-25 without a word. [`connect`] falls back itself, and only on the server's
+/// own answer that it knows no `server/discover`.
 fn lifecycle(revision: Revision) -> ClientLifecycleMode {
     match revision {
         Revision::Sessions => ClientLifecycleMode::Initialize,
-        Revision::Stateless => ClientLifecycleMode::Auto {
+        Revision::Stateless => ClientLifecycleMode::Discover {
             preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-            legacy_version: Some(ProtocolVersion::V_2025_11_25),
         },
     }
 }
 
+/// Whether a failed `server/discover` is a server of an older revision saying it does
+/// not know the method (any JSON-RPC error but the 2026-07-28 rejections), rather than a
+/// server that could not be reached or refused toolgate.
+fn speaks_an_older_revision(err: &ClientInitializeError) -> bool {
+    matches!(
+        err,
+        ClientInitializeError::JsonRpcError(data)
+            if data.code != ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY
+                && data.code != ErrorCode::HEADER_MISMATCH
+    )
+}
+
+/// Whether a server set to 2026-07-28 has said it knows no `server/discover`: its later
+/// sessions start with `initialize` at once (until toolgate restarts), instead of
+/// starting the server twice each time.
+#[derive(Debug, Default)]
+pub struct OlderRevision(AtomicBool);
+
+/// Starts a session: with the handshake of the server's configured revision, and for a
+/// 2026-07-28 server that turns out to be older, once more with `initialize`
+/// (2025-11-25), each within the server's connect timeout: the second is a fresh start
+/// of the server (the first connection is spent).
 async fn connect(
     config: &ServerConfig,
+    older_revision: &OlderRevision,
     handler: Handler,
 ) -> Result<RunningService<RoleClient, Handler>, Unreachable> {
     let server = config.name.as_str();
-    let mode = lifecycle(config.revision);
-    let connecting = async {
-        match &config.transport {
-            Transport::Stdio {
-                command,
-                args,
-                env,
-                cwd,
-            } => {
-                let mut process = tokio::process::Command::new(program(server, command)?);
-                for arg in args {
-                    process.arg(resolve(server, arg)?);
-                }
-                process.env_clear();
-                for name in INHERITED_ENV {
-                    if let Ok(value) = std::env::var(name) {
-                        process.env(name, value);
-                    }
-                }
-                for (name, value) in env {
-                    process.env(name, resolve(server, value)?);
-                }
-                if let Some(dir) = cwd {
-                    process.current_dir(dir);
-                }
-                process.kill_on_drop(true);
-                let (transport, stderr) = TokioChildProcess::builder(process)
-                    .stderr(Stdio::piped())
-                    .spawn()
-                    .map_err(|err| {
-                        Unreachable::new(server, "could not be started", err.to_string())
-                    })?;
-                if let Some(stderr) = stderr {
-                    // A server may write what it was called with (a user's secret) or
-                    // its settings (from the environment) to its standard error.
-                    let name = server.to_owned();
-                    let shared = handler.0.clone();
-                    let settings =
-                        Redactions::new(config.secret_env_values().iter().map(String::as_str));
-                    tokio::spawn(read_lines_cut(stderr, READ_STDERR_LINE, move |line| {
-                        if !tracing::enabled!(tracing::Level::DEBUG) {
-                            return;
-                        }
-                        let mut line = String::from_utf8_lossy(line).into_owned();
-                        settings.text(&mut line);
-                        shared.mask(&mut line);
-                        let line: String = line.chars().take(MAX_STDERR_LINE).collect();
-                        tracing::debug!(server = %name, stderr = ?line, "MCP server said");
-                    }));
-                }
-                handler
-                    .serve_with_lifecycle(transport, mode)
-                    .await
-                    .map_err(|err| {
-                        Unreachable::new(server, "did not start an MCP session", err.to_string())
-                    })
+    let within = |attempt| async move {
+        tokio::time::timeout(config.connect_timeout, attempt)
+            .await
+            .map_err(|_| {
+                Unreachable::new(
+                    server,
+                    "did not answer in time",
+                    format!("no session within {:?}", config.connect_timeout),
+                )
+            })?
+    };
+    let failed = |detail: String| {
+        let public = match config.transport {
+            Transport::Stdio { .. } => "did not start an MCP session",
+            Transport::Http { .. } => "could not be reached",
+        };
+        Unreachable::new(server, public, detail)
+    };
+    let mode = if older_revision.0.load(Ordering::Relaxed) {
+        ClientLifecycleMode::Initialize
+    } else {
+        lifecycle(config.revision)
+    };
+    match within(start(config, handler.clone(), mode)).await? {
+        Ok(running) => Ok(running),
+        Err(refused)
+            if config.revision == Revision::Stateless && speaks_an_older_revision(&refused) =>
+        {
+            older_revision.0.store(true, Ordering::Relaxed);
+            tracing::info!(server, error = %crate::logged::outside(&refused),
+                "the MCP server does not speak 2026-07-28; starting a 2025-11-25 session");
+            within(start(config, handler, ClientLifecycleMode::Initialize))
+                .await?
+                .map_err(|err| failed(format!("{err} (after server/discover: {refused})")))
+        }
+        Err(err) => Err(failed(err.to_string())),
+    }
+}
+
+/// One attempt at a session with the handshake `mode`: the transport made (or why
+/// not), then the handshake's own outcome.
+async fn start(
+    config: &ServerConfig,
+    handler: Handler,
+    mode: ClientLifecycleMode,
+) -> Result<Result<RunningService<RoleClient, Handler>, ClientInitializeError>, Unreachable> {
+    let server = config.name.as_str();
+    match &config.transport {
+        Transport::Stdio {
+            command,
+            args,
+            env,
+            cwd,
+        } => {
+            let mut process = tokio::process::Command::new(program(server, command)?);
+            for arg in args {
+                process.arg(resolve(server, arg)?);
             }
-            Transport::Http {
-                url,
-                headers,
-                allow_private_networks,
-            } => {
-                let policy = EgressPolicy::new(&[], *allow_private_networks).map_err(|err| {
-                    Unreachable::new(server, "is not configured on this server", err)
-                })?;
-                let parsed = reqwest::Url::parse(url).map_err(|err| {
-                    Unreachable::new(server, "is not configured on this server", err.to_string())
-                })?;
-                policy.check_url(&parsed).map_err(|refused| {
+            process.env_clear();
+            for name in INHERITED_ENV {
+                if let Ok(value) = std::env::var(name) {
+                    process.env(name, value);
+                }
+            }
+            for (name, value) in env {
+                process.env(name, resolve(server, value)?);
+            }
+            if let Some(dir) = cwd {
+                process.current_dir(dir);
+            }
+            process.kill_on_drop(true);
+            let (transport, stderr) = TokioChildProcess::builder(process)
+                .stderr(Stdio::piped())
+                .spawn()
+                .map_err(|err| Unreachable::new(server, "could not be started", err.to_string()))?;
+            if let Some(stderr) = stderr {
+                // A server may write what it was called with (a user's secret) or
+                // its settings (from the environment) to its standard error.
+                let name = server.to_owned();
+                let shared = handler.0.clone();
+                let settings =
+                    Redactions::new(config.secret_env_values().iter().map(String::as_str));
+                tokio::spawn(read_lines_cut(stderr, READ_STDERR_LINE, move |line| {
+                    if !tracing::enabled!(tracing::Level::DEBUG) {
+                        return;
+                    }
+                    let mut line = String::from_utf8_lossy(line).into_owned();
+                    settings.text(&mut line);
+                    shared.mask(&mut line);
+                    let line: String = line.chars().take(MAX_STDERR_LINE).collect();
+                    tracing::debug!(server = %name, stderr = ?line, "MCP server said");
+                }));
+            }
+            Ok(handler.serve_with_lifecycle(transport, mode).await)
+        }
+        Transport::Http {
+            url,
+            headers,
+            allow_private_networks,
+        } => {
+            let policy = EgressPolicy::new(&[], *allow_private_networks)
+                .map_err(|err| Unreachable::new(server, "is not configured on this server", err))?;
+            let parsed = reqwest::Url::parse(url).map_err(|err| {
+                Unreachable::new(server, "is not configured on this server", err.to_string())
+            })?;
+            policy.check_url(&parsed).map_err(|refused| {
+                Unreachable::new(
+                    server,
+                    "is at an address toolgate may not reach",
+                    refused.to_string(),
+                )
+            })?;
+            let client = policy
+                .client()
+                .map_err(|err| Unreachable::new(server, "is not configured on this server", err))?;
+            let mut custom = HashMap::new();
+            for (name, value) in headers {
+                let value = resolve(server, value)?;
+                let name =
+                    reqwest::header::HeaderName::from_bytes(name.as_bytes()).map_err(|err| {
+                        Unreachable::new(server, "is not configured", err.to_string())
+                    })?;
+                let value = reqwest::header::HeaderValue::from_str(&value).map_err(|_| {
                     Unreachable::new(
                         server,
-                        "is at an address toolgate may not reach",
-                        refused.to_string(),
+                        "is not configured on this server",
+                        format!("the value of header {name} is not a valid header value"),
                     )
                 })?;
-                let client = policy.client().map_err(|err| {
-                    Unreachable::new(server, "is not configured on this server", err)
-                })?;
-                let mut custom = HashMap::new();
-                for (name, value) in headers {
-                    let value = resolve(server, value)?;
-                    let name = reqwest::header::HeaderName::from_bytes(name.as_bytes()).map_err(
-                        |err| Unreachable::new(server, "is not configured", err.to_string()),
-                    )?;
-                    let value = reqwest::header::HeaderValue::from_str(&value).map_err(|_| {
-                        Unreachable::new(
-                            server,
-                            "is not configured on this server",
-                            format!("the value of header {name} is not a valid header value"),
-                        )
-                    })?;
-                    custom.insert(name, value);
-                }
-                let mut transport_config =
-                    StreamableHttpClientTransportConfig::with_uri(url.as_str())
-                        .custom_headers(custom);
-                let mut retry = ExponentialBackoff::default();
-                retry.max_times = Some(2);
-                transport_config.retry_config = Arc::new(retry);
-                let transport =
-                    StreamableHttpClientTransport::with_client(client, transport_config);
-                handler
-                    .serve_with_lifecycle(transport, mode)
-                    .await
-                    .map_err(|err| {
-                        Unreachable::new(server, "could not be reached", err.to_string())
-                    })
+                custom.insert(name, value);
             }
+            let mut transport_config =
+                StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(custom);
+            let mut retry = ExponentialBackoff::default();
+            retry.max_times = Some(2);
+            transport_config.retry_config = Arc::new(retry);
+            let transport = StreamableHttpClientTransport::with_client(client, transport_config);
+            Ok(handler.serve_with_lifecycle(transport, mode).await)
         }
-    };
-    tokio::time::timeout(config.connect_timeout, connecting)
-        .await
-        .map_err(|_| {
-            Unreachable::new(
-                server,
-                "did not answer in time",
-                format!("no session within {:?}", config.connect_timeout),
-            )
-        })?
+    }
 }
 
 /// How many of the questions a server said were complete a session remembers, so a
