@@ -551,6 +551,14 @@ pub const STREAM_EXPIRED_EVENT: &str = "expired";
 /// The data of [`STREAM_EXPIRED_EVENT`]: why the stream ends.
 pub const STREAM_EXPIRED_DATA: &str = r#"{"reason":"token_expired"}"#;
 
+/// The SSE event a stream sends last when its conversation has been deleted (in another
+/// tab, or by another client), just before it ends (its data: [`STREAM_DELETED_DATA`]).
+/// Opening the stream again would answer 404.
+pub const STREAM_DELETED_EVENT: &str = "deleted";
+
+/// The data of [`STREAM_DELETED_EVENT`]: why the stream ends.
+pub const STREAM_DELETED_DATA: &str = r#"{"reason":"conversation_deleted"}"#;
+
 impl EventKind {
     /// Every SSE event name, for clients that register a listener per name.
     pub const NAMES: [&'static str; 9] = [

@@ -14,7 +14,10 @@ use axum::http::HeaderMap;
 use axum::http::header::AUTHORIZATION;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::Stream;
-use protocol::chat::{STREAM_EXPIRED_DATA, STREAM_EXPIRED_EVENT, StreamEvent, StreamToken};
+use protocol::chat::{
+    STREAM_DELETED_DATA, STREAM_DELETED_EVENT, STREAM_EXPIRED_DATA, STREAM_EXPIRED_EVENT,
+    StreamEvent, StreamToken,
+};
 use serde::Deserialize;
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
@@ -87,11 +90,13 @@ pub struct StreamQuery {
 /// `event` its kind, `data` the whole event as JSON. When the token that opened it
 /// expires, the stream sends a last event named `expired` (data
 /// `{"reason":"token_expired"}`) and ends; open it again with a fresh token and `after`.
+/// When the conversation is deleted, the stream sends a last event named `deleted` (data
+/// `{"reason":"conversation_deleted"}`) within a few seconds, and ends.
 #[utoipa::path(get, path = "/api/conversations/{id}/events", tag = "chat",
     params(("id" = Uuid, Path, description = "Conversation id"), StreamQuery),
     security(("bearer" = []), ("stream_token" = [])),
     responses(
-        (status = 200, description = "Server-sent events; each event's `data` is one StreamEvent, except the last one, named `expired` (data `{\"reason\":\"token_expired\"}`, no id), sent when the token that opened the stream expires", content_type = "text/event-stream", body = StreamEvent),
+        (status = 200, description = "Server-sent events; each event's `data` is one StreamEvent, except a last one without an id: `expired` (data `{\"reason\":\"token_expired\"}`), sent when the token that opened the stream expires, or `deleted` (data `{\"reason\":\"conversation_deleted\"}`), sent within a few seconds of the conversation's deletion", content_type = "text/event-stream", body = StreamEvent),
         (status = 401, description = "No bearer token or stream token, or one that is invalid, expired or for another conversation", body = protocol::api::ErrorBody),
         (status = 404, body = protocol::api::ErrorBody),
         (status = 429, description = "Too many event streams open, or over the request allowance", body = protocol::api::ErrorBody)))]
@@ -150,7 +155,7 @@ pub async fn stream_events(
     let following = state.events.follow(conversation_id);
     tokio::spawn(async move {
         let _place = relay_slot;
-        relay(
+        let ended = relay(
             state,
             user_id,
             conversation_id,
@@ -160,7 +165,10 @@ pub async fn stream_events(
             until,
         )
         .await;
-        if tokio::time::Instant::now() >= until {
+        if ended == Ended::Deleted {
+            let _ =
+                tokio::time::timeout(Duration::from_secs(2), sender.send(Outgoing::Deleted)).await;
+        } else if tokio::time::Instant::now() >= until {
             // Said to a client that still reads, if slowly; one that stopped reading is
             // not waited for long.
             let _ =
@@ -177,6 +185,9 @@ pub async fn stream_events(
             Outgoing::Expired => Event::default()
                 .event(STREAM_EXPIRED_EVENT)
                 .data(STREAM_EXPIRED_DATA),
+            Outgoing::Deleted => Event::default()
+                .event(STREAM_DELETED_EVENT)
+                .data(STREAM_DELETED_DATA),
         })
     });
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
@@ -187,12 +198,25 @@ enum Outgoing {
     Event(Box<StreamEvent>),
     /// The token that opened the stream has expired; the stream ends after this.
     Expired,
+    /// The conversation has been deleted; the stream ends after this.
+    Deleted,
 }
 
-/// Sends stored events to one client until it goes away, its token expires or the
-/// server shuts down. The stream reads for itself to catch up (at the start, after
-/// falling behind, and on the periodic look); otherwise it takes the batches the server
-/// reads once for every stream of the conversation.
+/// Why a relay stopped.
+#[derive(Debug, PartialEq, Eq)]
+enum Ended {
+    /// The client went away, the token expired, the server is stopping, or the client
+    /// stopped reading.
+    Stopped,
+    /// The conversation is gone.
+    Deleted,
+}
+
+/// Sends stored events to one client until it goes away, its token expires, the
+/// server shuts down or the conversation is deleted. The stream reads for itself to
+/// catch up (at the start, after falling behind, and on the periodic look, which also
+/// finds a deleted conversation); otherwise it takes the batches the server reads once
+/// for every stream of the conversation.
 async fn relay(
     state: AppState,
     user_id: String,
@@ -201,14 +225,15 @@ async fn relay(
     mut following: Following,
     sender: &mpsc::Sender<Outgoing>,
     until: tokio::time::Instant,
-) {
+) -> Ended {
     let mut shutdown = state.shutdown.clone();
     let mut behind = true;
     loop {
         if behind {
             match catch_up(&state, &user_id, conversation_id, &mut after, sender, until).await {
-                Ok(true) => behind = false,
-                Ok(false) => return,
+                Ok(CaughtUp::Yes) => behind = false,
+                Ok(CaughtUp::Stopped) => return Ended::Stopped,
+                Ok(CaughtUp::Deleted) => return Ended::Deleted,
                 Err(err) => {
                     tracing::warn!(error = %err, "event stream could not read events; retrying");
                 }
@@ -217,16 +242,16 @@ async fn relay(
         tokio::select! {
             // Expiry first: a batch that arrives at the same moment is not sent.
             biased;
-            () = tokio::time::sleep_until(until) => return,
-            () = sender.closed() => return,
-            _ = shutdown.changed() => return,
+            () = tokio::time::sleep_until(until) => return Ended::Stopped,
+            () = sender.closed() => return Ended::Stopped,
+            _ = shutdown.changed() => return Ended::Stopped,
             batch = following.next() => match batch {
                 Some(batch) if batch.complete_after <= after => {
                     let sent = after;
                     for event in batch.events.iter().filter(|event| event.id > sent) {
                         after = event.id;
                         if !send_before(sender, event.clone(), until).await {
-                            return;
+                            return Ended::Stopped;
                         }
                     }
                 }
@@ -271,8 +296,17 @@ async fn send_unless_stalled(
     )
 }
 
-/// Sends what the stream has not sent yet, read as the user; `Ok(false)` when the client
-/// is gone or the token has expired, so nothing is read after it.
+/// How a catch-up ended.
+enum CaughtUp {
+    /// Everything stored has been sent.
+    Yes,
+    /// The client is gone or the token has expired: nothing more is read.
+    Stopped,
+    /// The conversation is gone.
+    Deleted,
+}
+
+/// Sends what the stream has not sent yet, read as the user.
 async fn catch_up(
     state: &AppState,
     user_id: &str,
@@ -280,24 +314,29 @@ async fn catch_up(
     after: &mut i64,
     sender: &mpsc::Sender<Outgoing>,
     until: tokio::time::Instant,
-) -> std::result::Result<bool, sqlx::Error> {
+) -> std::result::Result<CaughtUp, sqlx::Error> {
     loop {
         // A client that hung up is not read for: a stream opened and dropped at once
         // must not leave a read behind it.
         if tokio::time::Instant::now() >= until || sender.is_closed() {
-            return Ok(false);
+            return Ok(CaughtUp::Stopped);
         }
         let mut tx = db::begin_as_user(&state.db, user_id).await?;
         let (batch, more) = events::after(&mut tx, conversation_id, *after, BATCH).await?;
+        // A deleted conversation has no events left; only then is it looked for.
+        let deleted = batch.is_empty() && !conversations::exists(&mut tx, conversation_id).await?;
         tx.commit().await?;
+        if deleted {
+            return Ok(CaughtUp::Deleted);
+        }
         for event in batch {
             *after = event.id;
             if !send_before(sender, event, until).await {
-                return Ok(false);
+                return Ok(CaughtUp::Stopped);
             }
         }
         if !more {
-            return Ok(true);
+            return Ok(CaughtUp::Yes);
         }
     }
 }

@@ -26,6 +26,8 @@ enum Loading {
     Pending,
     Ready,
     NotFound,
+    /// Deleted while open here (in another tab, or by another client).
+    Deleted,
     Failed(String),
 }
 
@@ -53,6 +55,12 @@ fn ChatBody(store: ChatStore) -> impl IntoView {
         load(store, app, loading, title);
     });
     stream::follow(store, app);
+    Effect::new(move |_| {
+        if store.link.get() == Link::Deleted {
+            loading.set(Loading::Deleted);
+            app.conversations.update(|list| list.retain(|c| c.id != id));
+        }
+    });
 
     // A finished run may have named the conversation.
     Effect::new(move |previous: Option<u32>| {
@@ -113,6 +121,14 @@ fn ChatBody(store: ChatStore) -> impl IntoView {
                         view! {
                             <p class="notice notice-warn" role="alert" data-testid="not-found">
                                 "This conversation does not exist, or it is not yours."
+                            </p>
+                        }
+                            .into_any()
+                    }
+                    Loading::Deleted => {
+                        view! {
+                            <p class="notice notice-warn" role="alert" data-testid="deleted-elsewhere">
+                                "This conversation has been deleted, in another tab or window."
                             </p>
                         }
                             .into_any()
@@ -215,6 +231,7 @@ fn LinkIndicator() -> impl IntoView {
                 Link::Reconnecting if !app.online.get() => "offline — waiting for the network",
                 Link::Reconnecting => "reconnecting…",
                 Link::Stopped => "not live",
+                Link::Deleted => "deleted",
             }}
         </span>
     }

@@ -1,6 +1,7 @@
 //! The event stream's connection: an `EventSource` per conversation, opened again
 //! with `after=<last id>` whenever it drops: at once and quietly when the server ended
-//! it because its token expired (it says so first), else with backoff.
+//! it because its token expired (it says so first), else with backoff; never again once
+//! the server said the conversation was deleted.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -8,7 +9,9 @@ use std::rc::Rc;
 use futures::channel::oneshot;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use protocol::chat::{EventKind, STREAM_EXPIRED_DATA, STREAM_EXPIRED_EVENT};
+use protocol::chat::{
+    EventKind, STREAM_DELETED_DATA, STREAM_DELETED_EVENT, STREAM_EXPIRED_DATA, STREAM_EXPIRED_EVENT,
+};
 use send_wrapper::SendWrapper;
 use wasm_bindgen::JsCast;
 use wasm_bindgen::closure::Closure;
@@ -39,6 +42,8 @@ struct Connection {
     failures: Cell<u32>,
     /// The server said the current stream's token expired: its end is no loss.
     expired: Cell<bool>,
+    /// The server said the conversation was deleted: nothing is left to follow.
+    deleted: Cell<bool>,
     /// When the current stream opened (ms since the epoch); 0 until it does.
     opened_at: Cell<f64>,
     last_event: Cell<i64>,
@@ -69,6 +74,7 @@ pub fn follow(store: ChatStore, app: AppState) {
         alive: Cell::new(true),
         failures: Cell::new(0),
         expired: Cell::new(false),
+        deleted: Cell::new(false),
         opened_at: Cell::new(0.0),
         last_event: Cell::new(0),
         source: RefCell::new(None),
@@ -149,6 +155,10 @@ async fn run(connection: Rc<Connection>, store: ChatStore, app: AppState) {
         let _ = closed_rx.await;
         connection.listeners.borrow_mut().clear();
         if !connection.alive.get() {
+            break;
+        }
+        if connection.deleted.get() {
+            store.link.set(Link::Deleted);
             break;
         }
         // The server ends each stream when its token expires, saying so first: the next
@@ -234,6 +244,20 @@ fn attach(connection: &Rc<Connection>, source: &EventSource, store: ChatStore, a
         on_expired.as_ref().unchecked_ref(),
     );
     listeners.push(on_expired);
+    let weak = Rc::downgrade(connection);
+    let on_deleted = EventListener::new(move |event: MessageEvent| {
+        if let Some(connection) = weak.upgrade()
+            && event.data().as_string().as_deref() == Some(STREAM_DELETED_DATA)
+        {
+            connection.deleted.set(true);
+            connection.close_source();
+        }
+    });
+    let _ = source.add_event_listener_with_callback(
+        STREAM_DELETED_EVENT,
+        on_deleted.as_ref().unchecked_ref(),
+    );
+    listeners.push(on_deleted);
     drop(listeners);
 
     let weak = Rc::downgrade(connection);

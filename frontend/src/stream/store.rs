@@ -63,6 +63,8 @@ pub enum Link {
     Live,
     Reconnecting,
     Stopped,
+    /// The server ended the stream because the conversation was deleted (elsewhere).
+    Deleted,
 }
 
 impl Link {
@@ -73,6 +75,7 @@ impl Link {
             Link::Live => "live",
             Link::Reconnecting => "reconnecting",
             Link::Stopped => "stopped",
+            Link::Deleted => "deleted",
         }
     }
 }

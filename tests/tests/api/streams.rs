@@ -1,6 +1,6 @@
 //! The event stream as a contract: a connected stream receives every event exactly once
 //! and in order while many transactions write at the same moment; expiry reaches the
-//! stream when it happens; an outage answers fast; a stopping server finishes, hands
+//! stream when it happens, and so does a deletion; an outage answers fast; a stopping server finishes, hands
 //! over or fails its runs and says so.
 
 use std::time::{Duration, Instant};
@@ -315,6 +315,69 @@ async fn a_stream_ends_when_the_token_that_opened_it_expires() {
         Ok(true),
         "the stream with a good token still delivers"
     );
+}
+
+/// A stream of a conversation deleted elsewhere (another tab) ends within seconds,
+/// saying why, instead of staying open, and live, until its token expires; a stream of
+/// the user's other conversation goes on.
+#[tokio::test]
+async fn a_stream_ends_soon_after_its_conversation_is_deleted() {
+    let server = TestServer::start().await;
+    let (_, token) = server.new_user("deleted-stream").await;
+    let deleted = server.new_conversation(&token).await;
+    let kept = server.new_conversation(&token).await;
+    let open = |conversation: String| {
+        let server = &server;
+        let token = &token;
+        async move {
+            let stream_token = server.stream_token(token, &conversation).await;
+            let path = format!("/api/conversations/{conversation}/events?token={stream_token}");
+            let response = server
+                .client
+                .get(server.url(&path))
+                .send()
+                .await
+                .expect("event stream");
+            assert_eq!(response.status(), StatusCode::OK);
+            response.bytes_stream()
+        }
+    };
+    let mut deleted_stream = open(deleted.clone()).await;
+    let mut kept_stream = open(kept.clone()).await;
+
+    let path = format!("/api/conversations/{deleted}");
+    let (status, body) = server.send("DELETE", &path, Some(&token), None).await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    let ended = tokio::time::timeout(Duration::from_secs(20), async {
+        let mut text = String::new();
+        while let Some(Ok(chunk)) = deleted_stream.next().await {
+            text.push_str(&String::from_utf8_lossy(&chunk));
+        }
+        text
+    })
+    .await;
+    let Ok(text) = ended else {
+        panic!("the stream of the deleted conversation is still open");
+    };
+    assert!(
+        text.trim_end()
+            .ends_with("event: deleted\ndata: {\"reason\":\"conversation_deleted\"}"),
+        "the stream ends saying its conversation was deleted: {text:?}"
+    );
+    // Past its next periodic look (every 5 s), the other stream is still open and was
+    // told of no deletion.
+    let mut seen = String::new();
+    let watched = tokio::time::timeout(Duration::from_secs(7), async {
+        while let Some(Ok(chunk)) = kept_stream.next().await {
+            seen.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    })
+    .await;
+    assert!(
+        watched.is_err(),
+        "the other conversation's stream ended: {seen:?}"
+    );
+    assert!(!seen.contains("deleted"), "{seen:?}");
 }
 
 #[tokio::test]

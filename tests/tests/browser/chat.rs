@@ -626,3 +626,54 @@ async fn a_conversation_is_deleted_after_one_more_yes() {
     b.wait_for(&item(&ids[0])).await.expect("still listed");
     b.quit().await;
 }
+
+/// A conversation deleted elsewhere (another tab, another client) while it is open
+/// here says so within seconds and leaves the list, instead of showing "live" until
+/// its stream's token runs out.
+#[tokio::test]
+async fn a_conversation_deleted_elsewhere_says_so_where_it_is_open() {
+    let Some(fx) = Fixture::start("deleted_elsewhere").await else {
+        return;
+    };
+    let b = fx.browser().await;
+    let user = unique("lou");
+    sign_in(&b, &fx.base(), &user).await;
+    new_conversation(&b).await;
+    ask(&b, "What can you do?").await;
+    wait_idle(&b).await;
+    let address = b.current_url().await.expect("url");
+    let id = address.rsplit('/').next().expect("id").to_owned();
+    b.wait_for("[data-testid=stream-status][data-state=live]")
+        .await
+        .expect("live");
+
+    // The page may show the answer a moment before its run is marked done (409 until).
+    let token = fx.server.token(&user).await;
+    let path = format!("/api/conversations/{id}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let (status, body) = loop {
+        let (status, body) = fx.server.send("DELETE", &path, Some(&token), None).await;
+        if status != reqwest::StatusCode::CONFLICT || std::time::Instant::now() > deadline {
+            break (status, body);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert_eq!(status, reqwest::StatusCode::NO_CONTENT, "{body}");
+    let said = b.wait_for("[data-testid=deleted-elsewhere]").await;
+    assert!(said.is_ok(), "{}", b.page_summary().await);
+    b.wait_for("[data-testid=stream-status][data-state=deleted]")
+        .await
+        .expect("no longer live");
+    b.wait_until(
+        "the conversation to leave the list",
+        &format!(
+            "!document.querySelector({})",
+            json!(format!(
+                "[data-testid=conversation-item][data-conversation-id='{id}']"
+            ))
+        ),
+    )
+    .await
+    .expect("gone from the list");
+    b.quit().await;
+}
