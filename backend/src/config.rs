@@ -298,9 +298,9 @@ impl Config {
                 // Whoever issues tokens holds the JWT secret; the saved secrets' key is
                 // the server's alone. The JWT secret is the one to change: a new key
                 // would leave every saved secret unreadable.
-                if key.as_bytes() == jwt_secret.as_slice() {
+                if shares_secret(&key, &jwt_secret) {
                     bail!(
-                        "TOOLGATE_SECRET_KEY and TOOLGATE_JWT_SECRET are the same, so whoever issues tokens could open saved secrets: change TOOLGATE_JWT_SECRET (and where tokens are issued); changing TOOLGATE_SECRET_KEY instead would leave the secrets saved so far unreadable"
+                        "TOOLGATE_SECRET_KEY and TOOLGATE_JWT_SECRET are the same (up to case and surrounding spaces) or one holds the other, so whoever issues tokens could open saved secrets: change TOOLGATE_JWT_SECRET (and where tokens are issued); changing TOOLGATE_SECRET_KEY instead would leave the secrets saved so far unreadable"
                     );
                 }
                 // Only a warning: the values saved so far are sealed with this key, and
@@ -538,6 +538,18 @@ const FEWEST_DISTINCT_SECRET_CHARS: usize = 8;
 
 /// A secret key shorter than this draws a warning at start.
 const STRONG_SECRET_KEY_CHARS: usize = 32;
+
+/// Whether whoever knows the JWT secret knows the secret key too, or most of it: the
+/// same text up to case and surrounding spaces, or one holding the other.
+fn shares_secret(key: &str, jwt_secret: &[u8]) -> bool {
+    let key = key.trim().to_ascii_lowercase();
+    let jwt_secret = String::from_utf8_lossy(jwt_secret)
+        .trim()
+        .to_ascii_lowercase();
+    !key.is_empty()
+        && !jwt_secret.is_empty()
+        && (key.contains(&jwt_secret) || jwt_secret.contains(&key))
+}
 
 /// How many different characters `secret` is made of, when so few that its length hides
 /// how little it holds.

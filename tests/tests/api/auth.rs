@@ -224,6 +224,9 @@ async fn without_dev_auth_a_jwt_secret_is_required_at_start() {
 #[tokio::test]
 async fn a_guessable_or_shared_secret_stops_the_server_and_a_weak_key_is_warned_of() {
     let weak = "passwordpasswordpasswordpassword";
+    let shouted = JWT_SECRET.to_uppercase();
+    let longer = format!(" {JWT_SECRET}-2 ");
+    let inside = &JWT_SECRET[5..];
     for (name, value, says) in [
         ("TOOLGATE_JWT_SECRET", weak, "different characters"),
         (
@@ -231,6 +234,15 @@ async fn a_guessable_or_shared_secret_stops_the_server_and_a_weak_key_is_warned_
             JWT_SECRET,
             "change TOOLGATE_JWT_SECRET",
         ),
+        // Told apart by case and surrounding spaces only, holding the token secret
+        // whole, or held whole in it.
+        (
+            "TOOLGATE_SECRET_KEY",
+            &shouted,
+            "change TOOLGATE_JWT_SECRET",
+        ),
+        ("TOOLGATE_SECRET_KEY", &longer, "change TOOLGATE_JWT_SECRET"),
+        ("TOOLGATE_SECRET_KEY", inside, "change TOOLGATE_JWT_SECRET"),
     ] {
         let result = TestServer::try_start(ServerOptions::default().env(name, value)).await;
         let err = format!("{:#}", result.err().expect("must not start"));
