@@ -71,10 +71,11 @@ enum Gap {
     /// a file that nests it (YAML, an indented PEM block) indents.
     LineBreak,
     /// Between two bytes' digits, what programs write between bytes: a separator
-    /// (`:`, `-`, `,`), spaces, a line break and indentation, and a prefix to the next
-    /// byte (`0x`, `\x`): a hex form, as fingerprints, `openssl`, byte arrays in source
-    /// code and debug output write bytes. (Dumps with offsets and a text column, such as
-    /// `hexdump -C`'s, show a secret longer than one of their lines.)
+    /// (`:`, `-`, `,`, `;`, `.`), spaces and tabs, a line break and indentation, and a
+    /// prefix to the next byte (`0x`, `\x`): a hex form, as fingerprints, `openssl`, byte
+    /// arrays in source code and debug output write bytes. (Dumps with offsets and a
+    /// text column, such as `hexdump -C`'s, show a secret longer than one of their
+    /// lines.)
     ByteSeparator,
 }
 
@@ -401,12 +402,11 @@ fn gap_len(text: &[u8], at: usize, gap: Gap, index: usize) -> usize {
         // Only between two bytes, never inside one; each part may be missing.
         Gap::ByteSeparator if index.is_multiple_of(2) => {
             let rest = text.get(at..).unwrap_or_default();
-            let mut len = usize::from(matches!(rest.first(), Some(b':' | b'-' | b',')));
-            len += rest[len..]
-                .iter()
-                .take(MAX_INDENT)
-                .take_while(|&&byte| byte == b' ')
-                .count();
+            let mut len = usize::from(matches!(
+                rest.first(),
+                Some(b':' | b'-' | b',' | b';' | b'.')
+            ));
+            len += indent_len(&rest[len..]);
             len += line_break_len(rest, len);
             let prefix = [b"0x".as_slice(), b"0X", b"\\x", b"\\\\x"]
                 .into_iter()
@@ -431,9 +431,15 @@ fn line_break_len(text: &[u8], at: usize) -> usize {
     else {
         return 0;
     };
-    let mut len = line_break.len();
+    line_break.len() + indent_len(&rest[line_break.len()..])
+}
+
+/// How many bytes at the start of `text` are spaces and tabs (as is or JSON-escaped),
+/// at most [`MAX_INDENT`] of them.
+fn indent_len(text: &[u8]) -> usize {
+    let mut len = 0;
     for _ in 0..MAX_INDENT {
-        match &rest[len..] {
+        match &text[len..] {
             [b' ' | b'\t', ..] => len += 1,
             [b'\\', b't', ..] => len += 2,
             _ => break,
@@ -700,6 +706,10 @@ mod tests {
             bytes.join(":"),
             bytes.join("-"),
             bytes.join(" "),
+            bytes.join(";"),
+            bytes.join("."),
+            bytes.join("\t"),
+            bytes.join("\\t"),
             format!("{}  {}", bytes[..8].join(" "), bytes[8..].join(" ")),
             format!("{}\n    {}", bytes[..5].concat(), bytes[5..].concat()),
             format!("{}\\n{}", bytes[..6].join(" "), bytes[6..].join(" ")),
@@ -740,6 +750,11 @@ mod tests {
             MAX_INDENT
         );
         assert_eq!(gap_len(spaced.as_bytes(), 0, Gap::ByteSeparator, 3), 0);
+        let tabbed = format!(";{}41", "\\t".repeat(10 * MAX_INDENT));
+        assert_eq!(
+            gap_len(tabbed.as_bytes(), 0, Gap::ByteSeparator, 2),
+            1 + 2 * MAX_INDENT
+        );
     }
 
     #[test]
