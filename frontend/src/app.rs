@@ -120,6 +120,10 @@ fn Workspace() -> impl IntoView {
                 "Sign out"
             </button>
         </header>
+        // Outside the views that come and go, so it is there before it speaks.
+        <p class="visually-hidden" role="status" data-testid="announcement">
+            {move || app.announcement.get()}
+        </p>
         <div class="workspace">
             <ConversationList/>
             <main class="chat-area" id="main">

@@ -67,6 +67,9 @@ pub struct AppState {
     /// Which MCP server each of the user's tools comes from; loaded once per sign-in,
     /// on the first tool row that asks.
     pub tool_servers: RwSignal<Option<BTreeMap<String, String>>>,
+    /// What a screen reader says of something done whose result the page does not show
+    /// where the focus goes (a conversation deleted).
+    pub announcement: RwSignal<String>,
 }
 
 impl AppState {
@@ -90,6 +93,7 @@ impl AppState {
             conversations: RwSignal::new(Vec::new()),
             current: RwSignal::new(address::conversation()),
             tool_servers: RwSignal::new(None),
+            announcement: RwSignal::new(String::new()),
         }
     }
 
@@ -242,6 +246,14 @@ impl AppState {
     pub fn retry(&self) {
         self.notice.set(None);
         self.reload.update(|n| *n += 1);
+    }
+
+    /// Has screen readers say `text`. Emptied first, so the same words said again are
+    /// announced again.
+    pub fn announce(&self, text: &'static str) {
+        self.announcement.set(String::new());
+        let announcement = self.announcement;
+        request_animation_frame(move || announcement.set(text.to_owned()));
     }
 
     pub fn select(&self, id: Option<Uuid>) {

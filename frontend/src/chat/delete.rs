@@ -60,6 +60,7 @@ pub(super) fn DeleteConversation(id: Uuid) -> impl IntoView {
                     resend::conversation_deleted(&drafts::key(&user, None), id);
                 }
                 app.conversations.update(|list| list.retain(|c| c.id != id));
+                app.announce("Conversation deleted.");
                 if app.current.get_untracked() == Some(id) {
                     app.select(None);
                     request_animation_frame(|| {

@@ -588,6 +588,13 @@ async fn a_conversation_is_deleted_after_one_more_yes() {
     .await
     .expect("gone from the list");
     b.wait_for(&item(&ids[0])).await.expect("the other stays");
+    // Focus went to the message box; a screen reader is told what happened.
+    b.wait_until(
+        "the deletion to be announced",
+        "document.querySelector('[data-testid=announcement][role=status]').textContent === 'Conversation deleted.'",
+    )
+    .await
+    .expect("announced");
     let mut db = fx.server.db().await;
     let left: Vec<String> =
         sqlx::query_scalar("select id::text from conversations where user_id = $1")
