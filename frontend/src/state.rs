@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use crate::api::{self, ApiError};
 use crate::auth::{self, Session};
-use crate::{address, clock, drafts, ordered};
+use crate::{address, clock, drafts, ordered, resend};
 
 /// What the server said about itself.
 #[derive(Clone, Debug)]
@@ -246,6 +246,18 @@ impl AppState {
     pub fn retry(&self) {
         self.notice.set(None);
         self.reload.update(|n| *n += 1);
+    }
+
+    /// Forgets the deleted conversation `id` (of `user`, when known): from the list, and
+    /// what this tab keeps for it (its message box's draft, and a new-conversation box's
+    /// send that made it, which would post into it again).
+    pub fn forget_conversation(&self, user: Option<&str>, id: Uuid) {
+        if let Some(user) = user {
+            drafts::forget(&drafts::key(user, Some(id)));
+            resend::conversation_deleted(&drafts::key(user, None), id);
+        }
+        self.conversations
+            .update(|list| list.retain(|c| c.id != id));
     }
 
     /// Has screen readers say `text`. Emptied first, so the same words said again are

@@ -6,7 +6,7 @@ use leptos::task::spawn_local;
 use uuid::Uuid;
 
 use crate::state::AppState;
-use crate::{api, drafts, focus, resend};
+use crate::{api, focus};
 
 /// Moves the focus to `button` once the page has drawn it (it may be drawn anew).
 fn focus_soon(button: NodeRef<leptos::html::Button>) {
@@ -55,11 +55,7 @@ pub(super) fn DeleteConversation(id: Uuid) -> impl IntoView {
                 Ok(()) | Err(api::ApiError::Status { status: 404, .. })
             ) {
                 app.reached();
-                if let Some(user) = user {
-                    drafts::forget(&drafts::key(&user, Some(id)));
-                    resend::conversation_deleted(&drafts::key(&user, None), id);
-                }
-                app.conversations.update(|list| list.retain(|c| c.id != id));
+                app.forget_conversation(user.as_deref(), id);
                 app.announce("Conversation deleted.");
                 if app.current.get_untracked() == Some(id) {
                     app.select(None);

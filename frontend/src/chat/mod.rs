@@ -58,7 +58,10 @@ fn ChatBody(store: ChatStore) -> impl IntoView {
     Effect::new(move |_| {
         if store.link.get() == Link::Deleted {
             loading.set(Loading::Deleted);
-            app.conversations.update(|list| list.retain(|c| c.id != id));
+            let user = app
+                .session
+                .with_untracked(|s| s.as_ref().map(|s| s.user_id.clone()));
+            app.forget_conversation(user.as_deref(), id);
         }
     });
 
@@ -128,7 +131,7 @@ fn ChatBody(store: ChatStore) -> impl IntoView {
                     Loading::Deleted => {
                         view! {
                             <p class="notice notice-warn" role="alert" data-testid="deleted-elsewhere">
-                                "This conversation has been deleted, in another tab or window."
+                                "This conversation has been deleted elsewhere (another tab, window or app)."
                             </p>
                         }
                             .into_any()
