@@ -158,6 +158,20 @@ impl HistoryCache {
         drop(released);
     }
 
+    /// Lets go of what is held of a deleted conversation, rather than keeping its
+    /// messages until they are evicted. (Another server, or a step that read them just
+    /// before, may still hold them until then; none is served: the read names the
+    /// conversation, which is gone.)
+    pub fn forget(&self, conversation_id: Uuid) {
+        let mut entries = self.lock();
+        let released = entries.by_conversation.remove(&conversation_id);
+        if let Some(entry) = &released {
+            entries.bytes -= entry.held.bytes;
+        }
+        drop(entries);
+        drop(released);
+    }
+
     /// Conversations held and their estimated bytes.
     pub fn size(&self) -> (usize, usize) {
         let entries = self.lock();
@@ -249,6 +263,22 @@ mod tests {
                 })
             })
             .collect()
+    }
+
+    #[test]
+    fn a_forgotten_conversation_is_held_no_more_and_its_bytes_are_free() {
+        let cache = HistoryCache::default();
+        let (kept, deleted) = (Uuid::new_v4(), Uuid::new_v4());
+        cache.put(kept, HeldHistory::new("alice", messages(3, "kept"), None));
+        let (_, kept_bytes) = cache.size();
+        cache.put(
+            deleted,
+            HeldHistory::new("alice", messages(3, "gone"), None),
+        );
+        cache.forget(deleted);
+        assert!(cache.get("alice", deleted).is_none());
+        assert!(cache.get("alice", kept).is_some());
+        assert_eq!(cache.size(), (1, kept_bytes));
     }
 
     #[test]

@@ -95,6 +95,7 @@ pub async fn delete_conversation(
     }
     conversations::delete(&mut tx, conversation_id).await?;
     tx.commit().await?;
+    state.agent.history.forget(conversation_id);
     tracing::info!(user = %user.user_id, conversation = %conversation_id, "conversation deleted");
     Ok(StatusCode::NO_CONTENT)
 }
