@@ -125,6 +125,11 @@ pub fn folded(c: char) -> char {
 /// and Greek letters and small capitals that look like Latin ones as those; anything
 /// else as itself, ASCII lower-cased.
 pub fn as_latin(c: char) -> char {
+    // Most text is ASCII, and the server reads every message of a conversation through
+    // here on every step: no ASCII character stands for another.
+    if c.is_ascii() {
+        return c.to_ascii_lowercase();
+    }
     let code = u32::from(c);
     let c = match c {
         '\u{FF01}'..='\u{FF5E}' => char::from_u32(code - 0xFEE0).unwrap_or(c),
@@ -250,6 +255,16 @@ pub fn as_latin(c: char) -> char {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ascii_reads_as_its_own_lower_case_and_look_alikes_as_latin() {
+        for byte in 0..=127u8 {
+            let c = char::from(byte);
+            assert_eq!(as_latin(c), c.to_ascii_lowercase(), "{c:?}");
+        }
+        assert_eq!(as_latin('А'), 'a');
+        assert_eq!(as_latin('\u{FF21}'), 'a');
+    }
 
     #[test]
     fn invisible_and_reordering_characters_are_unseen_and_text_is_not() {
