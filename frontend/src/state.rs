@@ -212,6 +212,7 @@ impl AppState {
     fn leave(&self) {
         self.conversations.set(Vec::new());
         self.tool_servers.set(None);
+        self.announcement.set(String::new());
         self.session.set(None);
     }
 

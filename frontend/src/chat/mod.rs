@@ -148,7 +148,10 @@ fn ChatBody(store: ChatStore) -> impl IntoView {
                     Loading::Ready => view! { <Timeline/> }.into_any(),
                 }}
             </div>
-            <Composer store=Some(store)/>
+            // Gone: nothing to send to, and a draft typed here would be kept for nothing.
+            <Show when=move || loading.get() != Loading::Deleted>
+                <Composer store=Some(store)/>
+            </Show>
         </section>
     }
 }

@@ -672,6 +672,12 @@ async fn a_conversation_deleted_elsewhere_says_so_where_it_is_open() {
         .await
         .expect("no longer live");
     b.wait_until(
+        "the message box to go",
+        "!document.querySelector('#composer-input')",
+    )
+    .await
+    .expect("nothing to send to");
+    b.wait_until(
         "the conversation to leave the list",
         &format!(
             "!document.querySelector({})",
