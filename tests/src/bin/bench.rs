@@ -443,6 +443,9 @@ fn pgbench(url: &str, script: &Path, clients: usize, seconds: u64) -> Result<f64
 
 const IDENTITY: &str = "\\set u random(0, 999)\nBEGIN;\nselect set_config('role', 'toolgate_app', true), set_config('toolgate.user_id', 'bench-u' || :u, true);\n";
 const WRITER_IDENTITY: &str = "\\set u random(1000, 1999)\nBEGIN;\nselect set_config('role', 'toolgate_app', true), set_config('toolgate.user_id', 'bench-u' || :u, true);\n";
+/// Waiting cards a conversation may hold in the benchmark: loads that create requests
+/// never meet the limit, and the server counts up to it on every create.
+const MAX_WAITING: u32 = 1_000_000;
 const CONVERSATION: &str = "('00000000-0000-0000-0000-' || lpad(:u::text, 12, '0'))::uuid";
 
 /// A log line without its terminal colours.
@@ -497,10 +500,13 @@ fn baseline_scripts() -> BTreeMap<String, String> {
                 "{IDENTITY}select conversation_id, name, value, is_secret, updated_at, tool_name, memory_key, label, binding from saved_tool_inputs where (conversation_id = {CONVERSATION} or conversation_id is null) and exists (select 1 from conversations where id = {CONVERSATION}) order by conversation_id nulls last, binding;\nCOMMIT;\n"
             ),
         ),
+        // As `requests::insert_request` runs it: the conversation's writer lock, the call
+        // id's lock and check, the count of waiting cards (up to the limit the server
+        // is started with), the insert, and the card's stream event.
         (
             "create_request",
             format!(
-                "{WRITER_IDENTITY}insert into tool_user_input_requests (id, user_id, conversation_id, run_id, tool_name, tool_call_id, tool_args, reason, required_fields, save_for, expires_at, origin, original_user_request) select gen_random_uuid(), 'bench-u' || :u, {CONVERSATION}, null, 'bench_ask', 'pgb-' || md5(random()::text), '{{}}', 'A one-time code', '[{{\"name\": \"code\"}}]', 'call', now() + interval '1 day', 'api', null where exists (select 1 from conversations where id = {CONVERSATION}) returning {columns};\nCOMMIT;\n"
+                "\\set n random(1, 1000000000000)\n{WRITER_IDENTITY}select 1 from conversations where id = {CONVERSATION} for no key update;\nselect pg_advisory_xact_lock(hashtextextended('bench-u' || :u || chr(1) || 'pgb-' || :client_id || '-' || :n, 7301));\nselect exists(select 1 from tool_user_input_requests where user_id = 'bench-u' || :u and tool_call_id = 'pgb-' || :client_id || '-' || :n and (status = 'pending' or tool_name <> 'bench_ask' or conversation_id <> {CONVERSATION}));\nselect count(*) from (select 1 from tool_user_input_requests where conversation_id = {CONVERSATION} and status = 'pending' and expires_at > now() limit {MAX_WAITING}) as waiting;\ninsert into tool_user_input_requests (id, user_id, conversation_id, run_id, tool_name, tool_call_id, tool_args, reason, required_fields, save_for, expires_at, origin, original_user_request) select gen_random_uuid(), 'bench-u' || :u, {CONVERSATION}, null, 'bench_ask', 'pgb-' || :client_id || '-' || :n, '{{}}', 'A one-time code', '[{{\"name\": \"code\"}}]', 'call', now() + interval '1 day', 'api', null where exists (select 1 from conversations where id = {CONVERSATION}) returning {columns};\nwith stored as (insert into run_events (conversation_id, user_id, run_id, kind, data, data_bytes) values ({CONVERSATION}, 'bench-u' || :u, null, 'input_requested', '{{\"type\": \"input_requested\"}}', 28) returning id) select stored.id from stored, lateral (select pg_notify('toolgate_events', {CONVERSATION}::text || ' ' || stored.id::text)) as notified;\nCOMMIT;\n"
             ),
         ),
         (
@@ -548,7 +554,7 @@ async fn main() -> Result<()> {
             .env("TOOLGATE_TOOLS", &tools_path.to_string_lossy())
             .env("TOOLGATE_DB_MAX_CONNECTIONS", "32")
             // The load makes requests without end, and never answers most of them.
-            .env("TOOLGATE_MAX_WAITING_REQUESTS", "1000000"),
+            .env("TOOLGATE_MAX_WAITING_REQUESTS", &MAX_WAITING.to_string()),
     )
     .await?;
     let pid = server.pid().context("server pid")?;
