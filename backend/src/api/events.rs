@@ -91,12 +91,13 @@ pub struct StreamQuery {
 /// expires, the stream sends a last event named `expired` (data
 /// `{"reason":"token_expired"}`) and ends; open it again with a fresh token and `after`.
 /// When the conversation is deleted, the stream sends a last event named `deleted` (data
-/// `{"reason":"conversation_deleted"}`) within a few seconds, and ends.
+/// `{"reason":"conversation_deleted"}`) as the deletion commits (within a few seconds
+/// where its notice is missed), and ends.
 #[utoipa::path(get, path = "/api/conversations/{id}/events", tag = "chat",
     params(("id" = Uuid, Path, description = "Conversation id"), StreamQuery),
     security(("bearer" = []), ("stream_token" = [])),
     responses(
-        (status = 200, description = "Server-sent events; each event's `data` is one StreamEvent, except a last one without an id: `expired` (data `{\"reason\":\"token_expired\"}`), sent when the token that opened the stream expires, or `deleted` (data `{\"reason\":\"conversation_deleted\"}`), sent within a few seconds of the conversation's deletion", content_type = "text/event-stream", body = StreamEvent),
+        (status = 200, description = "Server-sent events; each event's `data` is one StreamEvent, except a last one without an id: `expired` (data `{\"reason\":\"token_expired\"}`), sent when the token that opened the stream expires, or `deleted` (data `{\"reason\":\"conversation_deleted\"}`), sent when the conversation is deleted (within a few seconds even where the notice of it is missed)", content_type = "text/event-stream", body = StreamEvent),
         (status = 401, description = "No bearer token or stream token, or one that is invalid, expired or for another conversation", body = protocol::api::ErrorBody),
         (status = 404, body = protocol::api::ErrorBody),
         (status = 429, description = "Too many event streams open, or over the request allowance", body = protocol::api::ErrorBody)))]
@@ -214,9 +215,10 @@ enum Ended {
 
 /// Sends stored events to one client until it goes away, its token expires, the
 /// server shuts down or the conversation is deleted. The stream reads for itself to
-/// catch up (at the start, after falling behind, and on the periodic look, which also
-/// finds a deleted conversation); otherwise it takes the batches the server reads once
-/// for every stream of the conversation.
+/// catch up (at the start, after falling behind, when told of a deletion, and on the
+/// periodic look, which also finds a deletion whose notification was missed);
+/// otherwise it takes the batches the server reads once for every stream of the
+/// conversation.
 async fn relay(
     state: AppState,
     user_id: String,

@@ -138,11 +138,18 @@ pub async fn lock_for_deleting(conn: &mut PgConnection, id: Uuid) -> sqlx::Resul
 
 /// Deletes the conversation, and with it (by the tables' cascades) everything it holds:
 /// messages, runs, requests, their events and the values saved for it alone. The log of
-/// its tool calls stays, its conversation unset.
+/// its tool calls stays, its conversation unset. Every replica hears of it on commit
+/// (`<id> gone` on the events channel), so the streams following it end at once.
 pub async fn delete(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<()> {
-    sqlx::query!("delete from conversations where id = $1", id)
-        .execute(conn)
-        .await?;
+    sqlx::query_scalar!(
+        r#"with deleted as (delete from conversations where id = $1 returning id)
+           select count(*) as "deleted!" from deleted,
+             lateral (select pg_notify($2, deleted.id::text || ' gone')) as notified"#,
+        id,
+        super::events::CHANNEL
+    )
+    .fetch_one(conn)
+    .await?;
     Ok(())
 }
 

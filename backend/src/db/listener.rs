@@ -3,9 +3,9 @@
 //! follows that conversation here, so a notification costs one read per server, not
 //! one per open stream.
 //!
-//! A notification names the conversation and the event id, never the event: Postgres
-//! delivers a payload to every session that listens on the database, past row-level
-//! security, so what a user's run said must not ride in it.
+//! A notification names the conversation and the event id (or that the conversation is
+//! gone), never the event: Postgres delivers a payload to every session that listens on
+//! the database, past row-level security, so what a user's run said must not ride in it.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -180,17 +180,37 @@ impl EventHub {
         self.listening.send_replace(true);
         loop {
             let notification = listener.recv().await?;
-            let Some((conversation_id, event_id)) = parse_payload(notification.payload()) else {
+            let Some(notice) = parse_payload(notification.payload()) else {
                 continue;
             };
-            // No subscribers is fine.
-            let _ = self.news.send(conversation_id);
-            if let Err(err) = self
-                .read_for_followers(pool, conversation_id, event_id)
-                .await
-            {
-                tracing::warn!(error = %err, "could not read new events for the streams; each reads for itself");
-                self.set_position(conversation_id, None);
+            match notice {
+                Notice::Event {
+                    conversation_id,
+                    event_id,
+                } => {
+                    // No subscribers is fine.
+                    let _ = self.news.send(conversation_id);
+                    if let Err(err) = self
+                        .read_for_followers(pool, conversation_id, event_id)
+                        .await
+                    {
+                        tracing::warn!(error = %err, "could not read new events for the streams; each reads for itself");
+                        self.set_position(conversation_id, None);
+                    }
+                }
+                Notice::Gone { conversation_id } => {
+                    let _ = self.news.send(conversation_id);
+                    // A batch that starts past every stream's position: each stream
+                    // following it reads for itself, and finds the conversation gone
+                    // (one still there, whoever said otherwise, costs a read, no more).
+                    if self.followed().contains_key(&conversation_id) {
+                        let _ = self.batches.send(Arc::new(EventBatch {
+                            conversation_id,
+                            complete_after: i64::MAX,
+                            events: Vec::new(),
+                        }));
+                    }
+                }
             }
         }
     }
@@ -240,10 +260,28 @@ impl EventHub {
     }
 }
 
-/// `<conversation id> <event id>`, as `events::append` sends it.
-fn parse_payload(payload: &str) -> Option<(Uuid, i64)> {
-    let (conversation, event) = payload.split_once(' ')?;
-    Some((conversation.parse().ok()?, event.parse().ok()?))
+/// What a notification on the events channel says.
+#[derive(Debug, PartialEq)]
+enum Notice {
+    /// `<conversation id> <event id>`, as `events::append` sends it.
+    Event {
+        conversation_id: Uuid,
+        event_id: i64,
+    },
+    /// `<conversation id> gone`, as `conversations::delete` sends it.
+    Gone { conversation_id: Uuid },
+}
+
+fn parse_payload(payload: &str) -> Option<Notice> {
+    let (conversation, rest) = payload.split_once(' ')?;
+    let conversation_id = conversation.parse().ok()?;
+    if rest == "gone" {
+        return Some(Notice::Gone { conversation_id });
+    }
+    Some(Notice::Event {
+        conversation_id,
+        event_id: rest.parse().ok()?,
+    })
 }
 
 #[cfg(test)]
@@ -253,12 +291,25 @@ mod tests {
     use protocol::chat::EventKind;
 
     #[test]
-    fn a_payload_names_a_conversation_and_an_event() {
+    fn a_payload_names_a_conversation_and_an_event_or_its_end() {
         let id = Uuid::new_v4();
-        assert_eq!(parse_payload(&format!("{id} 42")), Some((id, 42)));
+        assert_eq!(
+            parse_payload(&format!("{id} 42")),
+            Some(Notice::Event {
+                conversation_id: id,
+                event_id: 42
+            })
+        );
+        assert_eq!(
+            parse_payload(&format!("{id} gone")),
+            Some(Notice::Gone {
+                conversation_id: id
+            })
+        );
         assert_eq!(parse_payload(&id.to_string()), None);
         assert_eq!(parse_payload(&format!("{id} x")), None);
         assert_eq!(parse_payload("x 42"), None);
+        assert_eq!(parse_payload("x gone"), None);
     }
 
     async fn write_event(pool: &PgPool, conversation_id: Uuid, user: &str, n: usize) {
