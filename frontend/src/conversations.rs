@@ -18,7 +18,7 @@ pub fn refresh_conversations(app: AppState) {
             Ok(list) => {
                 app.reached();
                 if app.token().as_deref() == Some(token.as_str()) {
-                    app.conversations.set(list);
+                    app.show_conversations(list);
                 }
             }
             Err(err) => {
@@ -48,7 +48,7 @@ pub fn ConversationList() -> impl IntoView {
                 Ok(_) if app.token().as_deref() != Some(token.as_str()) => {}
                 Ok(list) => {
                     app.reached();
-                    app.conversations.set(list);
+                    app.show_conversations(list);
                     error.set(None);
                 }
                 Err(err) => {

@@ -70,6 +70,9 @@ pub struct AppState {
     /// What a screen reader says of something done whose result the page does not show
     /// where the focus goes (a conversation deleted).
     pub announcement: RwSignal<String>,
+    /// Conversations deleted while this page is open: a list asked for before a deletion
+    /// and answered after it must not bring one back.
+    deleted: StoredValue<Vec<Uuid>>,
 }
 
 impl AppState {
@@ -94,6 +97,7 @@ impl AppState {
             current: RwSignal::new(address::conversation()),
             tool_servers: RwSignal::new(None),
             announcement: RwSignal::new(String::new()),
+            deleted: StoredValue::new(Vec::new()),
         }
     }
 
@@ -257,8 +261,16 @@ impl AppState {
             drafts::forget(&drafts::key(user, Some(id)));
             resend::conversation_deleted(&drafts::key(user, None), id);
         }
+        self.deleted.update_value(|deleted| deleted.push(id));
         self.conversations
             .update(|list| list.retain(|c| c.id != id));
+    }
+
+    /// Shows `list` as the user's conversations, but for those deleted meanwhile.
+    pub fn show_conversations(&self, mut list: Vec<Conversation>) {
+        self.deleted
+            .with_value(|deleted| list.retain(|c| !deleted.contains(&c.id)));
+        self.conversations.set(list);
     }
 
     /// Has screen readers say `text`. Emptied first, so the same words said again are
