@@ -87,7 +87,8 @@ pub async fn delete_conversation(
             "a run of this conversation is in progress or waiting for an answer; let it finish (answer its request), then delete the conversation",
         ));
     }
-    if input_requests::any_pending_in(&mut tx, conversation_id).await? {
+    // One past its time, which no card shows any more, does not count.
+    if input_requests::count_waiting(&mut tx, conversation_id, 1).await? > 0 {
         return Err(Error::conflict(
             "request_pending",
             "a request of this conversation waits for your answer; answer or cancel it, then delete the conversation",

@@ -545,19 +545,6 @@ pub async fn set_tool_result(
     Ok(())
 }
 
-/// Whether a request of the conversation (of a run or not) waits for the user; one
-/// past its time, which no card shows any more, does not.
-pub async fn any_pending_in(conn: &mut PgConnection, conversation_id: Uuid) -> sqlx::Result<bool> {
-    sqlx::query_scalar!(
-        r#"select exists (select 1 from tool_user_input_requests
-                          where conversation_id = $1 and status = 'pending'
-                            and expires_at > now()) as "pending!""#,
-        conversation_id
-    )
-    .fetch_one(conn)
-    .await
-}
-
 /// Requests of a run still waiting for the user.
 pub async fn count_pending_for_run(conn: &mut PgConnection, run_id: Uuid) -> sqlx::Result<i64> {
     sqlx::query_scalar!(

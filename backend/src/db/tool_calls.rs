@@ -19,10 +19,9 @@ pub struct ToolCallRecord<'a> {
     pub duration_ms: f64,
 }
 
-///
-/// The row names the conversation as it stands when it is written: one deleted while
-/// the call ran leaves the row without it (its lock waits out a deletion under way)
-/// rather than failing the record of what ran.
+/// Logs a tool call. The row names the conversation as it stands when it is written:
+/// one deleted while the call ran leaves the row without it (its lock waits out a
+/// deletion under way) rather than failing the record of what ran.
 pub async fn insert(conn: &mut PgConnection, record: ToolCallRecord<'_>) -> sqlx::Result<()> {
     sqlx::query!(
         "insert into tool_call_log
