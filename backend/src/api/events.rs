@@ -248,7 +248,7 @@ async fn relay(
             () = sender.closed() => return Ended::Stopped,
             _ = shutdown.changed() => return Ended::Stopped,
             batch = following.next() => match batch {
-                Some(batch) if batch.complete_after <= after => {
+                Some(batch) if !batch.gone && batch.complete_after <= after => {
                     let sent = after;
                     for event in batch.events.iter().filter(|event| event.id > sent) {
                         after = event.id;
@@ -257,7 +257,8 @@ async fn relay(
                         }
                     }
                 }
-                // Missed batches, or one that starts past what this stream has sent.
+                // Missed batches, one that starts past what this stream has sent, or
+                // word that the conversation is gone.
                 _ => behind = true,
             },
             () = tokio::time::sleep(POLL_EVERY) => behind = true,

@@ -32,6 +32,9 @@ pub struct EventBatch {
     /// from the batch; one further behind reads the gap for itself.
     pub complete_after: i64,
     pub events: Vec<StreamEvent>,
+    /// Someone said the conversation is gone: each stream following it looks for
+    /// itself (a stream's position says nothing about it, whatever it is).
+    pub gone: bool,
 }
 
 pub struct EventHub {
@@ -100,14 +103,23 @@ impl EventHub {
         let listener = hub.clone();
         tokio::spawn(async move {
             loop {
-                let result = listener.listen(&pool).await;
+                // In a task of its own, so that even a panic (a notification no one
+                // foresaw) ends one connection, not listening for good.
+                let (hub, on) = (listener.clone(), pool.clone());
+                let result = tokio::spawn(async move { hub.listen(&on).await }).await;
                 listener.listening.send_replace(false);
                 // The pool closes as the server stops: nothing is lost, nothing to say.
                 if pool.is_closed() {
                     return;
                 }
-                if let Err(err) = result {
-                    tracing::warn!(error = %err, "event listener lost its connection; reconnecting");
+                match result {
+                    Ok(Ok(())) => {}
+                    Ok(Err(err)) => {
+                        tracing::warn!(error = %err, "event listener lost its connection; reconnecting");
+                    }
+                    Err(panicked) => {
+                        tracing::error!(error = %panicked, "event listener failed; reconnecting");
+                    }
                 }
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
@@ -200,14 +212,15 @@ impl EventHub {
                 }
                 Notice::Gone { conversation_id } => {
                     let _ = self.news.send(conversation_id);
-                    // A batch that starts past every stream's position: each stream
-                    // following it reads for itself, and finds the conversation gone
-                    // (one still there, whoever said otherwise, costs a read, no more).
+                    // Each stream following it reads for itself, and finds the
+                    // conversation gone (one still there, whoever said otherwise,
+                    // costs a read, no more).
                     if self.followed().contains_key(&conversation_id) {
                         let _ = self.batches.send(Arc::new(EventBatch {
                             conversation_id,
                             complete_after: i64::MAX,
                             events: Vec::new(),
+                            gone: true,
                         }));
                     }
                 }
@@ -233,7 +246,7 @@ impl EventHub {
             // An earlier read already took this event.
             Some(position) if position >= event_id => return Ok(()),
             Some(position) => position,
-            None => event_id - 1,
+            None => event_id.saturating_sub(1),
         };
         loop {
             let mut tx = super::begin_background(pool).await?;
@@ -251,6 +264,7 @@ impl EventHub {
                 conversation_id,
                 complete_after: after,
                 events: batch,
+                gone: false,
             }));
             after = last;
             if !more {
@@ -278,9 +292,11 @@ fn parse_payload(payload: &str) -> Option<Notice> {
     if rest == "gone" {
         return Some(Notice::Gone { conversation_id });
     }
+    // Event ids count up from 1; anything else is not a notice of ours.
+    let event_id = rest.parse().ok().filter(|id: &i64| *id > 0)?;
     Some(Notice::Event {
         conversation_id,
-        event_id: rest.parse().ok()?,
+        event_id,
     })
 }
 
@@ -310,6 +326,11 @@ mod tests {
         assert_eq!(parse_payload(&format!("{id} x")), None);
         assert_eq!(parse_payload("x 42"), None);
         assert_eq!(parse_payload("x gone"), None);
+        // Any session on the database may notify the channel: ids no event has are
+        // not taken for one (the smallest would overflow the read's starting point).
+        assert_eq!(parse_payload(&format!("{id} 0")), None);
+        assert_eq!(parse_payload(&format!("{id} -1")), None);
+        assert_eq!(parse_payload(&format!("{id} {}", i64::MIN)), None);
     }
 
     async fn write_event(pool: &PgPool, conversation_id: Uuid, user: &str, n: usize) {

@@ -326,51 +326,39 @@ async fn a_stream_ends_soon_after_its_conversation_is_deleted() {
     let (_, token) = server.new_user("deleted-stream").await;
     let deleted = server.new_conversation(&token).await;
     let kept = server.new_conversation(&token).await;
-    let open = |conversation: String| {
-        let server = &server;
-        let token = &token;
-        async move {
-            let stream_token = server.stream_token(token, &conversation).await;
-            let path = format!("/api/conversations/{conversation}/events?token={stream_token}");
-            let response = server
-                .client
-                .get(server.url(&path))
-                .send()
-                .await
-                .expect("event stream");
-            assert_eq!(response.status(), StatusCode::OK);
-            response.bytes_stream()
-        }
-    };
-    let mut deleted_stream = open(deleted.clone()).await;
-    let mut kept_stream = open(kept.clone()).await;
+    let mut deleted_stream = open_stream(&server, &token, &deleted, 0).await;
+    // One that says it has seen the highest id there is is told all the same.
+    let mut far_stream = open_stream(&server, &token, &deleted, i64::MAX).await;
+    let mut kept_stream = open_stream(&server, &token, &kept, 0).await;
 
     let path = format!("/api/conversations/{deleted}");
     let (status, body) = server.send("DELETE", &path, Some(&token), None).await;
     assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
     // Told at once, well before the streams' periodic look (every 5 s) would find it.
-    let ended = tokio::time::timeout(Duration::from_secs(3), async {
-        let mut text = String::new();
-        while let Some(Ok(chunk)) = deleted_stream.next().await {
-            text.push_str(&String::from_utf8_lossy(&chunk));
-        }
-        text
-    })
-    .await;
-    let Ok(text) = ended else {
-        panic!("the stream of the deleted conversation is still open");
-    };
-    assert!(
-        text.trim_end()
-            .ends_with("event: deleted\ndata: {\"reason\":\"conversation_deleted\"}"),
-        "the stream ends saying its conversation was deleted: {text:?}"
-    );
+    for stream in [&mut deleted_stream, &mut far_stream] {
+        let ended = tokio::time::timeout(Duration::from_secs(3), async {
+            let mut text = String::new();
+            while let Some(Ok(chunk)) = stream.next().await {
+                text.push_str(&chunk);
+            }
+            text
+        })
+        .await;
+        let Ok(text) = ended else {
+            panic!("a stream of the deleted conversation is still open");
+        };
+        assert!(
+            text.trim_end()
+                .ends_with("event: deleted\ndata: {\"reason\":\"conversation_deleted\"}"),
+            "the stream ends saying its conversation was deleted: {text:?}"
+        );
+    }
     // Past its next periodic look (every 5 s), the other stream is still open and was
     // told of no deletion.
     let mut seen = String::new();
     let watched = tokio::time::timeout(Duration::from_secs(7), async {
         while let Some(Ok(chunk)) = kept_stream.next().await {
-            seen.push_str(&String::from_utf8_lossy(&chunk));
+            seen.push_str(&chunk);
         }
     })
     .await;
@@ -379,6 +367,89 @@ async fn a_stream_ends_soon_after_its_conversation_is_deleted() {
         "the other conversation's stream ended: {seen:?}"
     );
     assert!(!seen.contains("deleted"), "{seen:?}");
+}
+
+/// A stream of `conversation`'s events, from after the event `after`.
+async fn open_stream(
+    server: &TestServer,
+    token: &str,
+    conversation: &str,
+    after: i64,
+) -> impl futures::Stream<Item = reqwest::Result<String>> + Unpin {
+    let stream_token = server.stream_token(token, conversation).await;
+    let path =
+        format!("/api/conversations/{conversation}/events?token={stream_token}&after={after}");
+    let response = server
+        .client
+        .get(server.url(&path))
+        .send()
+        .await
+        .expect("event stream");
+    assert_eq!(response.status(), StatusCode::OK);
+    response
+        .bytes_stream()
+        .map(|chunk| chunk.map(|bytes| String::from_utf8_lossy(&bytes).into_owned()))
+}
+
+/// Any session on the database can notify the events channel (Postgres checks no
+/// privilege for it): a notice that a conversation still there is gone, or one naming
+/// an event id no event has, ends none of its streams, and the streams go on getting
+/// its events.
+#[tokio::test]
+async fn a_forged_notice_on_the_events_channel_ends_no_stream() {
+    let server = TestServer::start().await;
+    let (_, token) = server.new_user("forged-notice").await;
+    let conversation = server.new_conversation(&token).await;
+    let mut stream = open_stream(&server, &token, &conversation, 0).await;
+    let mut db = tests::db_connection_to(&server.database_url)
+        .await
+        .expect("database");
+    for forged in [
+        format!("{conversation} gone"),
+        format!("{conversation} {}", i64::MIN),
+        format!("{conversation} 0"),
+    ] {
+        sqlx::query("select pg_notify('toolgate_events', $1)")
+            .bind(&forged)
+            .execute(&mut db)
+            .await
+            .expect("notify");
+    }
+    // Past a periodic look (every 5 s): still open, told of no deletion.
+    let mut seen = String::new();
+    let watched = tokio::time::timeout(Duration::from_secs(6), async {
+        while let Some(Ok(chunk)) = stream.next().await {
+            seen.push_str(&chunk);
+        }
+    })
+    .await;
+    assert!(watched.is_err(), "the stream ended: {seen:?}");
+    assert!(!seen.contains("deleted"), "{seen:?}");
+    // And the listener still hears: a message's events arrive, within a window that
+    // holds none of the stream's periodic looks (5 and 10 s after it opened).
+    let path = format!("/api/conversations/{conversation}/messages");
+    let (status, body) = server
+        .send(
+            "POST",
+            &path,
+            Some(&token),
+            Some(json!({"content": "hello"})),
+        )
+        .await;
+    assert!(status.is_success(), "{status} {body}");
+    let arrived = tokio::time::timeout(Duration::from_secs(2), async {
+        while let Some(Ok(chunk)) = stream.next().await {
+            seen.push_str(&chunk);
+            if seen.contains("event: run_started") {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(
+        arrived.is_ok(),
+        "no event came after the forged notices: {seen:?}"
+    );
 }
 
 #[tokio::test]
