@@ -6,7 +6,7 @@
 //! revision's stateless questions.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -14,9 +14,9 @@ use anyhow::{Context, Result, bail};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomNotification,
     DiscoverRequestMethod, DiscoverResult, ElicitRequest, ElicitRequestParams, ElicitResult,
-    ElicitationSchema, Implementation, InputRequest, InputRequiredResult, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, ServerNotification, Tool,
-    ToolAnnotations,
+    ElicitationSchema, Implementation, InitializeRequestParams, InitializeResult, InputRequest,
+    InputRequiredResult, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    ServerNotification, Tool, ToolAnnotations,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -124,6 +124,7 @@ pub async fn serve_stdio() -> Result<()> {
         let file = PathBuf::from(dir).join(STARTS);
         let count = std::fs::read_to_string(&file).map_or(0, |text| text.len());
         std::fs::write(&file, ".".repeat(count + 1))?;
+        START.store(count + 1, Ordering::Relaxed);
     }
     if let Some(dir) = std::env::var_os("MCP_TEST_STATE")
         && PathBuf::from(dir).join(REFUSE_START).exists()
@@ -426,6 +427,25 @@ fn argument_after<T: std::str::FromStr>(option: &str) -> Option<T> {
         .and_then(|pair| pair[1].parse().ok())
 }
 
+/// Which start of the stdio server this process is (from 1), counted in [`STARTS`];
+/// 0 when there is no `MCP_TEST_STATE` folder.
+static START: AtomicUsize = AtomicUsize::new(0);
+
+/// `--broken-starts 1,2` on the command line: those starts of the stdio server answer
+/// both handshakes (`server/discover` and `initialize`) with an internal error, as a
+/// server that fails now and then would.
+fn broken_start() -> bool {
+    let Some(starts) = argument_after::<String>("--broken-starts") else {
+        return false;
+    };
+    let this = START.load(Ordering::Relaxed).to_string();
+    starts.split(',').any(|start| start == this)
+}
+
+fn broken() -> ErrorData {
+    ErrorData::internal_error("this start of the test server is broken", None)
+}
+
 /// `--no-discover` on the command line: the server answers `server/discover` as one of
 /// the 2025-11-25 revision does, which knows no such method.
 fn no_discover() -> bool {
@@ -652,10 +672,25 @@ impl ServerHandler for TestTools {
         .with_server_info(Implementation::new("toolgate-test-server", "1.0.0"))
     }
 
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        if broken_start() {
+            return Err(broken());
+        }
+        context.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
+    }
+
     async fn discover(
         &self,
         _context: RequestContext<RoleServer>,
     ) -> Result<DiscoverResult, ErrorData> {
+        if broken_start() {
+            return Err(broken());
+        }
         if no_discover() {
             return Err(ErrorData::method_not_found::<DiscoverRequestMethod>());
         }

@@ -1660,6 +1660,94 @@ async fn a_server_without_discover_configured_as_2026_07_28_is_spoken_to_in_2025
     assert_eq!(starts.len(), 3, "{}", server.logs());
 }
 
+/// `GET /api/tools` once the server `name` is connected.
+async fn tools_when_connected(server: &TestServer, token: &str, name: &str) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = server.send("GET", "/api/tools", Some(token), None).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        if server_info(&body, name)["status"] == "connected" {
+            return body;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{name} never connected: {body}\n{}",
+            server.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The number of times the stdio test server with the state folder `state` started.
+fn starts(state: &TempDir) -> usize {
+    std::fs::read_to_string(state.0.join(tests::mcp_server::STARTS))
+        .expect("starts counted")
+        .len()
+}
+
+/// A 2026-07-28 server that fails both handshakes once (a bad moment, which says
+/// nothing of its revision) is spoken to in 2026-07-28 when it is back, not taken for
+/// a 2025-11-25 one until toolgate restarts.
+#[tokio::test]
+async fn a_2026_07_28_server_that_failed_for_a_moment_is_not_taken_for_an_older_one() {
+    let settings = format!("{STATELESS}\nargs = [\"--broken-starts\", \"1,2\"]");
+    let (state, setup, token, _) = ready_with_state(&settings, "mcp-broken-once").await;
+    let server = &setup.server;
+    let listed = tools_when_connected(server, &token, "t").await;
+    assert_eq!(
+        server_info(&listed, "t")["protocol_version"],
+        "2026-07-28",
+        "{listed}\n{}",
+        server.logs()
+    );
+    // server/discover and then initialize on the broken starts, server/discover again.
+    assert_eq!(starts(&state), 3, "{}", server.logs());
+}
+
+/// Once a server configured for 2026-07-28 has turned out to be a 2025-11-25 one, a
+/// failed `initialize` is the server failing: it is started once for the session, not
+/// a second time as if it had refused `server/discover`.
+#[tokio::test]
+async fn a_failed_initialize_of_an_older_server_does_not_start_it_twice() {
+    let settings = format!("{STATELESS}\nargs = [\"--no-discover\", \"--broken-starts\", \"3\"]");
+    let (state, setup, token, conversation) = ready_with_state(&settings, "mcp-broken-old").await;
+    let server = &setup.server;
+    let listed = tools_when_connected(server, &token, "t").await;
+    assert_eq!(
+        server_info(&listed, "t")["protocol_version"],
+        "2025-11-25",
+        "{listed}\n{}",
+        server.logs()
+    );
+    assert_eq!(starts(&state), 2, "{}", server.logs());
+    // The user's own session: the third start, which fails.
+    let (status, outcome) = server
+        .execute_tool(
+            &token,
+            &conversation,
+            "t__echo",
+            "call_broken",
+            json!({"text": "a"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{outcome}");
+    assert_eq!(outcome["success"], false, "{outcome}");
+    assert_eq!(starts(&state), 3, "{}", server.logs());
+    // The next call starts it once more, with initialize at once, and runs.
+    let (status, outcome) = server
+        .execute_tool(
+            &token,
+            &conversation,
+            "t__echo",
+            "call_fine",
+            json!({"text": "b"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{outcome}");
+    assert_eq!(outcome["result"]["text"], "echo: b", "{outcome}");
+    assert_eq!(starts(&state), 4, "{}", server.logs());
+}
+
 /// A server that asks a flood of questions at once puts no card before the user.
 #[tokio::test]
 async fn a_round_of_too_many_stateless_questions_is_refused_whole() {

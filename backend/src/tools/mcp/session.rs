@@ -389,9 +389,9 @@ fn speaks_an_older_revision(err: &ClientInitializeError) -> bool {
     )
 }
 
-/// Whether a server set to 2026-07-28 has said it knows no `server/discover`: its later
-/// sessions start with `initialize` at once (until toolgate restarts), instead of
-/// starting the server twice each time.
+/// Whether a server set to 2026-07-28 has refused `server/discover` and then started a
+/// 2025-11-25 session: its later sessions start with `initialize` at once (until
+/// toolgate restarts), instead of starting the server twice each time.
 #[derive(Debug, Default)]
 pub struct OlderRevision(AtomicBool);
 
@@ -428,17 +428,21 @@ async fn connect(
     } else {
         lifecycle(config.revision)
     };
+    // Only a refused `server/discover` says anything about the revision: a refused
+    // `initialize` is the server failing, not a reason to start it again.
+    let discovering = matches!(mode, ClientLifecycleMode::Discover { .. });
     match within(start(config, handler.clone(), mode)).await? {
         Ok(running) => Ok(running),
-        Err(refused)
-            if config.revision == Revision::Stateless && speaks_an_older_revision(&refused) =>
-        {
-            older_revision.0.store(true, Ordering::Relaxed);
+        Err(refused) if discovering && speaks_an_older_revision(&refused) => {
             tracing::info!(server, error = %crate::logged::outside(&refused),
                 "the MCP server does not speak 2026-07-28; starting a 2025-11-25 session");
-            within(start(config, handler, ClientLifecycleMode::Initialize))
+            let running = within(start(config, handler, ClientLifecycleMode::Initialize))
                 .await?
-                .map_err(|err| failed(format!("{err} (after server/discover: {refused})")))
+                .map_err(|err| failed(format!("{err} (after server/discover: {refused})")))?;
+            // Remembered once the older handshake has worked: a server that refused
+            // both (one failing for a moment) is asked in its own revision next time.
+            older_revision.0.store(true, Ordering::Relaxed);
+            Ok(running)
         }
         Err(err) => Err(failed(err.to_string())),
     }
