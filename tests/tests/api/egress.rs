@@ -62,6 +62,16 @@ allow_hosts = ["127.0.0.1"]
 allow_private_networks = true
 
 [[tools]]
+name = "keyed_item"
+description = "An item of a service whose key is in its address"
+kind = "http"
+parameters = { type = "object", properties = { id = { type = "string" } }, required = ["id"] }
+[tools.http]
+url = "{env.EGRESS_KEYED_BASE}/items/{id}"
+allow_hosts = ["127.0.0.1"]
+allow_private_networks = true
+
+[[tools]]
 name = "fetch_listed"
 description = "Fetch from the listed hosts only"
 kind = "http"
@@ -75,6 +85,8 @@ allow_private_networks = true
 const TOKEN: &str = "egress-secret-token-5521";
 /// An operator's key with characters that URLs and JSON escape.
 const KEY: &str = "k3y+/with=\"odd\" chars";
+/// A key written into the path of a service's address, as a bot API's is.
+const PATH_TOKEN: &str = "AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw";
 
 struct Egress {
     server: TestServer,
@@ -89,7 +101,11 @@ async fn egress() -> Egress {
         ServerOptions::default()
             .env("TOOLGATE_TOOLS", &path.to_string_lossy())
             .env("EGRESS_TOKEN", TOKEN)
-            .env("EGRESS_KEY", KEY),
+            .env("EGRESS_KEY", KEY)
+            .env(
+                "EGRESS_KEYED_BASE",
+                &format!("{}/bot5501234:{PATH_TOKEN}", listener.base),
+            ),
     )
     .await;
     Egress {
@@ -410,14 +426,6 @@ async fn an_answer_that_echoes_the_operators_key_comes_back_without_it() {
             "raw": serde_json::to_string(&json!({"key": KEY})).unwrap_or_default(),
         }),
     );
-    e.listener.answer_with(
-        200,
-        json!({
-            "next": link,
-            "debug": {"key": KEY},
-            "raw": serde_json::to_string(&json!({"key": KEY})).unwrap_or_default(),
-        }),
-    );
     let (status, outcome) = e
         .call(
             "repo_issues",
@@ -447,6 +455,35 @@ async fn an_answer_that_echoes_the_operators_key_comes_back_without_it() {
             protocol::fields::MASKED
         )),
         "{outcome}"
+    );
+}
+
+/// A service whose key is in its address's path says the path back (an error page
+/// naming what was not found, a `self` link): the key reaches neither the model nor
+/// the user.
+#[tokio::test]
+async fn a_key_in_the_path_of_a_services_address_never_comes_back() {
+    let e = egress().await;
+    let not_found = json!({"status": 404, "path": format!("/bot5501234:{PATH_TOKEN}/items/x")});
+    let found = json!({
+        "links": {"self": format!("{}/bot5501234:{PATH_TOKEN}/items/y", e.listener.base)},
+        "echo": format!("token {PATH_TOKEN} accepted"),
+    });
+    for (id, status, answer) in [("x", 404, not_found), ("y", 200, found)] {
+        e.listener.answer_with(status, answer);
+        let (status, outcome) = e.call("keyed_item", json!({"id": id})).await;
+        assert_eq!(status, StatusCode::OK, "{outcome}");
+        let shown = outcome.to_string();
+        assert!(!shown.contains(PATH_TOKEN), "the key came back: {shown}");
+        // What is no secret still comes back: the item's name.
+        assert!(shown.contains(&format!("/items/{id}")), "{shown}");
+    }
+    let received = e.listener.received();
+    assert_eq!(received.len(), 2);
+    assert!(
+        received[0].path_and_query.contains(PATH_TOKEN),
+        "the service got its key: {}",
+        received[0].path_and_query
     );
 }
 

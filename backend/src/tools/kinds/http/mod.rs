@@ -372,9 +372,11 @@ fn is_credential_parameter(name: &str) -> bool {
 }
 
 /// What a service's address carries that is secret: the password it signs in with and
-/// the name with it (sent as `Authorization: Basic`, which a service may echo), and the
+/// the name with it (sent as `Authorization: Basic`, which a service may echo), the
 /// values of its credential parameters (`?key=…`, which come back in links to further
-/// pages). Other parameters (`?format=json`), the host and the path are no secret, and
+/// pages), and a key written into its path (`/v3/<key>`, `/bot<id>:<token>`, a
+/// webhook's last segment), which an error page or a `self` link repeats. Other
+/// parameters (`?format=json`), the host and the rest of the path are no secret, and
 /// masking them would garble every answer that names them.
 fn secrets_in_address(address: &str) -> Vec<String> {
     let Ok(url) = reqwest::Url::parse(address) else {
@@ -399,7 +401,32 @@ fn secrets_in_address(address: &str) -> Vec<String> {
         (is_credential_parameter(&name) && value.chars().count() >= redact::MIN_SECRET_CHARS)
             .then(|| value.into_owned())
     }));
+    for segment in url.path_segments().into_iter().flatten().map(decoded) {
+        if looks_like_a_key(&segment) {
+            found.push(segment.clone());
+        }
+        // `<id>:<token>`: the token alone is what a service says back as often.
+        if segment.contains(':') {
+            found.extend(
+                segment
+                    .split(':')
+                    .filter(|piece| looks_like_a_key(piece))
+                    .map(str::to_owned),
+            );
+        }
+    }
     found
+}
+
+/// Fewest characters of a path segment taken for a key.
+const KEY_CHARS: usize = 16;
+
+/// Whether a path segment reads as a key rather than a name: long, with letters and
+/// digits both (`v1`, `repos`, `2024-01-01` are names; `AAHdq…0K5PAL` is not).
+fn looks_like_a_key(segment: &str) -> bool {
+    segment.chars().count() >= KEY_CHARS
+        && segment.chars().any(|c| c.is_ascii_digit())
+        && segment.chars().any(|c| c.is_alphabetic())
 }
 
 #[cfg(test)]
@@ -428,6 +455,36 @@ mod tests {
         );
         assert!(secrets_in_address("https://api.example.com/v1").is_empty());
         assert!(secrets_in_address("not an address").is_empty());
+    }
+
+    #[test]
+    fn a_key_in_an_address_path_is_a_secret_its_names_are_not() {
+        assert_eq!(
+            secrets_in_address("https://mainnet.example.io/v3/9aa3d95b3bc440fa88ea12eaa4456161"),
+            ["9aa3d95b3bc440fa88ea12eaa4456161"]
+        );
+        assert_eq!(
+            secrets_in_address(
+                "https://api.example.org/bot5501234:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"
+            ),
+            [
+                "bot5501234:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw",
+                "AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"
+            ]
+        );
+        assert_eq!(
+            secrets_in_address(
+                "https://hooks.example.com/services/T0001/B0002/Xk3p%2Fq9Rt5Vw7Yz1Ab4Cd"
+            ),
+            ["Xk3p/q9Rt5Vw7Yz1Ab4Cd"]
+        );
+        for named in [
+            "https://api.example.com/v2/accounts/reports",
+            "https://api.example.com/2024-01-01/items",
+            "https://api.example.com/organisations/engineering-division",
+        ] {
+            assert!(secrets_in_address(named).is_empty(), "{named}");
+        }
     }
 
     #[test]
