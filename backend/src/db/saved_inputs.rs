@@ -28,8 +28,9 @@ pub struct SavedInputRow {
     pub label: Option<String>,
     /// `key:<memory_key>`, `tool:<tool>:<field>` or `legacy:<field>`.
     pub binding: String,
-    /// Given through a field the model may fill, whose card offered the model's value;
-    /// `None` on values remembered before that was recorded.
+    /// Not the user's own: given through a field the model may fill, whose card offered
+    /// the model's value, or on a card a caller of the API made; `None` on values
+    /// remembered before that was recorded.
     pub model_proposed: Option<bool>,
 }
 

@@ -15,8 +15,9 @@ use uuid::Uuid;
 use crate::db::events;
 use crate::db::input_requests::{self, InputRequestRow, Settlement};
 use crate::error::{Error, FieldErrors, Result};
+use crate::tools::digest;
 use crate::tools::registry::{Tool, ToolRegistry};
-use crate::tools::{digest, remembered};
+use crate::tools::remembered::{self, CardMaker};
 use crate::vault::Vault;
 
 /// Longest message a user may attach to a rejection or a decline.
@@ -195,7 +196,12 @@ pub async fn submit(
             value.clone()
         };
         if let Some(scope) = remembered::scope_of(field, request_scope, row.conversation_id) {
-            remembered::remember(conn, user_id, scope, &row.tool_name, field, &kept).await?;
+            let maker = if row.from_api() {
+                CardMaker::Caller
+            } else {
+                CardMaker::Toolgate
+            };
+            remembered::remember(conn, user_id, scope, &row.tool_name, field, &kept, maker).await?;
         }
         stored.insert(name.clone(), kept);
     }

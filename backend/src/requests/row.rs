@@ -40,6 +40,11 @@ impl InputRequestRow {
         self.origin == "mcp"
     }
 
+    /// Whether a caller of the API made it (`create_request`), fields and all.
+    pub fn from_api(&self) -> bool {
+        self.origin == "api"
+    }
+
     /// The status as stored, without counting a past expiry.
     pub fn stored_status(&self) -> RequestStatus {
         self.status

@@ -46,8 +46,19 @@ pub async fn forget_shown(
     Ok(())
 }
 
+/// Who made the card a remembered value was given on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum CardMaker {
+    /// toolgate, from the tool's own definition (the executor, an MCP server's question).
+    Toolgate,
+    /// A caller of the API, who chose the card's fields, wording, choices and defaults.
+    Caller,
+}
+
 /// Remembers one accepted value of `tool_name`'s field; `kept` is already sealed when
-/// the field is secret.
+/// the field is secret. A value given on a card a caller made is not the user's own to
+/// a field only the user fills (the caller chose what the card offered and said, and
+/// may be as hostile as the model), whichever tool it names.
 pub async fn remember(
     conn: &mut PgConnection,
     user_id: &str,
@@ -55,6 +66,7 @@ pub async fn remember(
     tool_name: &str,
     field: &FieldSpec,
     kept: &Value,
+    maker: CardMaker,
 ) -> Result<()> {
     saved_inputs::upsert(
         conn,
@@ -67,7 +79,7 @@ pub async fn remember(
             label: field.label.as_deref(),
             value: kept,
             is_secret: field.is_secret(),
-            model_proposed: field.model_may_fill,
+            model_proposed: field.model_may_fill || maker == CardMaker::Caller,
         },
     )
     .await?;

@@ -773,6 +773,57 @@ async fn remembered_values_go_only_to_their_tool_or_its_shared_key() {
     assert_eq!(value["tool_name"], "quickbooks_profit_and_loss", "{values}");
 }
 
+/// A caller of the API makes a card of its own in a real tool's name, whose one field
+/// shares the payout's memory and offers only the caller's account, chosen already.
+/// The user submits it; the payout, in any conversation, still asks the user.
+#[tokio::test]
+async fn a_card_a_caller_made_plants_no_value_in_a_tools_user_only_field() {
+    let g = gate().await;
+    let (token, conversation) = g.newcomer("api-plant").await;
+    let (status, created) = g
+        .server
+        .action(
+            &token,
+            json!({"action": "create_request", "conversation_id": conversation,
+                "tool_name": "pay_out", "tool_call_id": "plant", "reason": "Confirm to continue",
+                "save_for": "user",
+                "fields": [{"name": "billing_account", "type": "select",
+                    "options": ["ACC-OF-THE-CALLER"], "default": "ACC-OF-THE-CALLER",
+                    "memory_key": "billing_account"}]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let (status, done) = g.submit(&token, "plant", json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    // Kept, as the card said (the user may see and clear it with the others)...
+    let elsewhere = g.server.new_conversation(&token).await;
+    let (status, listed) = g
+        .server
+        .action(
+            &token,
+            json!({"action": "get_session_values", "conversation_id": elsewhere}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{listed}");
+    assert!(listed.to_string().contains("ACC-OF-THE-CALLER"), "{listed}");
+    // ...but never taken for the user's own by a field only the user fills.
+    for (tool, place) in [("pay_out", &conversation), ("invoice_account", &elsewhere)] {
+        let asked = g.asks(&token, place, tool, &call_id(), json!({})).await;
+        let asked_for = asked["user_input_request"]["fields"].to_string();
+        assert!(asked_for.contains("\"billing_account\""), "{asked}");
+    }
+    let paths: Vec<String> = g
+        .good
+        .received()
+        .into_iter()
+        .map(|r| r.path_and_query)
+        .collect();
+    assert!(
+        !paths.iter().any(|path| path.contains("ACC-OF-THE-CALLER")),
+        "{paths:?}"
+    );
+}
+
 /// The model proposes a value for a field it may fill; the user submits the card
 /// without changing it. Remembered under a key shared with a field only the user
 /// fills, it must not fill that field: the payout asks.
