@@ -719,15 +719,18 @@ fn visibility_problem(fields: &[FieldSpec]) -> Option<(String, String)> {
     None
 }
 
-/// Whether a field is shown, given the values so far. A field hidden by a field that is
-/// itself hidden is hidden too.
+/// Whether a field is shown (and so asked), given the values so far. A field hidden by
+/// a field that is itself hidden is hidden too. Rules are read as leniently as approval
+/// conditions ([`VisibleIf::may_hold`]): the value that decides may be the model's
+/// (`"External "`), which the tool's service may well read as the one the rule names,
+/// so when in doubt the field is shown and the user asked.
 pub fn is_visible(fields: &[FieldSpec], field: &FieldSpec, values: &Map<String, Value>) -> bool {
     let mut current = field;
     for _ in 0..=limits().visible_if_depth {
         let Some(rule) = &current.visible_if else {
             return true;
         };
-        if !rule.holds(values) {
+        if !rule.may_hold(values) {
             return false;
         }
         match fields.iter().find(|f| f.name == rule.field) {
@@ -1463,6 +1466,11 @@ mod tests {
         assert_eq!(errors["token"], "This field is required");
         let values = inputs(json!({"auth": "none", "token": "t"}));
         assert!(!is_visible(&fields, &fields[2], &values));
+        // Written another way, the value still shows what it may mean.
+        for auth in [json!("Token "), json!("TOKEN"), json!(["token"])] {
+            let values = inputs(json!({"auth": auth}));
+            assert!(is_visible(&fields, &fields[1], &values), "{auth}");
+        }
     }
 
     #[test]

@@ -115,6 +115,20 @@ allow_private_networks = true
 url = "{env.GOOD_BASE}/note/{to}?cc={cc}"
 
 [[tools]]
+name = "transfer"
+description = "Transfers money; to an account the user names when the destination is external"
+kind = "http"
+requires_approval = false
+parameters = { type = "object", properties = { destination = { type = "string" } } }
+[tools.requires_user_input]
+reason = "Where the money goes"
+save_for = "call"
+fields = [ { name = "destination", type = "text", model_may_fill = true }, { name = "external_iban", type = "text", visible_if = { field = "destination", equals = "external" } } ]
+[tools.http]
+allow_private_networks = true
+url = "{env.GOOD_BASE}/transfer/{destination}"
+
+[[tools]]
 name = "note_self"
 description = "Notes something for the user, copying someone when asked"
 kind = "http"
@@ -771,6 +785,46 @@ async fn remembered_values_go_only_to_their_tool_or_its_shared_key() {
     let value = &values["values"][0];
     assert_eq!(value["memory_key"], "quickbooks_realm_id", "{values}");
     assert_eq!(value["tool_name"], "quickbooks_profit_and_loss", "{values}");
+}
+
+/// A field only the user fills that shows when a field the model may fill has a given
+/// value: the model writing that value another way (`External `, which the service may
+/// well read as `external`) does not make the field hidden, and so not asked.
+#[tokio::test]
+async fn a_value_written_another_way_does_not_hide_a_user_only_field() {
+    let g = gate().await;
+    let (token, conversation) = g.newcomer("visible-another-way").await;
+    for destination in ["External ", "EXTERNAL", "ｅxternal"] {
+        let asked = g
+            .asks(
+                &token,
+                &conversation,
+                "transfer",
+                &call_id(),
+                json!({"destination": destination}),
+            )
+            .await;
+        let asked_for = asked["user_input_request"]["fields"].to_string();
+        assert!(asked_for.contains("\"external_iban\""), "{asked}");
+    }
+    // A destination that is not the one the rule names runs at once.
+    let ran = g
+        .execute(
+            &token,
+            &conversation,
+            "transfer",
+            &call_id(),
+            json!({"destination": "internal"}),
+        )
+        .await;
+    assert_eq!(ran["success"], true, "{ran}");
+    let paths: Vec<String> = g
+        .good
+        .received()
+        .into_iter()
+        .map(|r| r.path_and_query)
+        .collect();
+    assert_eq!(paths, ["/transfer/internal"], "{paths:?}");
 }
 
 /// A caller of the API makes a card of its own in a real tool's name, whose one field
