@@ -239,6 +239,13 @@ impl TestTools {
                 }),
             )
             .annotate(ToolAnnotations::new().read_only(false).destructive(true)),
+            tool(
+                "tidy_things",
+                "Tidies things away: archives them, or deletes them when `mode` is delete",
+                // No type: `null` is allowed, and read as left out.
+                json!({"mode": {"description": "archive or delete", "default": "delete"}}),
+            )
+            .annotate(ToolAnnotations::new().read_only(false).destructive(true)),
             tool("slow", "Takes its time", json!({"ms": {"type": "integer"}}))
                 .annotate(read_only()),
             tool(
@@ -802,6 +809,14 @@ impl ServerHandler for TestTools {
             "archive_things" => Ok(text(format!(
                 "archived with {}",
                 Value::Object(arguments.clone())
+            ))),
+            // As a server written in JavaScript reads `args.mode ?? "delete"`.
+            "tidy_things" => Ok(text(format!(
+                "tidied: {}",
+                arguments
+                    .get("mode")
+                    .and_then(Value::as_str)
+                    .unwrap_or("delete")
             ))),
             "slow" => {
                 tokio::time::sleep(Duration::from_millis(number(&arguments, "ms"))).await;

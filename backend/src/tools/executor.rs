@@ -168,17 +168,18 @@ pub async fn execute(executor: &Executor, user_id: &str, call: ToolCall) -> Resu
         tx.commit().await?;
         return Ok(outcome);
     }
-    let values = match validate(&tool, &call, filled.values, Defaults::WhenAsking) {
-        Ok(values) => values,
-        Err(problem) => {
-            let outcome = ToolOutcome::failed(problem);
-            log.write(&mut tx, &outcome, "failure", &filled.ignored)
-                .await?;
-            tx.commit().await?;
-            return Ok(outcome);
-        }
-    };
-    if tool.needs_approval(&values) {
+    let Validated { values, waits } =
+        match validate(&tool, &call, filled.values, Defaults::WhenAsking) {
+            Ok(validated) => validated,
+            Err(problem) => {
+                let outcome = ToolOutcome::failed(problem);
+                log.write(&mut tx, &outcome, "failure", &filled.ignored)
+                    .await?;
+                tx.commit().await?;
+                return Ok(outcome);
+            }
+        };
+    if waits {
         let outcome = ask_approval(&mut tx, executor, &ctx, &tool, &call, &values, None).await?;
         log.write(&mut tx, &outcome, "requires_approval", &filled.ignored)
             .await?;
@@ -376,8 +377,8 @@ async fn retry_with_answer(
     } else {
         Defaults::WhenAsking
     };
-    let values = match validate(tool, call, filled.values, defaults) {
-        Ok(values) => values,
+    let Validated { values, waits } = match validate(tool, call, filled.values, defaults) {
+        Ok(validated) => validated,
         Err(problem) => return Ok(ToolOutcome::failed(problem)),
     };
     if approval {
@@ -387,7 +388,7 @@ async fn retry_with_answer(
                 "not run: the arguments are not the ones the user approved; ask for approval again",
             ));
         }
-    } else if tool.needs_approval(&values) {
+    } else if waits {
         let ctx = RequestContext {
             user_id,
             run_id: row.run_id,
@@ -499,14 +500,23 @@ fn card_fields(
         .collect()
 }
 
+/// A call's values once checked.
+struct Validated {
+    /// In their normal form, the server's defaults written out when the call waits.
+    values: Map<String, Value>,
+    /// Whether the call waits for the user's yes.
+    waits: bool,
+}
+
 /// Checks every value against its field and the arguments against the tool's schema;
-/// the values in their normal form, or what is wrong.
+/// the values in their normal form and whether the call waits for approval, or what is
+/// wrong.
 fn validate(
     tool: &Tool,
     call: &ToolCall,
     values: Map<String, Value>,
     defaults: Defaults,
-) -> Result<Map<String, Value>, String> {
+) -> Result<Validated, String> {
     let mut values = values;
     if let Some(spec) = &tool.input_spec {
         let field_values: Map<String, Value> = values
@@ -546,17 +556,43 @@ fn validate(
         return Err(format!("invalid arguments: {}", problems.join("; ")));
     }
     if defaults == Defaults::LeftToServer {
-        return Ok(values);
+        let waits = tool.needs_approval(&values);
+        return Ok(Validated { values, waits });
     }
     // Only a call that waits for the user's yes is sent with them: the card must show
     // what runs, while a call that runs at once keeps the arguments as the model sent
     // them (a server may read an argument left out as "leave it as it is").
     let written = with_server_defaults(tool, model_arguments, values.clone());
-    Ok(if tool.needs_approval(&written) {
-        written
+    // An argument sent as `null` reads as left out to many a server (`args.mode ??
+    // "delete"`): whether the call waits for the user's yes is asked of its default too.
+    let waits = tool.needs_approval(&written)
+        || nulls_as_defaults(tool, &written).is_some_and(|read| tool.needs_approval(&read));
+    Ok(if waits {
+        Validated {
+            values: written,
+            waits,
+        }
     } else {
-        values
+        Validated { values, waits }
     })
+}
+
+/// `values` with each `null` the tool's server declares a default for read as that
+/// default; `None` when there is no such `null`.
+fn nulls_as_defaults(tool: &Tool, values: &Map<String, Value>) -> Option<Map<String, Value>> {
+    if !values.values().any(Value::is_null) {
+        return None;
+    }
+    let defaults = tool.server_defaults();
+    let mut read = values.clone();
+    let mut any = false;
+    for (name, value) in read.iter_mut() {
+        if let (true, Some(default)) = (value.is_null(), defaults.get(name)) {
+            *value = default.clone();
+            any = true;
+        }
+    }
+    any.then_some(read)
 }
 
 /// Whether [`validate`] writes out the server's defaults for what a call left out.

@@ -2556,6 +2556,56 @@ async fn the_approval_card_shows_and_the_call_sends_the_servers_defaults() {
     assert!(refused.get("approval_request").is_none(), "{refused}");
 }
 
+/// A tool that waits for the user's yes only when `mode` is `delete`, its server's
+/// default: a `null` the model sends for it, which the server reads as left out, is
+/// asked about, and what the card shows is what runs.
+#[tokio::test]
+async fn a_null_that_its_server_reads_as_a_default_needing_approval_is_asked_about() {
+    let tools = stdio_server("t", "")
+        + r#"
+[[tool_overlays]]
+name = "t__tidy_things"
+requires_approval = { when = [{ field = "mode", equals = "delete" }] }
+"#;
+    let setup = start(&tools).await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("mcp-null-default").await;
+    tools_when_settled(server, &token, &["t"]).await;
+    let conversation = server.new_conversation(&token).await;
+    let tidy = |id: &'static str, arguments: Value| {
+        let (server, token, conversation) = (server, &token, &conversation);
+        async move {
+            let (status, outcome) = server
+                .execute_tool(token, conversation, "t__tidy_things", id, arguments)
+                .await;
+            assert_eq!(status, StatusCode::OK, "{outcome}");
+            outcome
+        }
+    };
+    // Archiving runs at once; deleting, said or left out, waits.
+    let ran = tidy("call_archive", json!({"mode": "archive"})).await;
+    assert_eq!(ran["result"]["text"], "tidied: archive", "{ran}");
+    let waiting = tidy("call_left_out", json!({})).await;
+    assert_eq!(waiting["requires_approval"], true, "{waiting}");
+    assert_eq!(
+        waiting["approval_request"]["tool_args"],
+        json!({"mode": "delete"})
+    );
+    let waiting = tidy("call_null", json!({"mode": null})).await;
+    assert_eq!(waiting["requires_approval"], true, "{waiting}");
+    let card = &waiting["approval_request"];
+    assert_eq!(card["tool_args"], json!({"mode": null}), "{card}");
+    let (status, approved) = server
+        .action(
+            &token,
+            json!({"action": "submit_decision", "tool_call_id": "call_null",
+                "decision": "approve", "arguments_digest": card["arguments_digest"]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{approved}");
+    assert_eq!(approved["tool_result"]["result"]["text"], "tidied: delete");
+}
+
 /// A call that runs without waiting keeps the arguments as the model sent them: only
 /// a call the user is to approve gets the server's defaults written out.
 #[tokio::test]
