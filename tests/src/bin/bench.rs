@@ -217,6 +217,68 @@ async fn paced(
     })
 }
 
+/// Rounds of this many loads each in `--reads`.
+const READ_ROUNDS: usize = 3;
+
+/// `--reads`: the two hot reads at 32 clients against pgbench running their SQL, the
+/// server and pgbench taking turns for a few rounds, so a minute when the machine is
+/// slow falls on both; each round's ratios, then their medians.
+async fn reads(bench: &Bench, url: &str, get_pending: &Load, seconds: u64) -> Result<()> {
+    let get_session_values = Load {
+        body: r#"string.format('{"action":"get_session_values","conversation_id":"%s"}', conv)"#
+            .into(),
+        ..get_pending.clone()
+    };
+    let scripts = baseline_scripts();
+    let dir = tests::TempDir::new("toolgate-bench-reads");
+    let clients = 32;
+    // Warm up: the pool opens its connections and Postgres fills its caches.
+    bench.run(get_pending, clients)?;
+    println!("\n## The hot reads, {clients} clients, server and pgbench in turn\n");
+    println!(
+        "| path | round | req/s | p99 ms | pgbench tps | ratio | pgbench tps, one statement | ratio |"
+    );
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for (name, load) in [
+        ("get_pending", get_pending),
+        ("get_session_values", &get_session_values),
+    ] {
+        let mut ratios = Vec::new();
+        let mut one_ratios = Vec::new();
+        for round in 1..=READ_ROUNDS {
+            let mut tps = Vec::new();
+            for key in [name.to_owned(), one_statement(name)] {
+                let path = dir.0.join(format!("{name}-{}.sql", tps.len()));
+                std::fs::write(&path, &scripts[&key])?;
+                tps.push(pgbench(url, &path, clients, seconds)?);
+            }
+            let f = bench.run(load, clients)?;
+            ratios.push(f.rate / tps[0]);
+            one_ratios.push(f.rate / tps[1]);
+            println!(
+                "| {name} | {round} | {:.0} | {:.2} | {:.0} | {:.2} | {:.0} | {:.2} |",
+                f.rate,
+                f.p99_ms,
+                tps[0],
+                f.rate / tps[0],
+                tps[1],
+                f.rate / tps[1]
+            );
+        }
+        println!(
+            "| {name} | median | | | | {:.2} | | {:.2} |",
+            median(&mut ratios),
+            median(&mut one_ratios)
+        );
+    }
+    Ok(())
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
 /// One user floods the API far past the rate limit while another user reads at a calm
 /// pace and a probe asks `/healthz`: their figures beside the same probes run idle.
 async fn flood_isolation(bench: &Bench, tokens: &[String], seconds: u64) -> Result<()> {
@@ -528,6 +590,7 @@ async fn main() -> Result<()> {
     backend::install_tls_provider();
     let quick = std::env::args().any(|a| a == "--quick");
     let step_only = std::env::args().any(|a| a == "--step");
+    let reads_only = std::env::args().any(|a| a == "--reads");
     let seconds: u64 = if quick { 2 } else { 5 };
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
@@ -593,6 +656,10 @@ async fn main() -> Result<()> {
 
     // Scale, small end: the table holds the readers' requests and one pool to submit.
     seed(&url, 1).await?;
+    if reads_only {
+        eprintln!("server pid {pid}");
+        return reads(&bench, &url, &get_pending, seconds).await;
+    }
     seed_submittable(&url, "bench-small-", 30_000).await?;
     let mut conn = sqlx::PgConnection::connect(&url).await?;
     let rows_small: i64 = sqlx::query_scalar("select count(*) from tool_user_input_requests")
