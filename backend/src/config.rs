@@ -104,6 +104,9 @@ pub struct LlmConfig {
     pub vision_model: Option<String>,
     pub long_context_model: Option<String>,
     pub long_context_threshold: usize,
+    /// Longest the endpoint may send nothing (before its answer or within it) before
+    /// the step fails.
+    pub quiet_limit: Duration,
 }
 
 impl fmt::Debug for LlmConfig {
@@ -115,6 +118,7 @@ impl fmt::Debug for LlmConfig {
             .field("vision_model", &self.vision_model)
             .field("long_context_model", &self.long_context_model)
             .field("long_context_threshold", &self.long_context_threshold)
+            .field("quiet_limit", &self.quiet_limit)
             .finish()
     }
 }
@@ -385,7 +389,14 @@ impl Config {
             vision_model: get("TOOLGATE_LLM_VISION_MODEL"),
             long_context_model: get("TOOLGATE_LLM_LONG_CONTEXT_MODEL"),
             long_context_threshold: number("TOOLGATE_LONG_CONTEXT_TOKENS", 12_000)?,
+            quiet_limit: parse_duration(
+                &get("TOOLGATE_LLM_TIMEOUT").unwrap_or_else(|| "300s".into()),
+            )
+            .context("TOOLGATE_LLM_TIMEOUT must be a duration like 90s, 30m, 24h or 7d")?,
         };
+        if llm.quiet_limit.is_zero() {
+            bail!("TOOLGATE_LLM_TIMEOUT must be above zero");
+        }
         let summary = SummaryConfig {
             threshold_tokens: number("TOOLGATE_SUMMARY_TOKENS", 6_000)?,
             keep_messages: number("TOOLGATE_SUMMARY_KEEP", 6)?,
@@ -772,6 +783,7 @@ mod tests {
         assert_eq!(config.input_ttl, Duration::from_secs(86_400));
         assert_eq!(config.header_read_timeout, Duration::from_secs(30));
         assert_eq!(config.write_timeout, Duration::from_secs(60));
+        assert_eq!(config.llm.quiet_limit, Duration::from_secs(300));
         assert!(!config.dev_auth);
         assert_eq!(config.limits.waiting_requests, 100);
         assert_eq!(config.limits.conversation_bytes(), 64 << 20);
@@ -824,7 +836,11 @@ mod tests {
 
     #[test]
     fn connection_timeouts_must_be_durations_above_zero() {
-        for name in ["TOOLGATE_HEADER_READ_TIMEOUT", "TOOLGATE_WRITE_TIMEOUT"] {
+        for name in [
+            "TOOLGATE_HEADER_READ_TIMEOUT",
+            "TOOLGATE_WRITE_TIMEOUT",
+            "TOOLGATE_LLM_TIMEOUT",
+        ] {
             for bad in ["0s", "0", "soon"] {
                 let err = config(&[
                     ("DATABASE_URL", "postgres://x/y"),

@@ -756,6 +756,8 @@ pub enum MockReply {
     Hang(Duration),
     /// Waits this long, then answers as the inner reply does.
     Delayed(Duration, Box<MockReply>),
+    /// Starts the answer with this text, then sends nothing more and never ends it.
+    Stall(String),
 }
 
 /// A stand-in for an OpenAI-compatible chat-completions endpoint: records every request
@@ -822,6 +824,19 @@ impl MockLlm {
                         next = Some(*inner);
                     }
                     let reply = next.unwrap_or(MockReply::Text("done".into()));
+                    if let MockReply::Stall(text) = &reply {
+                        let start = sse_chunk(&model, json!({"role": "assistant"}))
+                            + &sse_chunk(&model, json!({"content": text}));
+                        let endless = futures::StreamExt::chain(
+                            futures::stream::once(async move { Ok::<_, std::io::Error>(start) }),
+                            futures::stream::pending(),
+                        );
+                        return axum::response::Response::builder()
+                            .status(200)
+                            .header("content-type", "text/event-stream")
+                            .body(axum::body::Body::from_stream(endless))
+                            .unwrap_or_default();
+                    }
                     let body = match reply {
                         MockReply::Status(status) => {
                             let error = json!({"error": {"message": format!("mock error {status}"),
@@ -860,7 +875,9 @@ impl MockLlm {
                                     "type": "function", "function": {"name": name, "arguments": arguments}}]}))
                                 + "data: [DONE]\n\n"
                         }
-                        MockReply::Hang(_) | MockReply::Delayed(..) => String::new(),
+                        MockReply::Hang(_) | MockReply::Delayed(..) | MockReply::Stall(_) => {
+                            String::new()
+                        }
                     };
                     axum::response::Response::builder()
                         .status(200)

@@ -227,6 +227,10 @@ pub enum ModelError {
     Refused { status: u16, message: String },
     #[error("the model endpoint sent a malformed response: {0}")]
     Malformed(String),
+    #[error("the model endpoint sent nothing for {} s", .0.as_secs())]
+    Stalled(std::time::Duration),
+    #[error("the model's answer passed {0} bytes")]
+    TooLong(usize),
 }
 
 impl ModelError {
@@ -238,6 +242,14 @@ impl ModelError {
                 format!("the model endpoint refused the request ({status})")
             }
             ModelError::Malformed(_) => "the model endpoint sent a malformed response".to_owned(),
+            ModelError::Stalled(after) => format!(
+                "the model endpoint stopped answering (nothing for {} s)",
+                after.as_secs()
+            ),
+            ModelError::TooLong(limit) => format!(
+                "the model's answer was longer than toolgate takes ({} MiB)",
+                limit >> 20
+            ),
         }
     }
 }

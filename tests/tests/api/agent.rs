@@ -1054,6 +1054,59 @@ async fn provider_errors_end_the_run_cleanly() {
     assert!(!server.logs().contains("sk-test-key"));
 }
 
+/// An endpoint that goes quiet (before its answer or halfway through it) or answers
+/// without end fails the step within the configured time, saying why, and the
+/// conversation takes a new message: a run never waits on the model for ever.
+#[tokio::test]
+async fn a_model_that_goes_quiet_or_answers_without_end_fails_the_run_and_frees_it() {
+    let huge = "many words ".repeat(800_000);
+    let cases = [
+        (
+            MockReply::Hang(Duration::from_secs(600)),
+            "stopped answering (nothing for 2 s)",
+        ),
+        (
+            MockReply::Stall("Let me look".into()),
+            "stopped answering (nothing for 2 s)",
+        ),
+        (MockReply::Text(huge), "longer than toolgate takes (8 MiB)"),
+        // Calls without end, each a piece of its own.
+        (
+            MockReply::ToolCalls(
+                (0..300)
+                    .map(|n| call(&format!("call_{n}"), "calculator", json!({})))
+                    .collect(),
+            ),
+            "malformed",
+        ),
+    ];
+    for (reply, expected) in cases {
+        let setup = with_mock_model(vec![reply], &[("TOOLGATE_LLM_TIMEOUT", "2s")]).await;
+        let server = &setup.server;
+        let (_, token) = server.new_user("quiet-model").await;
+        let conversation = server.new_conversation(&token).await;
+        let started = std::time::Instant::now();
+        let run = server
+            .start_run(&token, &conversation, json!("hello"))
+            .await;
+        let failed = server.run_finished(&token, &conversation, &run).await;
+        assert_eq!(failed["status"], "failed", "{failed}");
+        let error = failed["error"].as_str().unwrap_or_default();
+        assert!(error.contains(expected), "{expected} in {error}");
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{:?}",
+            started.elapsed()
+        );
+        // The conversation is free: the next message runs (the script is used up: "done").
+        let run = server
+            .start_run(&token, &conversation, json!("again"))
+            .await;
+        let done = server.run_finished(&token, &conversation, &run).await;
+        assert_eq!(done["status"], "completed", "{done}");
+    }
+}
+
 #[tokio::test]
 async fn the_event_stream_replays_and_checks_its_token() {
     let server = offline_server(&[]).await;

@@ -372,6 +372,7 @@ mod tests {
             vision_model: None,
             long_context_model: None,
             long_context_threshold: 12_000,
+            quiet_limit: std::time::Duration::from_secs(300),
         }
     }
 

@@ -15,6 +15,7 @@ pub fn from_config(config: &LlmConfig) -> Arc<dyn ModelProvider> {
             base_url,
             config.api_key.as_deref(),
             config.model.as_deref().unwrap_or("gpt-4o-mini"),
+            config.quiet_limit,
         )),
         None => Arc::new(offline::OfflineModel),
     }

@@ -2,7 +2,12 @@
 //! server), streamed, with tool calls. The request body is built here as JSON and sent
 //! through async-openai's bring-your-own-types calls, so servers that differ in small
 //! ways from OpenAI's types still work. 429 and 5xx answers are retried by the client
-//! with exponential backoff (at most three retries).
+//! with exponential backoff (at most three retries). An endpoint that goes quiet (before
+//! its answer starts or in the middle of it) for longer than the configured timeout, or
+//! whose answer grows past [`MAX_REPLY_BYTES`], fails the step: a run never waits on it
+//! without end, holding its conversation.
+
+use std::time::Duration;
 
 use async_openai::Client;
 use async_openai::config::OpenAIConfig;
@@ -16,19 +21,29 @@ use crate::agent::model::{
     ChatMessage, DeltaSink, ModelError, ModelProvider, ModelReply, ModelRequest, RequestedCall,
 };
 
+/// Most bytes of one answer toolgate takes: its text and its calls' arguments together
+/// (a long answer, a whole report, is far less).
+pub const MAX_REPLY_BYTES: usize = 8 << 20;
+
+/// Most tool calls one answer may hold (a run takes the first sixteen of a reply).
+const MAX_CALLS: usize = 256;
+
 pub struct OpenAiCompatible {
     client: Client<OpenAIConfig>,
     model: String,
+    /// Longest the endpoint may send nothing, before its answer or within it.
+    quiet_limit: Duration,
 }
 
 impl OpenAiCompatible {
-    pub fn new(base_url: &str, api_key: Option<&str>, model: &str) -> Self {
+    pub fn new(base_url: &str, api_key: Option<&str>, model: &str, quiet_limit: Duration) -> Self {
         let config = OpenAIConfig::new()
             .with_api_base(base_url.trim_end_matches('/'))
             .with_api_key(api_key.unwrap_or_default());
         OpenAiCompatible {
             client: Client::with_config(config),
             model: model.to_owned(),
+            quiet_limit,
         }
     }
 }
@@ -49,18 +64,27 @@ impl ModelProvider for OpenAiCompatible {
     ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
         Box::pin(async move {
             let body = request_body(request);
-            let mut stream = self
-                .client
-                .chat()
-                .create_stream_byot::<Value, Value>(body)
-                .await
-                .map_err(describe)?;
+            let quiet = self.quiet_limit;
+            let stalled = |_| ModelError::Stalled(quiet);
+            let mut stream = tokio::time::timeout(
+                quiet,
+                self.client.chat().create_stream_byot::<Value, Value>(body),
+            )
+            .await
+            .map_err(stalled)?
+            .map_err(describe)?;
             let mut reply = ModelReply {
                 model: request.model.clone(),
                 ..ModelReply::default()
             };
             let mut calls: Vec<PartialCall> = Vec::new();
-            while let Some(chunk) = stream.next().await {
+            let mut received = 0usize;
+            while let Some(chunk) = tokio::time::timeout(quiet, stream.next())
+                .await
+                .map_err(stalled)?
+            {
+                // Each piece counts, so that one of endless empty pieces ends too.
+                received += 1;
                 let chunk = chunk.map_err(describe)?;
                 if let Some(model) = chunk.get("model").and_then(Value::as_str)
                     && !model.is_empty()
@@ -73,6 +97,10 @@ impl ModelProvider for OpenAiCompatible {
                 if let Some(text) = delta.get("content").and_then(Value::as_str)
                     && !text.is_empty()
                 {
+                    received += text.len();
+                    if received > MAX_REPLY_BYTES {
+                        return Err(ModelError::TooLong(MAX_REPLY_BYTES));
+                    }
                     reply.text.push_str(text);
                     deltas(text.to_owned());
                 }
@@ -82,7 +110,17 @@ impl ModelProvider for OpenAiCompatible {
                     .into_iter()
                     .flatten()
                 {
-                    merge_call(&mut calls, call);
+                    // Each piece counts too, and the calls are bounded: every piece is
+                    // matched against the calls so far.
+                    received += 1 + merge_call(&mut calls, call);
+                    if received > MAX_REPLY_BYTES {
+                        return Err(ModelError::TooLong(MAX_REPLY_BYTES));
+                    }
+                    if calls.len() > MAX_CALLS {
+                        return Err(ModelError::Malformed(format!(
+                            "more than {MAX_CALLS} tool calls in one answer"
+                        )));
+                    }
                 }
             }
             reply.tool_calls = calls.into_iter().map(PartialCall::finish).collect();
@@ -147,8 +185,8 @@ fn parse_arguments(text: &str) -> Result<Map<String, Value>, String> {
 
 /// Streamed tool calls arrive in pieces keyed by `index`. The id and the name come
 /// whole in a call's first piece; some servers repeat them in every piece, which must
-/// not add up to `call_1call_1…`.
-fn merge_call(calls: &mut Vec<PartialCall>, piece: &Value) {
+/// not add up to `call_1call_1…`. The bytes the piece added.
+fn merge_call(calls: &mut Vec<PartialCall>, piece: &Value) -> usize {
     let index = piece
         .get("index")
         .and_then(Value::as_u64)
@@ -164,6 +202,7 @@ fn merge_call(calls: &mut Vec<PartialCall>, piece: &Value) {
         }
     };
     let call = &mut calls[position];
+    let before = call.id.len() + call.name.len() + call.arguments.len();
     if let Some(id) = piece.get("id").and_then(Value::as_str)
         && call.id != id
     {
@@ -177,6 +216,7 @@ fn merge_call(calls: &mut Vec<PartialCall>, piece: &Value) {
     if let Some(arguments) = piece.pointer("/function/arguments").and_then(Value::as_str) {
         call.arguments.push_str(arguments);
     }
+    call.id.len() + call.name.len() + call.arguments.len() - before
 }
 
 fn describe(err: OpenAIError) -> ModelError {
