@@ -272,15 +272,7 @@ async fn a_stream_ends_when_the_token_that_opened_it_expires() {
     )
     .await;
     for (how, mut stream) in [("bearer", by_bearer), ("stream token", by_stream_token)] {
-        let ended = tokio::time::timeout(Duration::from_secs(20), async {
-            let mut text = String::new();
-            while let Some(Ok(chunk)) = stream.next().await {
-                text.push_str(&String::from_utf8_lossy(&chunk));
-            }
-            text
-        })
-        .await;
-        let Ok(text) = ended else {
+        let Some(text) = text_until_it_ends(&mut stream, Duration::from_secs(20)).await else {
             panic!("the {how} stream is still open");
         };
         // Its last word says why, so a client can open it again without alarm.
@@ -336,15 +328,7 @@ async fn a_stream_ends_soon_after_its_conversation_is_deleted() {
     assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
     // Told at once, well before the streams' periodic look (every 5 s) would find it.
     for stream in [&mut deleted_stream, &mut far_stream] {
-        let ended = tokio::time::timeout(Duration::from_secs(3), async {
-            let mut text = String::new();
-            while let Some(Ok(chunk)) = stream.next().await {
-                text.push_str(&chunk);
-            }
-            text
-        })
-        .await;
-        let Ok(text) = ended else {
+        let Some(text) = text_until_it_ends(stream, Duration::from_secs(3)).await else {
             panic!("a stream of the deleted conversation is still open");
         };
         assert!(
@@ -367,6 +351,22 @@ async fn a_stream_ends_soon_after_its_conversation_is_deleted() {
         "the other conversation's stream ended: {seen:?}"
     );
     assert!(!seen.contains("deleted"), "{seen:?}");
+}
+
+/// Everything `stream` sends until it ends; `None` while it is still open after `within`.
+async fn text_until_it_ends<T: AsRef<[u8]>>(
+    stream: &mut (impl futures::Stream<Item = reqwest::Result<T>> + Unpin),
+    within: Duration,
+) -> Option<String> {
+    tokio::time::timeout(within, async {
+        let mut text = String::new();
+        while let Some(Ok(chunk)) = stream.next().await {
+            text.push_str(&String::from_utf8_lossy(chunk.as_ref()));
+        }
+        text
+    })
+    .await
+    .ok()
 }
 
 /// A stream of `conversation`'s events, from after the event `after`.
