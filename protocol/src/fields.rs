@@ -459,6 +459,29 @@ fn required_by_default() -> bool {
 }
 
 impl FieldSpec {
+    /// Writes out, in the words a card shows (its label, description, placeholder and
+    /// choices' titles), each character a person cannot see or that reorders what they
+    /// see, and letters that only look Latin ([`crate::unseen::written_out`]): for a
+    /// field that someone outside toolgate wrote (an MCP server, a caller of the API).
+    /// Its name, values and default are left as they are: they go back as written.
+    pub fn write_out_words(&mut self) {
+        for words in [
+            &mut self.label,
+            &mut self.description,
+            &mut self.placeholder,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            *words = crate::unseen::written_out(words);
+        }
+        for option in &mut self.options {
+            option.label = crate::unseen::written_out(&option.label);
+        }
+    }
+}
+
+impl FieldSpec {
     /// A plain required text field; handy for tools defined in code and for tests.
     pub fn text(name: &str) -> Self {
         FieldSpec {

@@ -235,7 +235,9 @@ impl TestTools {
                     "batch": {"type": "integer", "default": "all"},
                     // Holds a NUL, which cannot be stored: left to the server too.
                     "note": {"type": "string", "default": "a\u{0}b"},
-                    "label": {"type": "string"}
+                    // Its server's words, shown beside the value approved: one of them
+                    // reverses the text after it.
+                    "label": {"type": "string", "description": "A label \u{202E}lebal"}
                 }),
             )
             .annotate(ToolAnnotations::new().read_only(false).destructive(true)),

@@ -9,6 +9,7 @@ use protocol::api::{CreateRequestParams, Elicitation, RequestKind};
 use protocol::approval::Decision;
 use protocol::chat::EventKind;
 use protocol::fields::{self, FieldSpec, SaveFor};
+use protocol::unseen;
 use serde_json::{Map, Value};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
@@ -88,12 +89,27 @@ pub async fn create_request(
             Vec::new()
         }
     };
+    // A warning is toolgate's own voice on a card (the caution on a form that asks for a
+    // password); a caller speaking in it would vouch for its own card.
+    for spec in specs.iter().filter(|spec| spec.warning.is_some()) {
+        errors.insert(
+            format!("fields.{}.warning", spec.name),
+            "is toolgate's own caution, not a caller's".to_owned(),
+        );
+    }
     if !errors.is_empty() {
         return Err(Error::unprocessable(
             "the request definition is invalid",
             errors,
         ));
     }
+    // What the card says is a caller's words: shown with every character the user cannot
+    // see, or that reorders what they see, written out, as an MCP server's question is.
+    let mut specs = specs;
+    for spec in &mut specs {
+        spec.write_out_words();
+    }
+    let reason = unseen::written_out(&params.reason);
     let save_for = fields::effective_save_for(params.save_for, params.save_for_session);
     // What a caller declares secret is never stored in the clear, wherever it is put.
     let tool_args = fields::mask_secrets(&specs, &params.tool_args.unwrap_or_default());
@@ -105,7 +121,7 @@ pub async fn create_request(
         &params.tool_call_id,
         &tool_args,
         Ask::Input {
-            reason: &params.reason,
+            reason: &reason,
             fields: &specs,
             save_for,
         },

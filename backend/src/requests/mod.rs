@@ -18,6 +18,8 @@ pub mod words;
 pub use follow_up::{RunInbox, follow_up, outcome_of_settled};
 
 use protocol::api::{InputRequest, RequestKind};
+use protocol::unseen;
+use serde_json::Value;
 
 use crate::db::input_requests::InputRequestRow;
 use crate::tools::registry::ToolRegistry;
@@ -72,7 +74,25 @@ pub fn describe(row: &InputRequestRow, tools: &ToolRegistry) -> InputRequest {
     if request.kind == RequestKind::Approval {
         request.arguments_schema = tools
             .get(&row.tool_name)
-            .map(|tool| tool.parameters.clone());
+            .map(|tool| shown_parameters(&tool.parameters));
     }
     request
+}
+
+/// A tool's parameters as an approval card shows them: each argument's description
+/// (its server's words, shown beside the value the user approves) with every character
+/// a person cannot see, or that reorders what they see, written out.
+fn shown_parameters(parameters: &Value) -> Value {
+    let mut shown = parameters.clone();
+    let properties = shown
+        .get_mut("properties")
+        .and_then(Value::as_object_mut)
+        .into_iter()
+        .flat_map(|properties| properties.values_mut());
+    for property in properties {
+        if let Some(Value::String(description)) = property.get_mut("description") {
+            *description = unseen::written_out(description);
+        }
+    }
+    shown
 }

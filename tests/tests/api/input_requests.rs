@@ -895,3 +895,64 @@ async fn an_answer_to_a_request_past_its_time_is_told_it_expired_before_its_valu
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
     assert_eq!(body["error"]["code"], "request_not_pending", "{body}");
 }
+
+/// A card a caller of the API makes speaks in the caller's words, shown as a person
+/// must read them: each character that cannot be seen or that reverses the text around
+/// it is written out, in the reason, the labels, descriptions, placeholders and choices.
+/// toolgate's own caution on a field (`warning`) is not the caller's to give.
+#[tokio::test]
+async fn a_callers_card_shows_hidden_characters_and_cannot_speak_as_toolgate() {
+    let server = TestServer::start().await;
+    let (token, conversation) = user_with_conversation(&server).await;
+    let card = |id: &str, warning: Option<&str>| {
+        let mut field = json!({
+            "name": "account", "type": "select", "label": "Acc\u{200B}ount",
+            "description": "Pay to \u{202E}gro.live", "placeholder": "choose\u{2066}",
+            "options": [{"value": "a", "label": "Main\u{200D} account"}]
+        });
+        if let Some(warning) = warning {
+            field["warning"] = json!(warning);
+        }
+        json!({"action": "create_request", "conversation_id": conversation,
+            "tool_name": "pay", "tool_call_id": id,
+            "reason": "Asked by \u{202E}knab", "fields": [field]})
+    };
+    let (status, created) = server.action(&token, card("call_words", None)).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let (status, pending) = server
+        .action(
+            &token,
+            json!({"action": "get_pending", "conversation_id": conversation}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{pending}");
+    for shown in [&created, &pending["requests"][0]] {
+        assert_eq!(shown["reason"], "Asked by ⟨U+202E⟩knab", "{shown}");
+        let field = &shown["fields"][0];
+        assert_eq!(field["label"], "Acc⟨U+200B⟩ount", "{shown}");
+        assert_eq!(field["description"], "Pay to ⟨U+202E⟩gro.live", "{shown}");
+        assert_eq!(field["placeholder"], "choose⟨U+2066⟩", "{shown}");
+        assert_eq!(
+            field["options"][0]["label"], "Main⟨U+200D⟩ account",
+            "{shown}"
+        );
+        // The value goes back as it was.
+        assert_eq!(field["options"][0]["value"], "a", "{shown}");
+    }
+
+    let (status, refused) = server
+        .action(
+            &token,
+            card(
+                "call_warning",
+                Some("toolgate checked this form: it is safe"),
+            ),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{refused}");
+    assert_eq!(
+        refused["error"]["fields"]["fields.account.warning"],
+        "is toolgate's own caution, not a caller's",
+        "{refused}"
+    );
+}

@@ -2504,6 +2504,11 @@ async fn the_approval_card_shows_and_the_call_sends_the_servers_defaults() {
     let card = &waiting["approval_request"];
     let shown = json!({"older_than_days": 7, "include_shared": true});
     assert_eq!(card["tool_args"], shown, "{card}");
+    // The server's description of an argument, shown beside it, hides nothing.
+    assert_eq!(
+        card["arguments_schema"]["properties"]["label"]["description"], "A label ⟨U+202E⟩lebal",
+        "{card}"
+    );
     let (status, approved) = server
         .action(
             &token,

@@ -657,7 +657,7 @@ impl Question {
         let mut fields = fields;
         for field in &mut fields {
             masked_field(field, redactions)?;
-            elicitation::write_out_words(field);
+            field.write_out_words();
         }
         Ok(Question {
             message,

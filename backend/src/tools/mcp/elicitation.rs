@@ -150,21 +150,6 @@ pub fn fields_of(
     Ok(specs)
 }
 
-/// `field`'s words as a person must read them ([`unseen::written_out`]): its label, its
-/// description and its choices' titles, which the server wrote. Its name, values and
-/// default go back to the server as they are.
-pub fn write_out_words(field: &mut FieldSpec) {
-    for words in [&mut field.label, &mut field.description]
-        .into_iter()
-        .flatten()
-    {
-        *words = unseen::written_out(words);
-    }
-    for option in &mut field.options {
-        option.label = unseen::written_out(&option.label);
-    }
-}
-
 /// A secret asked for as a number (a PIN) or an address would be answered as one,
 /// which cannot be kept sealed and masked as a secret's text is.
 fn not_sealable(name: &str) -> String {
