@@ -67,6 +67,9 @@ pub fn app(state: AppState) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             limits::per_user_rate,
+        ))
+        .layer(axum::middleware::map_response(
+            security_headers::set_not_stored,
         ));
 
     let mut app = Router::new()

@@ -4,7 +4,8 @@
 
 use axum::http::HeaderValue;
 use axum::http::header::{
-    CONTENT_SECURITY_POLICY, HeaderName, REFERRER_POLICY, X_CONTENT_TYPE_OPTIONS, X_FRAME_OPTIONS,
+    CACHE_CONTROL, CONTENT_SECURITY_POLICY, HeaderName, REFERRER_POLICY, X_CONTENT_TYPE_OPTIONS,
+    X_FRAME_OPTIONS,
 };
 use axum::response::Response;
 
@@ -59,6 +60,17 @@ pub async fn set_security_headers(mut response: Response) -> Response {
             .entry(name)
             .or_insert_with(|| HeaderValue::from_static(value));
     }
+    response
+}
+
+/// Keeps an API answer out of every cache, the browser's disk cache included: what a
+/// user's conversations and tools said must not stay on a shared computer after they
+/// sign out. A route that says otherwise (an event stream's `no-cache`) is kept.
+pub async fn set_not_stored(mut response: Response) -> Response {
+    response
+        .headers_mut()
+        .entry(CACHE_CONTROL)
+        .or_insert_with(|| HeaderValue::from_static("no-store"));
     response
 }
 

@@ -317,6 +317,47 @@ async fn every_response_carries_the_browser_security_headers() {
     }
 }
 
+/// What the API answers (a user's conversations, a refusal alike) is kept in no cache,
+/// the browser's included, so it does not stay on a shared computer after sign-out.
+#[tokio::test]
+async fn the_apis_answers_are_never_stored() {
+    let server = TestServer::start().await;
+    let (_, token) = server.new_user("not-stored").await;
+    let conversation = server.new_conversation(&token).await;
+    for (path, bearer, status) in [
+        (
+            "/api/conversations".to_owned(),
+            Some(&token),
+            StatusCode::OK,
+        ),
+        (
+            format!("/api/conversations/{conversation}/messages"),
+            Some(&token),
+            StatusCode::OK,
+        ),
+        (
+            "/api/conversations".to_owned(),
+            None,
+            StatusCode::UNAUTHORIZED,
+        ),
+        ("/api/nope".to_owned(), Some(&token), StatusCode::NOT_FOUND),
+    ] {
+        let mut request = server.client.get(server.url(&path));
+        if let Some(token) = bearer {
+            request = request.bearer_auth(token);
+        }
+        let response = request.send().await.expect("sent");
+        assert_eq!(response.status(), status, "{path}");
+        let cache = response
+            .headers()
+            .get("cache-control")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        assert_eq!(cache, "no-store", "{path}");
+    }
+}
+
 /// The page, its scripts and its main module are checked again on every load against
 /// the build they come from, so a browser never keeps files of another build (newer or
 /// older: modification times would not tell a rollback); a split-off module, named by
