@@ -44,6 +44,25 @@ pub async fn append(
     .await
 }
 
+/// Whether the completion of the URL-mode question `request_id` has been announced in
+/// its conversation.
+pub async fn completion_announced(
+    conn: &mut PgConnection,
+    conversation_id: Uuid,
+    request_id: Uuid,
+) -> sqlx::Result<bool> {
+    sqlx::query_scalar!(
+        r#"select exists (
+             select 1 from run_events
+             where conversation_id = $1 and kind = 'elicitation_completed'
+               and data ->> 'request_id' = $2::uuid::text) as "announced!""#,
+        conversation_id,
+        request_id
+    )
+    .fetch_one(conn)
+    .await
+}
+
 struct EventRow {
     id: i64,
     conversation_id: Uuid,

@@ -300,7 +300,8 @@ pub async fn ids_in_use(
 }
 
 /// The newest URL-mode question of `server` with this elicitation id that this process
-/// holds for `user_id` (background path: the caller names the user).
+/// holds for `user_id`, waiting or accepted (background path: the caller names the
+/// user).
 pub async fn find_elicitation(
     conn: &mut PgConnection,
     holder: Uuid,
@@ -311,7 +312,8 @@ pub async fn find_elicitation(
     request_rows!(
         "select",
         "from tool_user_input_requests
-         where held_by = $1 and elicitation ->> 'server' = $2 and user_id = $3
+         where status in ('pending', 'completed') and held_by = $1
+           and elicitation ->> 'server' = $2 and user_id = $3
            and elicitation ->> 'elicitation_id' = $4
          order by created_at desc limit 1",
         holder,

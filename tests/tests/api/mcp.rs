@@ -1022,6 +1022,53 @@ async fn url_mode_is_a_link_card_that_completes_when_the_server_says_so() {
     assert_eq!(announced, 1);
 }
 
+/// A link question the user declined is over: the server saying afterwards, again and
+/// again, that it is complete announces nothing and writes nothing.
+#[tokio::test]
+async fn a_completion_notice_for_a_declined_link_question_announces_nothing() {
+    let (setup, token, conversation) = ready(&stdio_server("t", ""), "mcp-url-declined").await;
+    let server = &setup.server;
+    let (_, asked) = server
+        .execute_tool(
+            &token,
+            &conversation,
+            "t__open_link",
+            "call_link",
+            json!({"elicitation_id": "q1"}),
+        )
+        .await;
+    let request = &asked["user_input_request"];
+    assert_eq!(request["elicitation"]["mode"], "url", "{asked}");
+    let (status, declined) = server
+        .action(
+            &token,
+            json!({"action": "decline_request", "tool_call_id": request["tool_call_id"]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{declined}");
+    for n in 0..3 {
+        let (status, said) = server
+            .execute_tool(
+                &token,
+                &conversation,
+                "t__finish_link",
+                &format!("call_finish_{n}"),
+                json!({"elicitation_id": "q1"}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{said}");
+    }
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let announced: i64 =
+        sqlx::query_scalar("select count(*) from run_events where kind = 'elicitation_completed'")
+            .fetch_one(&mut server.db().await)
+            .await
+            .expect("events");
+    assert_eq!(announced, 0, "{}", server.logs());
+    let still: Vec<Value> = pending(server, &token, &conversation).await;
+    assert!(still.is_empty(), "{still:?}");
+}
+
 /// Servers often number their questions per session, so two users' open link cards can
 /// carry the same id. A completion notice on one user's session completes that user's
 /// card, never the other's, even when the other's is newer.

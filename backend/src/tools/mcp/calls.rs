@@ -906,6 +906,7 @@ pub async fn on_elicitation_complete(shared: &SessionShared, elicitation_id: &st
     if !shared.first_completion_of(elicitation_id) {
         return;
     }
+    let _one_at_a_time = shared.recording_completion.lock().await;
     match complete_url_question(&hub, &shared.server, owner, elicitation_id).await {
         Ok(true) => {}
         Ok(false) => shared.forget_completion_of(elicitation_id),
@@ -916,8 +917,10 @@ pub async fn on_elicitation_complete(shared: &SessionShared, elicitation_id: &st
     }
 }
 
-/// Records the completion of the user's question the server names; whether there was
-/// one to record.
+/// Records the completion of the user's question the server names: one still waiting
+/// completes; one the user accepted (they went to the link) is announced done, once.
+/// A declined, cancelled or abandoned one is over, and nothing is said. Whether there
+/// was one to record.
 async fn complete_url_question(
     hub: &Arc<McpHub>,
     server: &str,
@@ -940,7 +943,17 @@ async fn complete_url_question(
     };
     let mut tx = db::begin_as_user(&hub.deps.pool, &row.user_id).await?;
     conversations::lock_for_writing(&mut tx, row.conversation_id).await?;
-    endings::complete_url_question(&mut tx, row.id).await?;
+    let announce = if row.status() == RequestStatus::Pending {
+        // Declined or cancelled meanwhile, it is over.
+        endings::complete_url_question(&mut tx, row.id)
+            .await?
+            .is_some()
+    } else {
+        !events::completion_announced(&mut tx, row.conversation_id, row.id).await?
+    };
+    if !announce {
+        return Ok(true);
+    }
     let done = EventKind::ElicitationCompleted {
         request_id: row.id,
         tool_call_id: row.tool_call_id.clone(),

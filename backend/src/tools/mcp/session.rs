@@ -74,6 +74,9 @@ pub struct SessionShared {
     carried_secrets: Mutex<std::collections::VecDeque<Arc<Redactions>>>,
     /// The URL-mode questions whose completion the server has already said.
     completed: Mutex<std::collections::VecDeque<String>>,
+    /// Held while one completion notice is recorded: a server that floods notices
+    /// takes one database connection at a time, not the pool every user shares.
+    pub recording_completion: tokio::sync::Mutex<()>,
 }
 
 impl SessionShared {
@@ -92,6 +95,7 @@ impl SessionShared {
             list_changed,
             carried_secrets: Mutex::default(),
             completed: Mutex::default(),
+            recording_completion: tokio::sync::Mutex::new(()),
         })
     }
 
