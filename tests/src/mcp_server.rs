@@ -248,6 +248,13 @@ impl TestTools {
                 json!({"mode": {"description": "archive or delete", "default": "delete"}}),
             )
             .annotate(ToolAnnotations::new().read_only(false).destructive(true)),
+            tool(
+                "keep",
+                "Keeps the text it is given, for recall",
+                json!({"text": {"type": "string"}}),
+            )
+            .annotate(read_only()),
+            tool("recall", "Says the text kept last", json!({})).annotate(read_only()),
             tool("slow", "Takes its time", json!({"ms": {"type": "integer"}}))
                 .annotate(read_only()),
             tool(
@@ -435,6 +442,9 @@ fn argument_after<T: std::str::FromStr>(option: &str) -> Option<T> {
         .find(|pair| pair[0] == option)
         .and_then(|pair| pair[1].parse().ok())
 }
+
+/// What `keep` was last given, in this process.
+static KEPT: Mutex<String> = Mutex::new(String::new());
 
 /// Which start of the stdio server this process is (from 1), counted in [`STARTS`];
 /// 0 when there is no `MCP_TEST_STATE` folder.
@@ -811,6 +821,15 @@ impl ServerHandler for TestTools {
             "archive_things" => Ok(text(format!(
                 "archived with {}",
                 Value::Object(arguments.clone())
+            ))),
+            "keep" => {
+                let given = arguments.get("text").and_then(Value::as_str).unwrap_or("");
+                *KEPT.lock().unwrap_or_else(|p| p.into_inner()) = given.to_owned();
+                Ok(text("kept"))
+            }
+            "recall" => Ok(text(format!(
+                "you kept {}",
+                KEPT.lock().unwrap_or_else(|p| p.into_inner())
             ))),
             // As a server written in JavaScript reads `args.mode ?? "delete"`.
             "tidy_things" => Ok(text(format!(

@@ -155,6 +155,19 @@ impl Redactions {
         }
     }
 
+    /// These secrets and those of `others` (earlier calls' secrets, which a server may
+    /// repeat in a later call's answer).
+    pub fn joined<'a>(&self, others: impl IntoIterator<Item = &'a Redactions>) -> Self {
+        let mut secrets: Vec<Secret> = self.secrets.clone();
+        for other in others {
+            secrets.extend(other.secrets.iter().cloned());
+        }
+        Redactions {
+            secrets: longest_first(secrets),
+            stand_in: self.stand_in,
+        }
+    }
+
     /// The same secrets, replaced by `stand_in` instead of the masked-value dots.
     pub fn standing_in(mut self, stand_in: &'static str) -> Self {
         self.stand_in = stand_in;

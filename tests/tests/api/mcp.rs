@@ -1383,6 +1383,24 @@ fields = [ {{ name = "text", label = "Token", type = "secret" }} ]
     (setup, token, conversation, done)
 }
 
+/// A server that keeps a secret one call gave it and says it in the answer to a later
+/// call (which has no secret field of its own) has it masked there too.
+#[tokio::test]
+async fn a_secret_an_earlier_call_gave_the_server_is_masked_in_a_later_calls_answer() {
+    const SECRET: &str = "kept-s3cret-7719";
+    let (setup, token, conversation, done) = secret_given_to("keep", "mcp-kept", SECRET).await;
+    let server = &setup.server;
+    assert_eq!(done["tool_result"]["success"], true, "{done}");
+    let (status, recalled) = server
+        .execute_tool(&token, &conversation, "t__recall", "call_recall", json!({}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{recalled}");
+    assert_eq!(recalled["success"], true, "{recalled}");
+    let said = recalled["result"]["text"].as_str().unwrap_or_default();
+    assert!(said.starts_with("you kept "), "{recalled}");
+    assert!(!said.contains(SECRET), "{recalled}");
+}
+
 #[tokio::test]
 async fn a_secret_given_to_an_mcp_tool_never_reaches_the_model_even_when_echoed() {
     const SECRET: &str = "s3cret-token-4242";

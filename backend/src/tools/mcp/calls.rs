@@ -200,11 +200,12 @@ pub async fn start(
         questions: AtomicUsize::new(0),
         first_question: std::sync::OnceLock::new(),
         delivers: AtomicBool::new(false),
-        redactions: Mutex::new(Arc::new(call_redactions(
-            &server.config,
-            &arguments,
-            &secret_fields,
-        ))),
+        // The session's earlier calls' secrets too: a server may keep a value one call
+        // gave it and say it in the answer to another.
+        redactions: Mutex::new(Arc::new(
+            call_redactions(&server.config, &arguments, &secret_fields)
+                .joined(taken.session.shared.carried().iter().map(Arc::as_ref)),
+        )),
         answered: Mutex::default(),
     });
     hub.calls.lock().unwrap_or_else(|p| p.into_inner()).insert(

@@ -160,16 +160,19 @@ impl SessionShared {
         }
     }
 
-    /// `text` with the secrets of the latest calls made in this session masked.
-    fn mask(&self, text: &mut String) {
-        let carried: Vec<Arc<Redactions>> = self
-            .carried_secrets
+    /// The secrets of the latest calls made in this session.
+    pub fn carried(&self) -> Vec<Arc<Redactions>> {
+        self.carried_secrets
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
             .cloned()
-            .collect();
-        for secrets in carried {
+            .collect()
+    }
+
+    /// `text` with the secrets of the latest calls made in this session masked.
+    fn mask(&self, text: &mut String) {
+        for secrets in self.carried() {
             secrets.text(text);
         }
     }

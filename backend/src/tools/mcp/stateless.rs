@@ -397,7 +397,8 @@ pub async fn answer_round(hub: &Arc<McpHub>, row: &InputRequestRow) -> Result<Op
     }
     let redactions = Arc::new(
         call_redactions(&server.config, &arguments, &state.secret_fields)
-            .adding(answered_secrets.iter().map(String::as_str)),
+            .adding(answered_secrets.iter().map(String::as_str))
+            .joined(taken.session.shared.carried().iter().map(Arc::as_ref)),
     );
     taken.session.shared.carrying(redactions.clone());
     let answered = tokio::time::timeout(
