@@ -85,7 +85,8 @@ pub struct Tool {
     pub runner: Runner,
     /// Why its MCP server cannot be reached now, in words any caller may see.
     pub offline: Option<String>,
-    validator: jsonschema::Validator,
+    /// Shared by the tool's copies (one marked offline with its server): compiled once.
+    validator: Arc<jsonschema::Validator>,
     /// Each field's name as a service may read it ([`unseen::name_key`]), in order.
     field_keys: Vec<String>,
 }
@@ -126,7 +127,7 @@ impl Tool {
             origin: parts.origin,
             runner: parts.runner,
             offline: None,
-            validator,
+            validator: Arc::new(validator),
             field_keys,
         })
     }
@@ -154,13 +155,15 @@ impl Tool {
         }
     }
 
-    /// The same tool, marked unreachable (or reachable again) with its server.
+    /// The same tool, marked unreachable (or reachable again) with its server. Its
+    /// schema is not compiled again: a server that comes and goes (a hostile one, every
+    /// second) costs no compiling of its schemas while the catalogue is locked.
     pub fn with_offline(&self, offline: Option<String>) -> anyhow::Result<Tool> {
         let runner = match &self.runner {
             Runner::Mcp(target) => Runner::Mcp(target.clone()),
             _ => anyhow::bail!("only an MCP tool goes offline with its server"),
         };
-        let mut tool = Tool::assemble(ToolParts {
+        Ok(Tool {
             name: self.name.clone(),
             description: self.description.clone(),
             parameters: self.parameters.clone(),
@@ -170,9 +173,10 @@ impl Tool {
             approval: self.approval.clone(),
             origin: self.origin.clone(),
             runner,
-        })?;
-        tool.offline = offline;
-        Ok(tool)
+            offline,
+            validator: self.validator.clone(),
+            field_keys: self.field_keys.clone(),
+        })
     }
 
     /// The reasons the arguments break the tool's JSON Schema, if any.
@@ -1117,5 +1121,33 @@ databases.main = {{ url = "{url}" }}
             listings += 1;
         }
         flipping.join().expect("the flipping thread");
+    }
+
+    /// A server that goes down keeps its tools listed, unavailable; marking them so
+    /// compiles none of their schemas again (a hostile server could come and go every
+    /// second with costly ones, and the marking holds the catalogue's lock).
+    #[test]
+    fn a_tool_marked_offline_shares_its_compiled_schema() {
+        let tool = Tool::assemble(ToolParts {
+            name: "t__find".into(),
+            description: "Finds".into(),
+            parameters: json!({"type": "object", "properties": {"q": {"type": "string", "pattern": "^[a-z]{1,300}$"}}}),
+            input_spec: None,
+            enabled: true,
+            key_argument: None,
+            approval: None,
+            origin: ToolOrigin::Mcp { server: "t".into() },
+            runner: Runner::Mcp(mcp::McpTarget {
+                server: "t".into(),
+                remote_name: "find".into(),
+            }),
+        })
+        .expect("tool");
+        let offline = tool.with_offline(Some("gone".into())).expect("an MCP tool");
+        assert!(Arc::ptr_eq(&tool.validator, &offline.validator));
+        assert_eq!(offline.unavailable_reason().as_deref(), Some("gone"));
+        assert!(!offline.argument_errors(&json!({"q": "Upper"})).is_empty());
+        let back = offline.with_offline(None).expect("an MCP tool");
+        assert!(back.unavailable_reason().is_none());
     }
 }

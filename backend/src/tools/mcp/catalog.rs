@@ -402,31 +402,13 @@ async fn refresh(hub: &Arc<McpHub>, server: &Server, session: &Session) -> Resul
     if listed.len() > MAX_TOOLS {
         tracing::warn!(server = %name, listed = listed.len(), "only the first {MAX_TOOLS} tools are kept");
     }
-    let mut tools = Vec::new();
-    let mut seen = BTreeSet::new();
-    let mut catalog_bytes: usize = 0;
-    for remote in listed.iter().take(MAX_TOOLS) {
-        if !seen.insert(remote.name.to_string()) {
-            tracing::warn!(server = %name, tool = %crate::logged::outside(&remote.name), "tool listed twice; keeping the first");
-            continue;
-        }
-        match tool_of(hub, &server.config, remote) {
-            Ok(tool) => {
-                let bytes = serde_json::to_vec(&tool.parameters)
-                    .map_or(usize::MAX, |b| b.len())
-                    .saturating_add(tool.name.len() + tool.description.len());
-                catalog_bytes = catalog_bytes.saturating_add(bytes);
-                if catalog_bytes > MAX_CATALOG_BYTES {
-                    tracing::warn!(server = %name, tool = %crate::logged::outside(&remote.name), "the server's tools take more than {MAX_CATALOG_BYTES} bytes; this one and the rest are left out");
-                    break;
-                }
-                tools.push(Arc::new(tool));
-            }
-            Err(err) => {
-                tracing::warn!(server = %name, tool = %crate::logged::outside(&remote.name), error = %crate::logged::outside(format!("{err:#}")), "MCP tool left out")
-            }
-        }
-    }
+    // Compiling a server's schemas (its patterns among them) is CPU work of the
+    // server's choosing: on the blocking pool, so a hostile catalogue stalls no request.
+    let (assembling, config) = (hub.clone(), server.config.clone());
+    let (tools, seen) =
+        tokio::task::spawn_blocking(move || assemble_listed(&assembling, &config, &listed))
+            .await
+            .map_err(|_| format!("the MCP server `{name}`'s tools could not be read"))?;
     for (matcher, _) in &hub.config.overlays {
         if let super::config::Matcher::Name(wanted) = matcher
             && let Some(rest) = wanted.strip_prefix(&format!("{name}{NAMESPACE_SEPARATOR}"))
@@ -446,6 +428,41 @@ async fn refresh(hub: &Arc<McpHub>, server: &Server, session: &Session) -> Resul
         tools,
     );
     Ok(())
+}
+
+/// The tools of a server's listing that toolgate takes (the first [`MAX_TOOLS`], each
+/// once, up to [`MAX_CATALOG_BYTES`] in all), and the names listed.
+fn assemble_listed(
+    hub: &McpHub,
+    config: &ServerConfig,
+    listed: &[rmcp::model::Tool],
+) -> (Vec<Arc<Tool>>, BTreeSet<String>) {
+    let mut tools = Vec::new();
+    let mut seen = BTreeSet::new();
+    let mut catalog_bytes: usize = 0;
+    for remote in listed.iter().take(MAX_TOOLS) {
+        if !seen.insert(remote.name.to_string()) {
+            tracing::warn!(server = %config.name, tool = %crate::logged::outside(&remote.name), "tool listed twice; keeping the first");
+            continue;
+        }
+        match tool_of(hub, config, remote) {
+            Ok(tool) => {
+                let bytes = serde_json::to_vec(&tool.parameters)
+                    .map_or(usize::MAX, |b| b.len())
+                    .saturating_add(tool.name.len() + tool.description.len());
+                catalog_bytes = catalog_bytes.saturating_add(bytes);
+                if catalog_bytes > MAX_CATALOG_BYTES {
+                    tracing::warn!(server = %config.name, tool = %crate::logged::outside(&remote.name), "the server's tools take more than {MAX_CATALOG_BYTES} bytes; this one and the rest are left out");
+                    break;
+                }
+                tools.push(Arc::new(tool));
+            }
+            Err(err) => {
+                tracing::warn!(server = %config.name, tool = %crate::logged::outside(&remote.name), error = %crate::logged::outside(format!("{err:#}")), "MCP tool left out")
+            }
+        }
+    }
+    (tools, seen)
 }
 
 fn is_callable_name(name: &str) -> bool {
