@@ -24,9 +24,11 @@ use arguments::{
     shown,
 };
 
-/// How long after the choices appear a double-click's second click on Approve is
-/// taken for one aimed at what was there before.
-const DOUBLE_CLICK_MS: f64 = 1000.0;
+/// How long after the choices appear a click on Approve is taken for one aimed at
+/// what was there before (the second click of a double-click, or an impatient second
+/// click on the Submit that made this card): no one has read the arguments yet. As
+/// browsers hold back their own permission prompts' buttons for a moment.
+const FIRST_LOOK_MS: f64 = 1000.0;
 
 /// What the pending card is showing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -357,14 +359,14 @@ pub fn ApprovalCard(request_id: Uuid) -> impl IntoView {
     let choose_view = {
         let keys_id = keys_id.clone();
         move || {
-            // The second click of a double-click (on Submit of the card before, say)
-            // that lands on Approve where it has just appeared approves nothing: the
-            // user has not seen these arguments. Only in the first moments: later, a
-            // quick second click is the user's own. A click on its own has `detail` 1;
-            // keys' clicks have none; the focus never starts on Approve.
+            // A pointer's click (on Submit of the card before, say, a double-click's
+            // second or an impatient one of its own) that lands on Approve where it has
+            // just appeared approves nothing: the user has not seen these arguments.
+            // Only in the first moment; keys' clicks (`detail` 0) count at once, since
+            // the focus never starts on Approve.
             let shown_at = clock::now_ms();
             let approve_clicked = move |ev: leptos::ev::MouseEvent| {
-                if ev.detail() > 1 && clock::now_ms() - shown_at < DOUBLE_CLICK_MS {
+                if ev.detail() >= 1 && clock::now_ms() - shown_at < FIRST_LOOK_MS {
                     return;
                 }
                 approve();

@@ -426,13 +426,14 @@ async fn database_card_has_a_select_and_a_conditional_required_reason() {
         .expect("completed");
     let text = done.text().await.expect("text");
     assert!(text.contains("production"), "{text}");
-    // A production query waits for the user's approval.
-    b.wait_for("[data-testid=approval-card][data-status=pending] [data-testid=approval-approve]")
+    // A production query waits for the user's approval (a click in the card's first
+    // moment is taken for one aimed at what was there before).
+    let approve = b
+        .wait_for("[data-testid=approval-card][data-status=pending] [data-testid=approval-approve]")
         .await
-        .expect("an approval card")
-        .click()
-        .await
-        .expect("approve");
+        .expect("an approval card");
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    approve.click().await.expect("approve");
     b.wait_until(
         "the query's answer",
         "[...document.querySelectorAll('[data-testid=message-assistant]')].length >= 2 && !document.querySelector('[data-testid=run-working]')",
