@@ -564,16 +564,19 @@ fn validate(
     // them (a server may read an argument left out as "leave it as it is").
     let written = with_server_defaults(tool, model_arguments, values.clone());
     // An argument sent as `null` reads as left out to many a server (`args.mode ??
-    // "delete"`): whether the call waits for the user's yes is asked of its default too.
-    let waits = tool.needs_approval(&written)
-        || nulls_as_defaults(tool, &written).is_some_and(|read| tool.needs_approval(&read));
-    Ok(if waits {
+    // "delete"`): whether the call waits for the user's yes is asked of its default,
+    // and a call that waits shows and sends that default, as it does one left out.
+    let read = nulls_as_defaults(tool, &written).unwrap_or(written);
+    Ok(if tool.needs_approval(&read) {
         Validated {
-            values: written,
-            waits,
+            values: read,
+            waits: true,
         }
     } else {
-        Validated { values, waits }
+        Validated {
+            values,
+            waits: false,
+        }
     })
 }
 

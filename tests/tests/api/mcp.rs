@@ -2628,7 +2628,7 @@ async fn the_approval_card_shows_and_the_call_sends_the_servers_defaults() {
 
 /// A tool that waits for the user's yes only when `mode` is `delete`, its server's
 /// default: a `null` the model sends for it, which the server reads as left out, is
-/// asked about, and what the card shows is what runs.
+/// asked about, the card shows the default it stands for, and that is what runs.
 #[tokio::test]
 async fn a_null_that_its_server_reads_as_a_default_needing_approval_is_asked_about() {
     let tools = stdio_server("t", "")
@@ -2664,7 +2664,7 @@ requires_approval = { when = [{ field = "mode", equals = "delete" }] }
     let waiting = tidy("call_null", json!({"mode": null})).await;
     assert_eq!(waiting["requires_approval"], true, "{waiting}");
     let card = &waiting["approval_request"];
-    assert_eq!(card["tool_args"], json!({"mode": null}), "{card}");
+    assert_eq!(card["tool_args"], json!({"mode": "delete"}), "{card}");
     let (status, approved) = server
         .action(
             &token,
