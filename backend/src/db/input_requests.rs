@@ -193,6 +193,20 @@ pub async fn pending_for_update(
     .await
 }
 
+/// A request, however it stands, locked.
+pub async fn for_update(
+    conn: &mut PgConnection,
+    id: Uuid,
+) -> sqlx::Result<Option<InputRequestRow>> {
+    request_rows!(
+        "select",
+        "from tool_user_input_requests where id = $1 for update",
+        id,
+    )
+    .fetch_optional(conn)
+    .await
+}
+
 /// The questions of one stateless round, locked.
 pub async fn round_for_update(
     conn: &mut PgConnection,
@@ -300,8 +314,7 @@ pub async fn ids_in_use(
 }
 
 /// The newest URL-mode question of `server` with this elicitation id that this process
-/// holds for `user_id`, waiting or accepted (background path: the caller names the
-/// user).
+/// holds for `user_id`, however it stands (background path: the caller names the user).
 pub async fn find_elicitation(
     conn: &mut PgConnection,
     holder: Uuid,
@@ -312,8 +325,7 @@ pub async fn find_elicitation(
     request_rows!(
         "select",
         "from tool_user_input_requests
-         where status in ('pending', 'completed') and held_by = $1
-           and elicitation ->> 'server' = $2 and user_id = $3
+         where held_by = $1 and elicitation ->> 'server' = $2 and user_id = $3
            and elicitation ->> 'elicitation_id' = $4
          order by created_at desc limit 1",
         holder,

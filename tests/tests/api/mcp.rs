@@ -1067,6 +1067,32 @@ async fn a_completion_notice_for_a_declined_link_question_announces_nothing() {
     assert_eq!(announced, 0, "{}", server.logs());
     let still: Vec<Value> = pending(server, &token, &conversation).await;
     assert!(still.is_empty(), "{still:?}");
+    // The notices were heard: one for a question that waits completes it.
+    let (_, asked) = server
+        .execute_tool(
+            &token,
+            &conversation,
+            "t__open_link",
+            "call_link_2",
+            json!({"elicitation_id": "q2"}),
+        )
+        .await;
+    let waiting = asked["user_input_request"]["id"].clone();
+    let (status, said) = server
+        .execute_tool(
+            &token,
+            &conversation,
+            "t__finish_link",
+            "call_finish_q2",
+            json!({"elicitation_id": "q2"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{said}");
+    server
+        .events_until(&token, &conversation, 0, Duration::from_secs(10), |e| {
+            e["type"] == "elicitation_completed" && e["request_id"] == waiting
+        })
+        .await;
 }
 
 /// Servers often number their questions per session, so two users' open link cards can

@@ -82,17 +82,31 @@ pub struct CallSlot {
     /// The call's end goes to its run as a delivery (set by `finish` before it says the
     /// call finished), so the step must not record it too.
     delivers: AtomicBool,
-    /// The call's secrets: masked in what the server answers and in what it asks. The
-    /// secrets the user gives in answer to the server's questions join them.
+    /// The call's own secrets: masked in what the server answers and in what it asks,
+    /// and carried by its session for the calls after it. The secrets the user gives in
+    /// answer to the server's questions join them.
     redactions: Mutex<Arc<Redactions>>,
+    /// The own secrets of the session's latest calls before this one (a server may keep
+    /// a value one call gave it and say it in another's answer): masked here too.
+    earlier: Vec<Arc<Redactions>>,
     /// Those secrets the user gave in answer, for questions the call leaves for a
     /// later round.
     answered: Mutex<Vec<String>>,
 }
 
 impl CallSlot {
-    /// The call's secrets so far, for what the server says next.
+    /// The secrets masked in what the server says next: the call's own so far and the
+    /// session's earlier calls'.
     pub fn redactions(&self) -> Arc<Redactions> {
+        let own = self.own_redactions();
+        if self.earlier.is_empty() {
+            return own;
+        }
+        Arc::new(own.joined(self.earlier.iter().map(Arc::as_ref)))
+    }
+
+    /// The call's own secrets so far, which its session carries for the calls after it.
+    pub fn own_redactions(&self) -> Arc<Redactions> {
         self.redactions
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -200,12 +214,12 @@ pub async fn start(
         questions: AtomicUsize::new(0),
         first_question: std::sync::OnceLock::new(),
         delivers: AtomicBool::new(false),
-        // The session's earlier calls' secrets too: a server may keep a value one call
-        // gave it and say it in the answer to another.
-        redactions: Mutex::new(Arc::new(
-            call_redactions(&server.config, &arguments, &secret_fields)
-                .joined(taken.session.shared.carried().iter().map(Arc::as_ref)),
-        )),
+        redactions: Mutex::new(Arc::new(call_redactions(
+            &server.config,
+            &arguments,
+            &secret_fields,
+        ))),
+        earlier: taken.session.shared.carried(),
         answered: Mutex::default(),
     });
     hub.calls.lock().unwrap_or_else(|p| p.into_inner()).insert(
@@ -907,7 +921,13 @@ pub async fn on_elicitation_complete(shared: &SessionShared, elicitation_id: &st
     if !shared.first_completion_of(elicitation_id) {
         return;
     }
-    let _one_at_a_time = shared.recording_completion.lock().await;
+    // One recorded at a time, and only so many waiting: a server that floods notices
+    // holds one database connection and a bounded queue, not the pool every user shares.
+    let Some(_turn) = shared.completion_turn().await else {
+        shared.forget_completion_of(elicitation_id);
+        tracing::debug!(server = %shared.server, "dropped a completion notice: too many wait");
+        return;
+    };
     match complete_url_question(&hub, &shared.server, owner, elicitation_id).await {
         Ok(true) => {}
         Ok(false) => shared.forget_completion_of(elicitation_id),
@@ -944,13 +964,20 @@ async fn complete_url_question(
     };
     let mut tx = db::begin_as_user(&hub.deps.pool, &row.user_id).await?;
     conversations::lock_for_writing(&mut tx, row.conversation_id).await?;
-    let announce = if row.status() == RequestStatus::Pending {
-        // Declined or cancelled meanwhile, it is over.
-        endings::complete_url_question(&mut tx, row.id)
+    // As it stands now, under its lock: the user may have answered it meanwhile.
+    let Some(row) = input_requests::for_update(&mut tx, row.id).await? else {
+        return Ok(false);
+    };
+    let announce = match row.status() {
+        RequestStatus::Pending => endings::complete_url_question(&mut tx, row.id)
             .await?
-            .is_some()
-    } else {
-        !events::completion_announced(&mut tx, row.conversation_id, row.id).await?
+            .is_some(),
+        // The user went to the link and said so; now the server says it is done.
+        RequestStatus::Completed => {
+            !events::completion_announced(&mut tx, row.conversation_id, row.id).await?
+        }
+        // Declined, cancelled, abandoned, or past its time: over, nothing to say.
+        _ => false,
     };
     if !announce {
         return Ok(true);

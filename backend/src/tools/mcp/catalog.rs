@@ -405,10 +405,14 @@ async fn refresh(hub: &Arc<McpHub>, server: &Server, session: &Session) -> Resul
     // Compiling a server's schemas (its patterns among them) is CPU work of the
     // server's choosing: on the blocking pool, so a hostile catalogue stalls no request.
     let (assembling, config) = (hub.clone(), server.config.clone());
-    let (tools, seen) =
-        tokio::task::spawn_blocking(move || assemble_listed(&assembling, &config, &listed))
-            .await
-            .map_err(|_| format!("the MCP server `{name}`'s tools could not be read"))?;
+    let (tools, seen) = tokio::task::spawn_blocking(move || {
+        assemble_listed(&assembling, &config, &listed)
+    })
+    .await
+    .map_err(|failed| {
+        tracing::error!(server = %name, error = %failed, "reading an MCP server's tools failed");
+        format!("the MCP server `{name}`'s tools could not be read")
+    })?;
     for (matcher, _) in &hub.config.overlays {
         if let super::config::Matcher::Name(wanted) = matcher
             && let Some(rest) = wanted.strip_prefix(&format!("{name}{NAMESPACE_SEPARATOR}"))

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::process::Stdio;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
@@ -74,9 +74,30 @@ pub struct SessionShared {
     carried_secrets: Mutex<std::collections::VecDeque<Arc<Redactions>>>,
     /// The URL-mode questions whose completion the server has already said.
     completed: Mutex<std::collections::VecDeque<String>>,
-    /// Held while one completion notice is recorded: a server that floods notices
-    /// takes one database connection at a time, not the pool every user shares.
-    pub recording_completion: tokio::sync::Mutex<()>,
+    /// Held while one completion notice is recorded.
+    recording_completion: tokio::sync::Mutex<()>,
+    /// Completion notices recorded or waiting their turn now.
+    completions_in_hand: AtomicUsize,
+}
+
+/// Most completion notices of one session recorded or waiting at once; more are
+/// dropped (a server says a question is complete once or a few times, not in floods).
+const MOST_COMPLETIONS_IN_HAND: usize = 64;
+
+/// A completion notice's turn to be recorded; the next waits until it is dropped.
+pub struct CompletionTurn<'a> {
+    _recording: tokio::sync::MutexGuard<'a, ()>,
+    _counted: InHand<'a>,
+}
+
+/// One notice counted in hand until dropped (also while it waits for its turn, should
+/// its task end then).
+struct InHand<'a>(&'a AtomicUsize);
+
+impl Drop for InHand<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl SessionShared {
@@ -96,6 +117,21 @@ impl SessionShared {
             carried_secrets: Mutex::default(),
             completed: Mutex::default(),
             recording_completion: tokio::sync::Mutex::new(()),
+            completions_in_hand: AtomicUsize::new(0),
+        })
+    }
+
+    /// The turn to record a completion notice, once the notices before it are recorded;
+    /// `None` when too many are in hand already.
+    pub async fn completion_turn(&self) -> Option<CompletionTurn<'_>> {
+        let before = self.completions_in_hand.fetch_add(1, Ordering::AcqRel);
+        let counted = InHand(&self.completions_in_hand);
+        if before >= MOST_COMPLETIONS_IN_HAND {
+            return None;
+        }
+        Some(CompletionTurn {
+            _recording: self.recording_completion.lock().await,
+            _counted: counted,
         })
     }
 
@@ -108,7 +144,7 @@ impl SessionShared {
 
     pub fn set_current(&self, slot: Option<Arc<CallSlot>>) {
         if let Some(slot) = &slot {
-            self.carrying(slot.redactions());
+            self.carrying(slot.own_redactions());
         }
         *self.current.lock().unwrap_or_else(|p| p.into_inner()) = slot;
     }

@@ -395,12 +395,15 @@ pub async fn answer_round(hub: &Arc<McpHub>, row: &InputRequestRow) -> Result<Op
     if let Some(request_state) = &state.request_state {
         params = params.with_request_state(request_state.clone());
     }
-    let redactions = Arc::new(
+    let own = Arc::new(
         call_redactions(&server.config, &arguments, &state.secret_fields)
-            .adding(answered_secrets.iter().map(String::as_str))
-            .joined(taken.session.shared.carried().iter().map(Arc::as_ref)),
+            .adding(answered_secrets.iter().map(String::as_str)),
     );
-    taken.session.shared.carrying(redactions.clone());
+    // Masked with the session's earlier calls' secrets too; carried for later calls,
+    // its own alone.
+    let earlier = taken.session.shared.carried();
+    taken.session.shared.carrying(own.clone());
+    let redactions = Arc::new(own.joined(earlier.iter().map(Arc::as_ref)));
     let answered = tokio::time::timeout(
         server.config.call_timeout,
         taken.session.peer.call_tool_once(params),
