@@ -65,12 +65,12 @@ pub async fn set_security_headers(mut response: Response) -> Response {
 
 /// Keeps an API answer out of every cache, the browser's disk cache included: what a
 /// user's conversations and tools said must not stay on a shared computer after they
-/// sign out. A route that says otherwise (an event stream's `no-cache`) is kept.
+/// sign out. It replaces what a route said (an event stream's `no-cache`, which lets a
+/// cache keep it).
 pub async fn set_not_stored(mut response: Response) -> Response {
     response
         .headers_mut()
-        .entry(CACHE_CONTROL)
-        .or_insert_with(|| HeaderValue::from_static("no-store"));
+        .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
 }
 

@@ -348,14 +348,28 @@ async fn the_apis_answers_are_never_stored() {
         }
         let response = request.send().await.expect("sent");
         assert_eq!(response.status(), status, "{path}");
-        let cache = response
-            .headers()
-            .get("cache-control")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_owned();
-        assert_eq!(cache, "no-store", "{path}");
+        assert_not_stored(&response, &path);
     }
+    // An event stream too, which carries the conversation's words.
+    let stream_token = server.stream_token(&token, &conversation).await;
+    let path = format!("/api/conversations/{conversation}/events?token={stream_token}");
+    let response = server
+        .client
+        .get(server.url(&path))
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_not_stored(&response, "the event stream");
+}
+
+fn assert_not_stored(response: &reqwest::Response, what: &str) {
+    let cache = response
+        .headers()
+        .get("cache-control")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    assert_eq!(cache, "no-store", "{what}");
 }
 
 /// The page, its scripts and its main module are checked again on every load against
