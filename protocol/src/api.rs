@@ -218,6 +218,10 @@ pub struct InputRequest {
     /// Present when an MCP server asked, through elicitation, while one of its tools ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub elicitation: Option<Elicitation>,
+    /// Made by a caller of the API (`create_request`), who chose all it says: not asked
+    /// by a tool of the chat. What is given on it fills no field only the user fills.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub from_api: bool,
 }
 
 impl InputRequest {

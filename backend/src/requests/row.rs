@@ -96,6 +96,7 @@ impl InputRequestRow {
             decision: self.decision.as_deref().and_then(Decision::parse),
             message: self.decision_message.clone(),
             elicitation: self.elicitation.as_ref().map(|e| e.0.clone()),
+            from_api: self.from_api(),
         }
     }
 

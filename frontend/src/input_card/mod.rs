@@ -184,6 +184,7 @@ pub fn InputCard(request_id: Uuid) -> impl IntoView {
 
     let is_link = first.is_link();
     let asking_server = first.elicitation.as_ref().map(|e| e.server.clone());
+    let from_api = first.from_api;
     let link = first
         .elicitation
         .as_ref()
@@ -436,6 +437,15 @@ pub fn InputCard(request_id: Uuid) -> impl IntoView {
                                 "Asked by the MCP server "
                                 <code>{server}</code>
                                 " while its tool runs"
+                            </p>
+                        }
+                    })}
+                {from_api
+                    .then(|| {
+                        view! {
+                            <p class="card-server" data-testid="card-from-api">
+                                "Asked by a program through toolgate's API, not by a tool of this chat: "
+                                "check what it asks for before you answer."
                             </p>
                         }
                     })}

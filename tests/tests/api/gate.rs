@@ -865,6 +865,11 @@ async fn a_card_a_caller_made_plants_no_value_in_a_tools_user_only_field() {
         let asked = g.asks(&token, place, tool, &call_id(), json!({})).await;
         let asked_for = asked["user_input_request"]["fields"].to_string();
         assert!(asked_for.contains("\"billing_account\""), "{asked}");
+        // The tool's own card, not a caller's.
+        assert!(
+            asked["user_input_request"].get("from_api").is_none(),
+            "{asked}"
+        );
     }
     let paths: Vec<String> = g
         .good

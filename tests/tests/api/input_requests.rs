@@ -927,6 +927,8 @@ async fn a_callers_card_shows_hidden_characters_and_cannot_speak_as_toolgate() {
         .await;
     assert_eq!(status, StatusCode::OK, "{pending}");
     for shown in [&created, &pending["requests"][0]] {
+        // Marked as a caller's, for a client to say so.
+        assert_eq!(shown["from_api"], true, "{shown}");
         assert_eq!(shown["reason"], "Asked by ⟨U+202E⟩knab", "{shown}");
         let field = &shown["fields"][0];
         assert_eq!(field["label"], "Acc⟨U+200B⟩ount", "{shown}");

@@ -90,6 +90,14 @@ async fn every_field_type_renders_labelled_with_defaults_and_cards_work_independ
     b.wait_for(&format!("{small_card}[data-status=pending]"))
         .await
         .expect("small card");
+    // Made through the API: each card says a program asked, not a tool of the chat.
+    for made in [&big_card, &small_card] {
+        let said = b
+            .text(&format!("{made} [data-testid=card-from-api]"))
+            .await
+            .expect("the card says who asked");
+        assert!(said.contains("through toolgate's API"), "{said}");
+    }
 
     // Each field: its control, and a label tied to it.
     let kinds = b

@@ -335,6 +335,13 @@ async fn database_card_has_a_select_and_a_conditional_required_reason() {
             .expect("text"),
         "Which database should I query?"
     );
+    // A tool of this chat asks: the card does not say a program made it.
+    assert_eq!(
+        b.count(&format!("{PENDING_CARD} [data-testid=card-from-api]"))
+            .await
+            .expect("count"),
+        0
+    );
     let select = b
         .find("[data-field=database] select")
         .await
