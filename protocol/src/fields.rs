@@ -449,8 +449,10 @@ pub struct FieldSpec {
     #[cfg_attr(feature = "openapi", schema(pattern = "^[A-Za-z0-9_.-]{1,100}$"))]
     pub memory_key: Option<String>,
     /// A caution shown with the field, e.g. when a form from an MCP server seems to ask
-    /// for a password or a key, which such forms must not do.
+    /// for a password or a key, which such forms must not do. toolgate's own words: a
+    /// card made through the API may not carry one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(read_only))]
     pub warning: Option<String>,
 }
 
