@@ -556,20 +556,19 @@ fn validate(
         return Err(format!("invalid arguments: {}", problems.join("; ")));
     }
     if defaults == Defaults::LeftToServer {
-        let waits = tool.needs_approval(&values);
-        return Ok(Validated { values, waits });
+        // Approved arguments: the yes is given, the call waits no more.
+        return Ok(Validated {
+            values,
+            waits: false,
+        });
     }
     // Only a call that waits for the user's yes is sent with them: the card must show
     // what runs, while a call that runs at once keeps the arguments as the model sent
     // them (a server may read an argument left out as "leave it as it is").
     let written = with_server_defaults(tool, model_arguments, values.clone());
-    // An argument sent as `null` reads as left out to many a server (`args.mode ??
-    // "delete"`): whether the call waits for the user's yes is asked of its default,
-    // and a call that waits shows and sends that default, as it does one left out.
-    let read = nulls_as_defaults(tool, &written).unwrap_or(written);
-    Ok(if tool.needs_approval(&read) {
+    Ok(if tool.needs_approval(&written) {
         Validated {
-            values: read,
+            values: written,
             waits: true,
         }
     } else {
@@ -578,24 +577,6 @@ fn validate(
             waits: false,
         }
     })
-}
-
-/// `values` with each `null` the tool's server declares a default for read as that
-/// default; `None` when there is no such `null`.
-fn nulls_as_defaults(tool: &Tool, values: &Map<String, Value>) -> Option<Map<String, Value>> {
-    if !values.values().any(Value::is_null) {
-        return None;
-    }
-    let defaults = tool.server_defaults();
-    let mut read = values.clone();
-    let mut any = false;
-    for (name, value) in read.iter_mut() {
-        if let (true, Some(default)) = (value.is_null(), defaults.get(name)) {
-            *value = default.clone();
-            any = true;
-        }
-    }
-    any.then_some(read)
 }
 
 /// Whether [`validate`] writes out the server's defaults for what a call left out.
@@ -612,18 +593,21 @@ enum Defaults {
 const MOST_DEFAULTS: usize = 64;
 
 /// `values` with the defaults the tool's server declares for what the call left out,
-/// written out (see [`Tool::server_defaults`]). A default that breaks the server's own
-/// schema (alone or beside the others), or holds a NUL (which cannot be stored), is left
-/// to the server as before.
+/// written out (see [`Tool::server_defaults`]). An argument sent as `null` counts as left
+/// out: many a server reads it so (`args.mode ?? "delete"`), so whether the call waits
+/// for the user's yes is asked of the default, which the card then shows. A default
+/// that breaks the server's own schema (alone or beside the others), or holds a NUL
+/// (which cannot be stored), is left to the server as before.
 fn with_server_defaults(
     tool: &Tool,
     mut model_arguments: Map<String, Value>,
     mut values: Map<String, Value>,
 ) -> Map<String, Value> {
+    let given = |map: &Map<String, Value>, name: &str| map.get(name).is_some_and(|v| !v.is_null());
     let defaults: Vec<(String, Value)> = tool
         .server_defaults()
         .into_iter()
-        .filter(|(name, _)| !values.contains_key(name) && !model_arguments.contains_key(name))
+        .filter(|(name, _)| !given(&values, name) && !given(&model_arguments, name))
         .filter(|(name, default)| !name.contains('\0') && !holds_nul(default))
         .take(MOST_DEFAULTS)
         .collect();
