@@ -1067,6 +1067,25 @@ databases.main = {{ url = "{url}" }}
         assert!(registry.add(tool).is_err());
     }
 
+    /// The tool `remote` of the MCP server `t`, taking `parameters`.
+    fn mcp_tool(remote: &str, parameters: Value) -> Tool {
+        Tool::assemble(ToolParts {
+            name: format!("t__{remote}"),
+            description: format!("The server's {remote}"),
+            parameters,
+            input_spec: None,
+            enabled: true,
+            key_argument: None,
+            approval: None,
+            origin: ToolOrigin::Mcp { server: "t".into() },
+            runner: Runner::Mcp(mcp::McpTarget {
+                server: "t".into(),
+                remote_name: remote.into(),
+            }),
+        })
+        .expect("tool")
+    }
+
     /// A listing is one moment: while a server goes down and comes back again and
     /// again, no listing shows it down beside its tool listed available, or up beside
     /// it unavailable.
@@ -1081,23 +1100,7 @@ databases.main = {{ url = "{url}" }}
             protocol_version: None,
             tools: 1,
         };
-        let tool = Arc::new(
-            Tool::assemble(ToolParts {
-                name: "t__echo".into(),
-                description: "Echoes".into(),
-                parameters: json!({"type": "object"}),
-                input_spec: None,
-                enabled: true,
-                key_argument: None,
-                approval: None,
-                origin: ToolOrigin::Mcp { server: "t".into() },
-                runner: Runner::Mcp(mcp::McpTarget {
-                    server: "t".into(),
-                    remote_name: "echo".into(),
-                }),
-            })
-            .expect("tool"),
-        );
+        let tool = Arc::new(mcp_tool("echo", json!({"type": "object"})));
         let registry = Arc::new(ToolRegistry::default());
         registry.set_mcp_server(info(McpServerStatus::Connected), vec![tool.clone()]);
         let flipping = {
@@ -1128,21 +1131,10 @@ databases.main = {{ url = "{url}" }}
     /// second with costly ones, and the marking holds the catalogue's lock).
     #[test]
     fn a_tool_marked_offline_shares_its_compiled_schema() {
-        let tool = Tool::assemble(ToolParts {
-            name: "t__find".into(),
-            description: "Finds".into(),
-            parameters: json!({"type": "object", "properties": {"q": {"type": "string", "pattern": "^[a-z]{1,300}$"}}}),
-            input_spec: None,
-            enabled: true,
-            key_argument: None,
-            approval: None,
-            origin: ToolOrigin::Mcp { server: "t".into() },
-            runner: Runner::Mcp(mcp::McpTarget {
-                server: "t".into(),
-                remote_name: "find".into(),
-            }),
-        })
-        .expect("tool");
+        let tool = mcp_tool(
+            "find",
+            json!({"type": "object", "properties": {"q": {"type": "string", "pattern": "^[a-z]{1,300}$"}}}),
+        );
         let offline = tool.with_offline(Some("gone".into())).expect("an MCP tool");
         assert!(Arc::ptr_eq(&tool.validator, &offline.validator));
         assert_eq!(offline.unavailable_reason().as_deref(), Some("gone"));

@@ -1746,9 +1746,7 @@ async fn a_server_without_discover_configured_as_2026_07_28_is_spoken_to_in_2025
     assert_eq!(outcome["result"]["text"], "echo: hello", "{outcome}");
     // The session that watches the tool list asked and started again; the user's
     // session started once.
-    let starts =
-        std::fs::read_to_string(state.0.join(tests::mcp_server::STARTS)).expect("starts counted");
-    assert_eq!(starts.len(), 3, "{}", server.logs());
+    assert_eq!(starts(&state), 3, "{}", server.logs());
 }
 
 /// `GET /api/tools` once the server `name` is connected.
