@@ -741,7 +741,7 @@ pub const MOCK_SUMMARY: &str = "THE SUMMARY";
 /// One scripted answer of the mock model endpoint.
 #[derive(Clone, Debug)]
 pub enum MockReply {
-    /// Streamed text, in a few chunks.
+    /// Streamed text, in two chunks (a long text in chunks of at most 16 KiB).
     Text(String),
     /// Tool calls: (id, name, arguments), arguments streamed in two pieces.
     ToolCalls(Vec<(String, String, Value)>),
@@ -768,6 +768,56 @@ pub struct MockLlm {
     requests: Arc<Mutex<Vec<Value>>>,
     script: Arc<Mutex<std::collections::VecDeque<MockReply>>>,
     summary: Arc<Mutex<String>>,
+}
+
+/// How many events there were and the last few, each cut short: what a failing test
+/// prints of a stream (whose text deltas may hold megabytes).
+fn events_in_short(events: &[Value]) -> String {
+    const SHOWN: usize = 8;
+    const MOST_CHARS: usize = 400;
+    let mut said = format!(
+        "{} events; the last {}:",
+        events.len(),
+        SHOWN.min(events.len())
+    );
+    for event in &events[events.len().saturating_sub(SHOWN)..] {
+        let text = event.to_string();
+        let cut: String = text.chars().take(MOST_CHARS).collect();
+        let more = if cut.len() < text.len() { " …" } else { "" };
+        said.push_str(&format!("\n  {cut}{more}"));
+    }
+    said
+}
+
+/// The most of a text one chunk of the mock's stream carries: a long answer comes in
+/// many chunks, as a model streams it.
+const MOST_TEXT_PER_CHUNK: usize = 16 * 1024;
+
+/// `text` in the pieces the mock streams it in: two halves, or, when longer than two
+/// chunks hold, pieces of [`MOST_TEXT_PER_CHUNK`] bytes (each ending on a character's
+/// boundary).
+fn text_pieces(text: &str) -> Vec<&str> {
+    let halves = text.len() <= 2 * MOST_TEXT_PER_CHUNK;
+    let size = if halves {
+        text.len() / 2
+    } else {
+        MOST_TEXT_PER_CHUNK
+    };
+    let mut pieces = Vec::new();
+    let mut rest = text;
+    loop {
+        let mut end = size.min(rest.len());
+        while !rest.is_char_boundary(end) {
+            end -= 1;
+        }
+        let (piece, after) = rest.split_at(end);
+        pieces.push(piece);
+        rest = after;
+        if rest.len() <= size || halves {
+            pieces.push(rest);
+            return pieces;
+        }
+    }
 }
 
 fn sse_chunk(model: &str, delta: Value) -> String {
@@ -850,9 +900,7 @@ impl MockLlm {
                         MockReply::Malformed => "data: {this is not json\n\n".to_owned(),
                         MockReply::Text(text) => {
                             let mut out = sse_chunk(&model, json!({"role": "assistant"}));
-                            let middle = text.len() / 2;
-                            let split = (0..=middle).rev().find(|i| text.is_char_boundary(*i)).unwrap_or(0);
-                            for piece in [&text[..split], &text[split..]] {
+                            for piece in text_pieces(&text) {
                                 out.push_str(&sse_chunk(&model, json!({"content": piece})));
                             }
                             out + "data: [DONE]\n\n"
@@ -1012,7 +1060,8 @@ impl TestServer {
             let chunk = match tokio::time::timeout_at(deadline, stream.next()).await {
                 Ok(Some(Ok(chunk))) => chunk,
                 _ => panic!(
-                    "no matching event within {timeout:?}; saw {seen:#?}\nserver log:\n{}",
+                    "no matching event within {timeout:?}; saw {}\nserver log:\n{}",
+                    events_in_short(&seen),
                     self.logs()
                 ),
             };

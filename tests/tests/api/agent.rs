@@ -1093,11 +1093,15 @@ async fn a_model_that_goes_quiet_or_answers_without_end_fails_the_run_and_frees_
         assert_eq!(failed["status"], "failed", "{failed}");
         let error = failed["error"].as_str().unwrap_or_default();
         assert!(error.contains(expected), "{expected} in {error}");
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "{:?}",
-            started.elapsed()
-        );
+        // A quiet endpoint is given up on after the quiet limit, not later; the other
+        // two end by size, whatever the time (a loaded machine reads 8 MiB slowly).
+        if expected.starts_with("stopped answering") {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "{:?}",
+                started.elapsed()
+            );
+        }
         // The conversation is free: the next message runs (the script is used up: "done").
         let run = server
             .start_run(&token, &conversation, json!("again"))
