@@ -323,6 +323,20 @@ impl TestTools {
             )
             .annotate(read_only()),
         ];
+        // A server that repeats a setting it was started with where toolgate logs what
+        // it said: in the name of a tool no registry takes.
+        if let Ok(setting) = std::env::var(NAMED_AFTER) {
+            tools.push(Tool::new(
+                format!("named after {setting}"),
+                "Named after one of its settings",
+                Arc::new(
+                    json!({"type": "object"})
+                        .as_object()
+                        .cloned()
+                        .unwrap_or_default(),
+                ),
+            ));
+        }
         for n in 0..bloat() {
             let schema = json!({"type": "object", "properties": {
                 "blob": {"type": "string", "description": "b".repeat(60 * 1024)}}});
@@ -413,6 +427,10 @@ fn ask_password_twice(request: &CallToolRequestParams) -> Result<CallToolRespons
         }
     }
 }
+
+/// The environment variable whose value, when set, the stdio server lists a tool named
+/// after (a name with a space, which toolgate leaves out and logs).
+pub const NAMED_AFTER: &str = "MCP_TEST_NAMED_AFTER";
 
 /// The file of the `MCP_TEST_STATE` folder where the stdio server counts its starts (one
 /// character each).

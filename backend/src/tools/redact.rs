@@ -202,6 +202,15 @@ impl Redactions {
         }
     }
 
+    /// `said` (words from outside: what a server said, a name it gave) as a log line
+    /// may hold it: these secrets masked, then quoted as [`crate::logged::outside`]
+    /// quotes. Whoever reads the log reads no secret the outsider repeats.
+    pub fn logged(&self, said: impl std::fmt::Display) -> String {
+        let mut said = said.to_string();
+        self.text(&mut said);
+        crate::logged::outside(said)
+    }
+
     fn value(&self, value: &mut Value) {
         match value {
             Value::String(text) => self.text(text),

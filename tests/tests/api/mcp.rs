@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use tests::mcp_server::FORGED_LINE;
+use tests::mcp_server::{FORGED_LINE, NAMED_AFTER};
 use tests::{MockLlm, MockReply, ServerOptions, TempDir, TestServer, write_temp_file};
 
 /// The tools-file line that has the test server ask its questions the stateless way
@@ -1149,6 +1149,29 @@ async fn a_completion_notice_on_one_users_session_never_completes_another_users_
         "bob's card was completed by alice's notice: {still_open:?}\n{}",
         server.logs()
     );
+}
+
+/// A server that repeats a secret it was started with (here in a tool's name, which
+/// toolgate logs as it leaves the tool out) has it masked in the log.
+#[tokio::test]
+async fn a_setting_a_server_repeats_where_toolgate_logs_it_is_masked() {
+    const KEY: &str = "logged-k3y-80417";
+    let settings = format!("env = {{ {NAMED_AFTER} = \"{{env.MCP_LOGGED_KEY}}\" }}");
+    let (setup, token, _) = ready_with(
+        &stdio_server("t", &settings),
+        ServerOptions::default().env("MCP_LOGGED_KEY", KEY),
+        "mcp-logged-setting",
+    )
+    .await;
+    let logs = setup.server.logs();
+    assert!(
+        logs.lines()
+            .any(|line| line.contains("MCP tool left out") && line.contains("named after")),
+        "{logs}"
+    );
+    assert!(!logs.contains(KEY), "{logs}");
+    let tools = tools_when_settled(&setup.server, &token, &["t"]).await;
+    assert!(!tools.to_string().contains(KEY), "{tools}");
 }
 
 #[tokio::test]

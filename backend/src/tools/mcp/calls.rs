@@ -199,7 +199,7 @@ pub async fn start(
     let taken = match server.take_session(hub, &context.user_id).await {
         Ok(taken) => taken,
         Err(unreachable) => {
-            tracing::warn!(server = %target.server, detail = %crate::logged::outside(&unreachable.detail), "MCP call could not start");
+            tracing::warn!(server = %target.server, detail = %server.config.settings_redactions().logged(&unreachable.detail), "MCP call could not start");
             return ToolOutcome::failed(unreachable.public);
         }
     };
@@ -456,7 +456,7 @@ pub(super) fn outcome_of(
             timeout.as_secs()
         )),
         Err(other) => {
-            tracing::warn!(%server, error = %crate::logged::outside(&other), "MCP call failed");
+            tracing::warn!(%server, error = %redactions.logged(&other), "MCP call failed");
             ToolOutcome::failed(format!("the call to the MCP server `{server}` failed"))
         }
     }
@@ -538,7 +538,7 @@ pub async fn on_elicitation(
     let question = match Question::of(&request, server, &slot.redactions()) {
         Ok(question) => question,
         Err(reason) => {
-            tracing::warn!(%server, reason = %crate::logged::outside(&reason), "declined an elicitation toolgate cannot show");
+            tracing::warn!(%server, reason = %slot.redactions().logged(&reason), "declined an elicitation toolgate cannot show");
             return decline;
         }
     };

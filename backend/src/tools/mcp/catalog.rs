@@ -292,7 +292,7 @@ pub async fn supervise(hub: Arc<McpHub>, server: Arc<Server>) {
         {
             Ok(session) => session,
             Err(unreachable) => {
-                tracing::warn!(server = %name, detail = %crate::logged::outside(&unreachable.detail), "MCP server unavailable; retrying in {backoff:?}");
+                tracing::warn!(server = %name, detail = %server.config.settings_redactions().logged(&unreachable.detail), "MCP server unavailable; retrying in {backoff:?}");
                 hub.deps.registry.mark_mcp_server_down(
                     &name,
                     info(
@@ -396,7 +396,7 @@ async fn refresh(hub: &Arc<McpHub>, server: &Server, session: &Session) -> Resul
         .await
         .map_err(|_| format!("the MCP server `{name}` did not list its tools in time"))?
         .map_err(|err| {
-            tracing::warn!(server = %name, error = %crate::logged::outside(&err), "listing MCP tools failed");
+            tracing::warn!(server = %name, error = %server.config.settings_redactions().logged(&err), "listing MCP tools failed");
             format!("the MCP server `{name}` could not list its tools")
         })?;
     if listed.len() > MAX_TOOLS {
@@ -444,9 +444,10 @@ fn assemble_listed(
     let mut tools = Vec::new();
     let mut seen = BTreeSet::new();
     let mut catalog_bytes: usize = 0;
+    let settings = config.settings_redactions();
     for remote in listed.iter().take(MAX_TOOLS) {
         if !seen.insert(remote.name.to_string()) {
-            tracing::warn!(server = %config.name, tool = %crate::logged::outside(&remote.name), "tool listed twice; keeping the first");
+            tracing::warn!(server = %config.name, tool = %settings.logged(&remote.name), "tool listed twice; keeping the first");
             continue;
         }
         match tool_of(hub, config, remote) {
@@ -456,13 +457,13 @@ fn assemble_listed(
                     .saturating_add(tool.name.len() + tool.description.len());
                 catalog_bytes = catalog_bytes.saturating_add(bytes);
                 if catalog_bytes > MAX_CATALOG_BYTES {
-                    tracing::warn!(server = %config.name, tool = %crate::logged::outside(&remote.name), "the server's tools take more than {MAX_CATALOG_BYTES} bytes; this one and the rest are left out");
+                    tracing::warn!(server = %config.name, tool = %settings.logged(&remote.name), "the server's tools take more than {MAX_CATALOG_BYTES} bytes; this one and the rest are left out");
                     break;
                 }
                 tools.push(Arc::new(tool));
             }
             Err(err) => {
-                tracing::warn!(server = %config.name, tool = %crate::logged::outside(&remote.name), error = %crate::logged::outside(format!("{err:#}")), "MCP tool left out")
+                tracing::warn!(server = %config.name, tool = %settings.logged(&remote.name), error = %settings.logged(format!("{err:#}")), "MCP tool left out")
             }
         }
     }

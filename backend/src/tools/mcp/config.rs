@@ -175,6 +175,13 @@ impl ServerConfig {
         redact::secret_env_values(templates.iter().flat_map(Template::env_names))
     }
 
+    /// The secrets of [`Self::secret_env_values`] to mask in what the server says that
+    /// toolgate logs: a server may repeat what it was started with (in an error, even
+    /// in a tool's name).
+    pub fn settings_redactions(&self) -> redact::Redactions {
+        redact::Redactions::new(self.secret_env_values().iter().map(String::as_str))
+    }
+
     /// How `GET /api/tools` shows the server before it is first reached.
     pub fn initial_info(&self) -> McpServerInfo {
         McpServerInfo {

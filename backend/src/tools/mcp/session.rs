@@ -477,7 +477,7 @@ async fn connect(
     match within(start(config, handler.clone(), mode)).await? {
         Ok(running) => Ok(running),
         Err(refused) if discovering && speaks_an_older_revision(&refused) => {
-            tracing::info!(server, error = %crate::logged::outside(&refused),
+            tracing::info!(server, error = %config.settings_redactions().logged(&refused),
                 "the MCP server does not speak 2026-07-28; starting a 2025-11-25 session");
             let running = within(start(config, handler, ClientLifecycleMode::Initialize))
                 .await?

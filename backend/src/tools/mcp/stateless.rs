@@ -148,7 +148,7 @@ pub async fn park(
         match Question::of(&elicitation.params, server, redactions) {
             Ok(question) => asked.push((key, question)),
             Err(reason) => {
-                tracing::warn!(%server, reason = %crate::logged::outside(&reason), "a stateless question toolgate cannot show");
+                tracing::warn!(%server, reason = %redactions.logged(&reason), "a stateless question toolgate cannot show");
                 return ToolOutcome::failed(format!(
                     "the MCP server `{server}` asked a question toolgate cannot show"
                 ));
