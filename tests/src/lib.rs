@@ -758,6 +758,8 @@ pub enum MockReply {
     Delayed(Duration, Box<MockReply>),
     /// Starts the answer with this text, then sends nothing more and never ends it.
     Stall(String),
+    /// An event stream whose body is this, as written (framing and all).
+    RawStream(String),
 }
 
 /// A stand-in for an OpenAI-compatible chat-completions endpoint: records every request
@@ -898,6 +900,7 @@ impl MockLlm {
                                 .unwrap_or_default();
                         }
                         MockReply::Malformed => "data: {this is not json\n\n".to_owned(),
+                        MockReply::RawStream(body) => body,
                         MockReply::Text(text) => {
                             let mut out = sse_chunk(&model, json!({"role": "assistant"}));
                             for piece in text_pieces(&text) {

@@ -38,7 +38,7 @@ impl Agent {
     pub fn new(config: &Config) -> anyhow::Result<Self> {
         let chain = middleware::Chain::from_names(&config.middleware)?;
         Ok(Agent {
-            provider: providers::from_config(&config.llm),
+            provider: providers::from_config(&config.llm)?,
             chain,
             history: history_cache::HistoryCache::default(),
         })

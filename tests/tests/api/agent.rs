@@ -1055,8 +1055,9 @@ async fn provider_errors_end_the_run_cleanly() {
 }
 
 /// An endpoint that goes quiet (before its answer or halfway through it) or answers
-/// without end fails the step within the configured time, saying why, and the
-/// conversation takes a new message: a run never waits on the model for ever.
+/// without end (in text, in one event, in comments, in calls) fails the step within the
+/// configured time, saying why, and the conversation takes a new message: a run never
+/// waits on the model for ever.
 #[tokio::test]
 async fn a_model_that_goes_quiet_or_answers_without_end_fails_the_run_and_frees_it() {
     let huge = "many words ".repeat(800_000);
@@ -1070,6 +1071,20 @@ async fn a_model_that_goes_quiet_or_answers_without_end_fails_the_run_and_frees_
             "stopped answering (nothing for 2 s)",
         ),
         (MockReply::Text(huge), "longer than toolgate takes (8 MiB)"),
+        // One event that never ends, and endless comments: cut off by size too.
+        (
+            MockReply::RawStream(format!("data: {}", "x".repeat(9 << 20))),
+            "longer than toolgate takes (8 MiB)",
+        ),
+        (
+            MockReply::RawStream(": still here\n".repeat(3 << 20)),
+            "longer than toolgate takes (8 MiB)",
+        ),
+        // An error said within the answer fails it, rather than passing for an answer.
+        (
+            MockReply::RawStream("data: {\"error\": {\"message\": \"overloaded\"}}\n\n".to_owned()),
+            "malformed",
+        ),
         // Calls without end, each a piece of its own.
         (
             MockReply::ToolCalls(

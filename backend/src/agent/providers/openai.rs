@@ -1,22 +1,21 @@
 //! Any OpenAI-compatible chat-completions endpoint (OpenAI, Ollama, vLLM, llama.cpp's
-//! server), streamed, with tool calls. The request body is built here as JSON and sent
-//! through async-openai's bring-your-own-types calls, so servers that differ in small
-//! ways from OpenAI's types still work. 429 and 5xx answers are retried by the client
-//! with exponential backoff (at most three retries). An endpoint that goes quiet (before
-//! its answer starts or in the middle of it) for longer than the configured timeout, or
-//! whose answer grows past [`MAX_REPLY_BYTES`], fails the step: a run never waits on it
-//! without end, holding its conversation.
+//! server), streamed, with tool calls. The request body is built here as JSON and the
+//! answer read as JSON, so servers that differ in small ways from OpenAI's types still
+//! work. A 429 or 5xx answer, or a connection refused, is tried again with exponential
+//! backoff (at most three times). An endpoint that goes quiet (before its answer starts
+//! or in the middle of it) for longer than the configured timeout, or whose answer grows
+//! past [`MAX_REPLY_BYTES`], fails the step: a run never waits on it without end,
+//! holding its conversation.
 
 use std::time::Duration;
 
-use async_openai::Client;
-use async_openai::config::OpenAIConfig;
-use async_openai::error::OpenAIError;
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use protocol::chat::{ContentBlock, Role};
+use reqwest::StatusCode;
 use serde_json::{Map, Value, json};
 
+use super::sse::{EventReader, EventTooLong};
 use crate::agent::model::{
     ChatMessage, DeltaSink, ModelError, ModelProvider, ModelReply, ModelRequest, RequestedCall,
 };
@@ -25,25 +24,86 @@ use crate::agent::model::{
 /// (a long answer, a whole report, is far less).
 pub const MAX_REPLY_BYTES: usize = 8 << 20;
 
+/// Most bytes of the stream that carries one answer, framing and all: an endpoint that
+/// sends endless comments or empty events is cut off too.
+const MAX_STREAM_BYTES: usize = 4 * MAX_REPLY_BYTES;
+
 /// Most tool calls one answer may hold (a run takes the first sixteen of a reply).
 const MAX_CALLS: usize = 256;
 
+/// How many times a 429, a 5xx or a refused connection is tried again.
+const MAX_RETRIES: u32 = 3;
+
+/// The first wait before trying again (doubled each time), when the endpoint names none.
+const FIRST_RETRY_WAIT: Duration = Duration::from_millis(100);
+
+/// Longest wait before trying again, whatever the endpoint's `Retry-After` asks.
+const LONGEST_RETRY_WAIT: Duration = Duration::from_secs(8);
+
+/// Most bytes of an error answer read (for its message, which goes to the log only).
+const MAX_ERROR_BYTES: usize = 64 * 1024;
+
 pub struct OpenAiCompatible {
-    client: Client<OpenAIConfig>,
+    http: reqwest::Client,
+    /// The chat-completions address.
+    url: String,
+    api_key: Option<String>,
     model: String,
     /// Longest the endpoint may send nothing, before its answer or within it.
     quiet_limit: Duration,
 }
 
 impl OpenAiCompatible {
-    pub fn new(base_url: &str, api_key: Option<&str>, model: &str, quiet_limit: Duration) -> Self {
-        let config = OpenAIConfig::new()
-            .with_api_base(base_url.trim_end_matches('/'))
-            .with_api_key(api_key.unwrap_or_default());
-        OpenAiCompatible {
-            client: Client::with_config(config),
+    pub fn new(
+        base_url: &str,
+        api_key: Option<&str>,
+        model: &str,
+        quiet_limit: Duration,
+    ) -> anyhow::Result<Self> {
+        // A redirect is not followed: the key goes to the configured endpoint only.
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|err| anyhow::anyhow!("could not build the model endpoint's client: {err}"))?;
+        Ok(OpenAiCompatible {
+            http,
+            url: format!("{}/chat/completions", base_url.trim_end_matches('/')),
+            api_key: api_key.filter(|key| !key.is_empty()).map(str::to_owned),
             model: model.to_owned(),
             quiet_limit,
+        })
+    }
+
+    /// Sends the request, trying again after a 429, a 5xx or a refused connection; the
+    /// answer whose stream is to be read, or why there is none.
+    async fn send(&self, body: &Value) -> Result<reqwest::Response, ModelError> {
+        let mut tries = 0;
+        loop {
+            let mut request = self.http.post(&self.url).json(body);
+            if let Some(key) = &self.api_key {
+                request = request.bearer_auth(key);
+            }
+            let asked_wait = match request.send().await {
+                Ok(response) if response.status().is_success() => return Ok(response),
+                Ok(response) => {
+                    let status = response.status();
+                    let asked_wait = retry_after(response.headers());
+                    let (refused, lasting) = refusal(response).await;
+                    let passing = status == StatusCode::TOO_MANY_REQUESTS && !lasting
+                        || status.is_server_error();
+                    if !passing || tries == MAX_RETRIES {
+                        return Err(refused);
+                    }
+                    asked_wait
+                }
+                Err(err) if err.is_connect() && tries < MAX_RETRIES => None,
+                Err(err) => return Err(unreachable(&err)),
+            };
+            let wait = asked_wait
+                .unwrap_or_else(|| FIRST_RETRY_WAIT.saturating_mul(2_u32.pow(tries)))
+                .min(LONGEST_RETRY_WAIT);
+            tokio::time::sleep(wait).await;
+            tries += 1;
         }
     }
 }
@@ -66,67 +126,181 @@ impl ModelProvider for OpenAiCompatible {
             let body = request_body(request);
             let quiet = self.quiet_limit;
             let stalled = |_| ModelError::Stalled(quiet);
-            let mut stream = tokio::time::timeout(
-                quiet,
-                self.client.chat().create_stream_byot::<Value, Value>(body),
-            )
-            .await
-            .map_err(stalled)?
-            .map_err(describe)?;
-            let mut reply = ModelReply {
-                model: request.model.clone(),
-                ..ModelReply::default()
-            };
-            let mut calls: Vec<PartialCall> = Vec::new();
-            let mut received = 0usize;
-            while let Some(chunk) = tokio::time::timeout(quiet, stream.next())
+            let response = tokio::time::timeout(quiet, self.send(&body))
                 .await
-                .map_err(stalled)?
-            {
-                // Each piece counts, so that one of endless empty pieces ends too.
-                received += 1;
-                let chunk = chunk.map_err(describe)?;
-                if let Some(model) = chunk.get("model").and_then(Value::as_str)
-                    && !model.is_empty()
-                {
-                    reply.model = model.to_owned();
-                }
-                let Some(delta) = chunk.pointer("/choices/0/delta") else {
-                    continue;
+                .map_err(stalled)??;
+            let mut stream = response.bytes_stream();
+            let mut answer = Answer {
+                reply: ModelReply {
+                    model: request.model.clone(),
+                    ..ModelReply::default()
+                },
+                calls: Vec::new(),
+                received: 0,
+                done: false,
+                deltas,
+            };
+            let mut events = EventReader::new(MAX_REPLY_BYTES);
+            let mut streamed = 0usize;
+            while !answer.done {
+                let Some(bytes) = tokio::time::timeout(quiet, stream.next())
+                    .await
+                    .map_err(stalled)?
+                else {
+                    break;
                 };
-                if let Some(text) = delta.get("content").and_then(Value::as_str)
-                    && !text.is_empty()
-                {
-                    received += text.len();
-                    if received > MAX_REPLY_BYTES {
-                        return Err(ModelError::TooLong(MAX_REPLY_BYTES));
-                    }
-                    reply.text.push_str(text);
-                    deltas(text.to_owned());
+                let bytes = bytes
+                    .map_err(|err| ModelError::Malformed(format!("the answer broke off: {err}")))?;
+                streamed += bytes.len();
+                if streamed > MAX_STREAM_BYTES {
+                    return Err(ModelError::TooLong(MAX_REPLY_BYTES));
                 }
-                for call in delta
-                    .get("tool_calls")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                {
-                    // Each piece counts too, and the calls are bounded: every piece is
-                    // matched against the calls so far.
-                    received += 1 + merge_call(&mut calls, call);
-                    if received > MAX_REPLY_BYTES {
-                        return Err(ModelError::TooLong(MAX_REPLY_BYTES));
-                    }
-                    if calls.len() > MAX_CALLS {
-                        return Err(ModelError::Malformed(format!(
-                            "more than {MAX_CALLS} tool calls in one answer"
-                        )));
-                    }
-                }
+                events.feed(&bytes, |data| answer.take(&data))?;
             }
-            reply.tool_calls = calls.into_iter().map(PartialCall::finish).collect();
-            Ok(reply)
+            answer.reply.tool_calls = answer.calls.into_iter().map(PartialCall::finish).collect();
+            Ok(answer.reply)
         })
     }
+}
+
+impl From<EventTooLong> for ModelError {
+    fn from(_: EventTooLong) -> Self {
+        ModelError::TooLong(MAX_REPLY_BYTES)
+    }
+}
+
+/// An answer as its events arrive.
+struct Answer<'a> {
+    reply: ModelReply,
+    calls: Vec<PartialCall>,
+    /// What the answer holds so far, in bytes, and one for each piece.
+    received: usize,
+    /// `[DONE]` came: what follows is not read.
+    done: bool,
+    deltas: DeltaSink<'a>,
+}
+
+impl Answer<'_> {
+    /// Takes one event's data: a chunk of the answer, or the end.
+    fn take(&mut self, data: &[u8]) -> Result<(), ModelError> {
+        if self.done {
+            return Ok(());
+        }
+        if data == b"[DONE]" {
+            self.done = true;
+            return Ok(());
+        }
+        let chunk: Value =
+            serde_json::from_slice(data).map_err(|err| ModelError::Malformed(err.to_string()))?;
+        if let Some(error) = chunk.get("error") {
+            let message = error
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("an error, within the answer");
+            return Err(ModelError::Malformed(message.to_owned()));
+        }
+        // Each piece counts, so that one of endless empty pieces ends too.
+        self.received += 1;
+        if let Some(model) = chunk.get("model").and_then(Value::as_str)
+            && !model.is_empty()
+        {
+            model.clone_into(&mut self.reply.model);
+        }
+        let Some(delta) = chunk.pointer("/choices/0/delta") else {
+            return Ok(());
+        };
+        if let Some(text) = delta.get("content").and_then(Value::as_str)
+            && !text.is_empty()
+        {
+            self.received += text.len();
+            if self.received > MAX_REPLY_BYTES {
+                return Err(ModelError::TooLong(MAX_REPLY_BYTES));
+            }
+            self.reply.text.push_str(text);
+            (self.deltas)(text.to_owned());
+        }
+        for call in delta
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            // Each piece counts too, and the calls are bounded: every piece is
+            // matched against the calls so far.
+            self.received += 1 + merge_call(&mut self.calls, call);
+            if self.received > MAX_REPLY_BYTES {
+                return Err(ModelError::TooLong(MAX_REPLY_BYTES));
+            }
+            if self.calls.len() > MAX_CALLS {
+                return Err(ModelError::Malformed(format!(
+                    "more than {MAX_CALLS} tool calls in one answer"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What `Retry-After` asks, in seconds (as OpenAI and most servers write it).
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .map(Duration::from_secs)
+}
+
+/// Why the endpoint refused (its message, for the log), read from at most
+/// [`MAX_ERROR_BYTES`] of its answer; and whether trying again cannot help (a 429 for
+/// a quota used up).
+async fn refusal(response: reqwest::Response) -> (ModelError, bool) {
+    let status = response.status();
+    let mut body = Vec::new();
+    let mut stream = response.bytes_stream();
+    while let Some(Ok(bytes)) = stream.next().await {
+        let room = MAX_ERROR_BYTES - body.len();
+        body.extend_from_slice(&bytes[..bytes.len().min(room)]);
+        if body.len() == MAX_ERROR_BYTES {
+            break;
+        }
+    }
+    let error = serde_json::from_slice::<Value>(&body)
+        .ok()
+        .and_then(|body| body.get("error").cloned());
+    let message = error
+        .as_ref()
+        .and_then(|error| error.get("message"))
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .unwrap_or_else(|| status.canonical_reason().unwrap_or("error").to_owned());
+    let lasting = error
+        .as_ref()
+        .and_then(|error| error.get("type"))
+        .and_then(Value::as_str)
+        == Some("insufficient_quota");
+    (
+        ModelError::Refused {
+            status: status.as_u16(),
+            message,
+        },
+        lasting,
+    )
+}
+
+fn unreachable(err: &reqwest::Error) -> ModelError {
+    ModelError::Unreachable(
+        if err.is_timeout() {
+            "timed out"
+        } else if err.is_connect() {
+            "connection failed"
+        } else {
+            "the request failed"
+        }
+        .into(),
+    )
 }
 
 #[derive(Default)]
@@ -217,40 +391,6 @@ fn merge_call(calls: &mut Vec<PartialCall>, piece: &Value) -> usize {
         call.arguments.push_str(arguments);
     }
     call.id.len() + call.name.len() + call.arguments.len() - before
-}
-
-fn describe(err: OpenAIError) -> ModelError {
-    match err {
-        OpenAIError::ApiError(api) => ModelError::Refused {
-            status: api.status_code.as_u16(),
-            message: api.api_error.message,
-        },
-        OpenAIError::Reqwest(err) if err.is_connect() || err.is_timeout() => {
-            ModelError::Unreachable(
-                if err.is_timeout() {
-                    "timed out"
-                } else {
-                    "connection failed"
-                }
-                .into(),
-            )
-        }
-        OpenAIError::Reqwest(err) => match err.status() {
-            Some(status) => ModelError::Refused {
-                status: status.as_u16(),
-                message: status.canonical_reason().unwrap_or("error").to_owned(),
-            },
-            None => ModelError::Unreachable("the request failed".into()),
-        },
-        OpenAIError::JSONDeserialize(err, _) => ModelError::Malformed(err.to_string()),
-        OpenAIError::StreamError(err) => match *err {
-            async_openai::error::StreamError::EventStream(text) if text.contains("status") => {
-                ModelError::Malformed(text)
-            }
-            other => ModelError::Malformed(other.to_string()),
-        },
-        other => ModelError::Malformed(other.to_string()),
-    }
 }
 
 /// The chat-completions body: system blocks as text parts, then the conversation.
