@@ -760,6 +760,8 @@ pub enum MockReply {
     Stall(String),
     /// An event stream whose body is this, as written (framing and all).
     RawStream(String),
+    /// An event stream that says only a comment every half second, without end.
+    Murmur,
 }
 
 /// A stand-in for an OpenAI-compatible chat-completions endpoint: records every request
@@ -876,6 +878,17 @@ impl MockLlm {
                         next = Some(*inner);
                     }
                     let reply = next.unwrap_or(MockReply::Text("done".into()));
+                    if let MockReply::Murmur = &reply {
+                        let comments = futures::stream::unfold((), |()| async {
+                            tokio::time::sleep(Duration::from_millis(500)).await;
+                            Some((Ok::<_, std::io::Error>(": still here\n"), ()))
+                        });
+                        return axum::response::Response::builder()
+                            .status(200)
+                            .header("content-type", "text/event-stream")
+                            .body(axum::body::Body::from_stream(comments))
+                            .unwrap_or_default();
+                    }
                     if let MockReply::Stall(text) = &reply {
                         let start = sse_chunk(&model, json!({"role": "assistant"}))
                             + &sse_chunk(&model, json!({"content": text}));
@@ -926,7 +939,10 @@ impl MockLlm {
                                     "type": "function", "function": {"name": name, "arguments": arguments}}]}))
                                 + "data: [DONE]\n\n"
                         }
-                        MockReply::Hang(_) | MockReply::Delayed(..) | MockReply::Stall(_) => {
+                        MockReply::Hang(_)
+                        | MockReply::Delayed(..)
+                        | MockReply::Stall(_)
+                        | MockReply::Murmur => {
                             String::new()
                         }
                     };

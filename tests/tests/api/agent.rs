@@ -1070,19 +1070,30 @@ async fn a_model_that_goes_quiet_or_answers_without_end_fails_the_run_and_frees_
             MockReply::Stall("Let me look".into()),
             "stopped answering (nothing for 2 s)",
         ),
+        // Comments are no answer, however often they come.
+        (MockReply::Murmur, "stopped answering (nothing for 2 s)"),
         (MockReply::Text(huge), "longer than toolgate takes (8 MiB)"),
-        // One event that never ends, and endless comments: cut off by size too.
+        // One event without end (past 1 MiB), and endless comments: cut off by size.
         (
             MockReply::RawStream(format!("data: {}", "x".repeat(9 << 20))),
-            "longer than toolgate takes (8 MiB)",
+            "malformed",
         ),
         (
             MockReply::RawStream(": still here\n".repeat(3 << 20)),
             "longer than toolgate takes (8 MiB)",
         ),
-        // An error said within the answer fails it, rather than passing for an answer.
+        // An error said within the answer, in its data or as its type, fails it rather
+        // than passing for an empty answer; so does a body with no event in it.
         (
             MockReply::RawStream("data: {\"error\": {\"message\": \"overloaded\"}}\n\n".to_owned()),
+            "malformed",
+        ),
+        (
+            MockReply::RawStream("event: error\ndata: overloaded\n\n".to_owned()),
+            "malformed",
+        ),
+        (
+            MockReply::RawStream(r#"{"choices": [{"message": {"content": "hi"}}]}"#.to_owned()),
             "malformed",
         ),
         // Calls without end, each a piece of its own.
@@ -1124,6 +1135,34 @@ async fn a_model_that_goes_quiet_or_answers_without_end_fails_the_run_and_frees_
         let done = server.run_finished(&token, &conversation, &run).await;
         assert_eq!(done["status"], "completed", "{done}");
     }
+    // What servers write that is no error: lines ended by a carriage return alone, a
+    // keepalive, an `error` that is null, no `[DONE]` at the end.
+    let chunk = |text: &str| {
+        json!({"choices": [{"index": 0, "delta": {"content": text}}], "error": null}).to_string()
+    };
+    let stream = format!(
+        "event: keepalive\rdata: {{}}\r\rdata: {}\r\r: a comment\rdata: {}\r\r",
+        chunk("Hello "),
+        chunk("there")
+    );
+    let setup = with_mock_model(vec![MockReply::RawStream(stream)], &[]).await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("quiet-model").await;
+    let conversation = server.new_conversation(&token).await;
+    let run = server
+        .start_run(&token, &conversation, json!("hello"))
+        .await;
+    let done = server.run_finished(&token, &conversation, &run).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let (_, messages) = server
+        .send(
+            "GET",
+            &format!("/api/conversations/{conversation}/messages"),
+            Some(&token),
+            None,
+        )
+        .await;
+    assert!(messages.to_string().contains("Hello there"), "{messages}");
 }
 
 #[tokio::test]

@@ -15,7 +15,7 @@ use protocol::chat::{ContentBlock, Role};
 use reqwest::StatusCode;
 use serde_json::{Map, Value, json};
 
-use super::sse::{EventReader, EventTooLong};
+use super::sse::{Event, EventReader, EventTooLong};
 use crate::agent::model::{
     ChatMessage, DeltaSink, ModelError, ModelProvider, ModelReply, ModelRequest, RequestedCall,
 };
@@ -23,6 +23,10 @@ use crate::agent::model::{
 /// Most bytes of one answer toolgate takes: its text and its calls' arguments together
 /// (a long answer, a whole report, is far less).
 pub const MAX_REPLY_BYTES: usize = 8 << 20;
+
+/// Most bytes of one event of the stream: an endpoint streams a few KiB at a time, and
+/// an event is read whole into memory (several times its size, as JSON).
+const MAX_EVENT_BYTES: usize = 1 << 20;
 
 /// Most bytes of the stream that carries one answer, framing and all: an endpoint that
 /// sends endless comments or empty events is cut off too.
@@ -137,13 +141,17 @@ impl ModelProvider for OpenAiCompatible {
                 },
                 calls: Vec::new(),
                 received: 0,
+                events: 0,
                 done: false,
                 deltas,
             };
-            let mut events = EventReader::new(MAX_REPLY_BYTES);
+            let mut events = EventReader::new(MAX_EVENT_BYTES);
             let mut streamed = 0usize;
+            // Quiet means no event: bytes that never make one (comments, an event sent a
+            // byte at a time) do not keep the answer going.
+            let mut quiet_until = tokio::time::Instant::now() + quiet;
             while !answer.done {
-                let Some(bytes) = tokio::time::timeout(quiet, stream.next())
+                let Some(bytes) = tokio::time::timeout_at(quiet_until, stream.next())
                     .await
                     .map_err(stalled)?
                 else {
@@ -155,7 +163,18 @@ impl ModelProvider for OpenAiCompatible {
                 if streamed > MAX_STREAM_BYTES {
                     return Err(ModelError::TooLong(MAX_REPLY_BYTES));
                 }
-                events.feed(&bytes, |data| answer.take(&data))?;
+                let before = answer.events;
+                events.feed(&bytes, |event| answer.take(event))?;
+                if answer.events > before {
+                    quiet_until = tokio::time::Instant::now() + quiet;
+                }
+            }
+            // An answer cut off within an event, or a body that held no event (a plain
+            // JSON answer, an HTML page from a proxy), is no answer.
+            if !answer.done && (events.holds_a_part() || answer.events == 0) {
+                return Err(ModelError::Malformed(
+                    "the answer ended before its last event did, or held none".to_owned(),
+                ));
             }
             answer.reply.tool_calls = answer.calls.into_iter().map(PartialCall::finish).collect();
             Ok(answer.reply)
@@ -165,7 +184,9 @@ impl ModelProvider for OpenAiCompatible {
 
 impl From<EventTooLong> for ModelError {
     fn from(_: EventTooLong) -> Self {
-        ModelError::TooLong(MAX_REPLY_BYTES)
+        ModelError::Malformed(format!(
+            "an event of the answer passed {MAX_EVENT_BYTES} bytes"
+        ))
     }
 }
 
@@ -175,29 +196,38 @@ struct Answer<'a> {
     calls: Vec<PartialCall>,
     /// What the answer holds so far, in bytes, and one for each piece.
     received: usize,
+    /// Events of the answer taken so far (keepalives are not counted).
+    events: usize,
     /// `[DONE]` came: what follows is not read.
     done: bool,
     deltas: DeltaSink<'a>,
 }
 
 impl Answer<'_> {
-    /// Takes one event's data: a chunk of the answer, or the end.
-    fn take(&mut self, data: &[u8]) -> Result<(), ModelError> {
+    /// Takes one event: a chunk of the answer, the end, or an error.
+    fn take(&mut self, event: Event) -> Result<(), ModelError> {
         if self.done {
             return Ok(());
         }
-        if data == b"[DONE]" {
+        match &event.kind[..] {
+            // Says only that the endpoint is there: it does not keep the answer going.
+            b"keepalive" | b"ping" => return Ok(()),
+            b"error" => return Err(ModelError::Malformed(said(&event.data))),
+            _ => {}
+        }
+        self.events += 1;
+        if event.data == b"[DONE]" {
             self.done = true;
             return Ok(());
         }
-        let chunk: Value =
-            serde_json::from_slice(data).map_err(|err| ModelError::Malformed(err.to_string()))?;
-        if let Some(error) = chunk.get("error") {
-            let message = error
-                .get("message")
-                .and_then(Value::as_str)
-                .unwrap_or("an error, within the answer");
-            return Err(ModelError::Malformed(message.to_owned()));
+        let chunk: Value = serde_json::from_slice(&event.data)
+            .map_err(|err| ModelError::Malformed(err.to_string()))?;
+        if let Some(error) = chunk.get("error").filter(|error| !error.is_null()) {
+            let message = error.get("message").and_then(Value::as_str).map_or_else(
+                || said(error.to_string().as_bytes()),
+                |message| said(message.as_bytes()),
+            );
+            return Err(ModelError::Malformed(message));
         }
         // Each piece counts, so that one of endless empty pieces ends too.
         self.received += 1;
@@ -239,6 +269,20 @@ impl Answer<'_> {
         }
         Ok(())
     }
+}
+
+/// Most characters of what the endpoint says of an error within its answer that are
+/// kept (for the log; the user is told only that the answer was malformed).
+const MOST_ERROR_CHARS: usize = 1000;
+
+/// The endpoint's words of an error within its answer, cut to [`MOST_ERROR_CHARS`].
+fn said(words: &[u8]) -> String {
+    let words = String::from_utf8_lossy(words);
+    let mut kept: String = words.chars().take(MOST_ERROR_CHARS).collect();
+    if kept.len() < words.len() {
+        kept.push('…');
+    }
+    format!("it said: {kept}")
 }
 
 /// What `Retry-After` asks, in seconds (as OpenAI and most servers write it).

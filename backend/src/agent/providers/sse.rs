@@ -8,15 +8,28 @@
 #[derive(Debug, PartialEq, Eq)]
 pub struct EventTooLong;
 
-/// Splits the bytes of an event stream into events' data.
+/// One event: its type (`event:`, empty when it names none) and its data.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Event {
+    pub kind: Vec<u8>,
+    pub data: Vec<u8>,
+}
+
+/// Splits the bytes of an event stream into events. Lines end with a line feed, a
+/// carriage return, or both, as the format allows.
 pub struct EventReader {
     /// Bytes of the line not yet ended.
     line: Vec<u8>,
+    /// The event's type so far.
+    kind: Vec<u8>,
     /// The event's data so far, its lines joined by line feeds.
     data: Vec<u8>,
     /// Whether the event has a `data` line (an empty one counts).
     has_data: bool,
-    /// Most bytes an event's data and its unfinished line may hold together.
+    /// The last line ended with a carriage return: a line feed right after it ends
+    /// nothing more.
+    after_cr: bool,
+    /// Most bytes an event's type, data and unfinished line may hold together.
     most: usize,
 }
 
@@ -24,50 +37,67 @@ impl EventReader {
     pub fn new(most: usize) -> Self {
         EventReader {
             line: Vec::new(),
+            kind: Vec::new(),
             data: Vec::new(),
             has_data: false,
+            after_cr: false,
             most,
         }
     }
 
-    /// Takes the next bytes of the stream; hands `each` the data of every event they
-    /// complete, in order, and stops at the first error `each` returns.
+    /// Takes the next bytes of the stream; hands `each` every event they complete, in
+    /// order, and stops at the first error `each` returns.
     pub fn feed<E>(
         &mut self,
         mut bytes: &[u8],
-        mut each: impl FnMut(Vec<u8>) -> Result<(), E>,
+        mut each: impl FnMut(Event) -> Result<(), E>,
     ) -> Result<(), E>
     where
         E: From<EventTooLong>,
     {
+        if self.after_cr && bytes.first() == Some(&b'\n') {
+            bytes = &bytes[1..];
+        }
+        self.after_cr = false;
         while !bytes.is_empty() {
-            let end = bytes.iter().position(|byte| *byte == b'\n');
+            let end = bytes.iter().position(|byte| matches!(byte, b'\n' | b'\r'));
             let piece = &bytes[..end.unwrap_or(bytes.len())];
-            if self.data.len() + self.line.len() + piece.len() > self.most {
+            if self.kind.len() + self.data.len() + self.line.len() + piece.len() > self.most {
                 return Err(EventTooLong.into());
             }
             self.line.extend_from_slice(piece);
             let Some(end) = end else {
                 break;
             };
+            let ended_by_cr = bytes[end] == b'\r';
             bytes = &bytes[end + 1..];
-            if let Some(data) = self.end_line() {
-                each(data)?;
+            if ended_by_cr {
+                match bytes.first() {
+                    Some(b'\n') => bytes = &bytes[1..],
+                    None => self.after_cr = true,
+                    Some(_) => {}
+                }
+            }
+            if let Some(event) = self.end_line() {
+                each(event)?;
             }
         }
         Ok(())
     }
 
-    /// The line ends: a field is taken, or a blank line ends the event (its data, if
-    /// it has any).
-    fn end_line(&mut self) -> Option<Vec<u8>> {
-        let mut line = std::mem::take(&mut self.line);
-        if line.last() == Some(&b'\r') {
-            line.pop();
-        }
+    /// Whether the stream, were it to end now, would leave part of an event unread.
+    pub fn holds_a_part(&self) -> bool {
+        !self.line.is_empty() || self.has_data
+    }
+
+    /// The line ends: a field is taken, or a blank line ends the event (if it has
+    /// data; one without is no event).
+    fn end_line(&mut self) -> Option<Event> {
+        let line = std::mem::take(&mut self.line);
         if line.is_empty() {
+            let kind = std::mem::take(&mut self.kind);
             let data = std::mem::take(&mut self.data);
-            return std::mem::take(&mut self.has_data).then_some(data);
+            return std::mem::take(&mut self.has_data).then_some(Event { kind, data });
         }
         let (field, value) = match line.iter().position(|byte| *byte == b':') {
             Some(colon) => {
@@ -76,12 +106,16 @@ impl EventReader {
             }
             None => (&line[..], &[][..]),
         };
-        if field == b"data" {
-            if self.has_data {
-                self.data.push(b'\n');
+        match field {
+            b"data" => {
+                if self.has_data {
+                    self.data.push(b'\n');
+                }
+                self.data.extend_from_slice(value);
+                self.has_data = true;
             }
-            self.data.extend_from_slice(value);
-            self.has_data = true;
+            b"event" => value.clone_into(&mut self.kind),
+            _ => {}
         }
         None
     }
@@ -91,12 +125,18 @@ impl EventReader {
 mod tests {
     use super::*;
 
+    /// Each event as `type|data` (`data` alone when it names no type).
     fn events_of(chunks: &[&[u8]], most: usize) -> Result<Vec<String>, EventTooLong> {
         let mut reader = EventReader::new(most);
         let mut events = Vec::new();
         for chunk in chunks {
-            reader.feed(chunk, |data| {
-                events.push(String::from_utf8_lossy(&data).into_owned());
+            reader.feed(chunk, |event| {
+                let data = String::from_utf8_lossy(&event.data);
+                events.push(if event.kind.is_empty() {
+                    data.into_owned()
+                } else {
+                    format!("{}|{data}", String::from_utf8_lossy(&event.kind))
+                });
                 Ok::<_, EventTooLong>(())
             })?;
         }
@@ -104,18 +144,26 @@ mod tests {
     }
 
     #[test]
-    fn events_are_read_whatever_the_chunks() {
-        let stream = b": a comment\r\nevent: message\ndata: {\"a\":1}\n\ndata:two\ndata: lines\r\n\r\nid: 7\n\ndata: [DONE]\n\n";
+    fn events_are_read_whatever_the_chunks_and_line_endings() {
+        let stream = b": a comment\r\nevent: ping\ndata: {\"a\":1}\n\ndata:two\ndata: lines\r\n\r\nid: 7\n\ndata: cr\rdata: only\r\rdata: [DONE]\n\n";
         let whole = events_of(&[stream], 1024).expect("events");
-        assert_eq!(whole, ["{\"a\":1}", "two\nlines", "[DONE]"]);
-        // Byte by byte, the same events.
+        assert_eq!(
+            whole,
+            ["ping|{\"a\":1}", "two\nlines", "cr\nonly", "[DONE]"]
+        );
+        // Byte by byte (a CRLF cut between its two bytes among them), the same events.
         let bytes: Vec<&[u8]> = stream.chunks(1).collect();
         assert_eq!(events_of(&bytes, 1024).expect("events"), whole);
-        // An event not yet ended is not handed on.
-        assert_eq!(
-            events_of(&[b"data: half"], 1024).expect("events"),
-            Vec::<String>::new()
-        );
+        // An event not yet ended is not handed on, and is known to be there.
+        let mut reader = EventReader::new(1024);
+        reader
+            .feed(b"data: half", |_| Err(EventTooLong))
+            .expect("no event");
+        assert!(reader.holds_a_part());
+        reader
+            .feed(b"\n\n", |_| Ok::<_, EventTooLong>(()))
+            .expect("an event");
+        assert!(!reader.holds_a_part());
     }
 
     #[test]
