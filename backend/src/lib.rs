@@ -43,9 +43,11 @@ pub async fn run_from_env() -> std::process::ExitCode {
     }
     let filter = tracing_subscriber::EnvFilter::try_from_env("TOOLGATE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn,tower_http=info"));
-    // rmcp logs whole messages at info and debug: tool arguments with a user's secrets,
-    // a user's answers. Whatever TOOLGATE_LOG says, it stays at warn.
-    let filter = match "rmcp=warn".parse() {
+    // rmcp logs whole messages at info and debug (tool arguments with a user's secrets,
+    // a user's answers) and, at warn, what a server sent unasked or answered with an
+    // error, in its own words (a secret it was started with among them). Whatever
+    // TOOLGATE_LOG says, it stays at error; toolgate logs what it needs of those, masked.
+    let filter = match "rmcp=error".parse() {
         Ok(directive) => filter.add_directive(directive),
         Err(_) => filter,
     };

@@ -410,7 +410,8 @@ async fn refresh(hub: &Arc<McpHub>, server: &Server, session: &Session) -> Resul
     })
     .await
     .map_err(|failed| {
-        tracing::error!(server = %name, error = %failed, "reading an MCP server's tools failed");
+        // A panic's message may quote what the server sent: not logged.
+        tracing::error!(server = %name, panicked = failed.is_panic(), "reading an MCP server's tools failed");
         format!("the MCP server `{name}`'s tools could not be read")
     })?;
     for (matcher, _) in &hub.config.overlays {

@@ -257,9 +257,10 @@ impl ClientHandler for Handler {
                 serde_json::json!({ "action": "decline" }),
             ));
         }
+        // Not the method's name: a server chose it, and the error is logged.
         Err(ErrorData::new(
             ErrorCode::METHOD_NOT_FOUND,
-            request.method,
+            "toolgate does not answer this request",
             None,
         ))
     }
