@@ -33,8 +33,8 @@ pub fn outside(said: impl std::fmt::Display) -> String {
 
 /// The text log's way of writing an event's fields: `name=value` (the message as it
 /// is), with line breaks, control and invisible characters written as escapes. Text
-/// from outside that a library logs as it was given (rmcp logs a peer's JSON-RPC request
-/// id so) can then add no line of its own to the log. Like the default, it leaves out
+/// from outside that a library logs as it was given (rmcp, at the levels toolgate lets
+/// it log, may log a peer's words so) can then add no line of its own to the log. Like the default, it leaves out
 /// the `log.*` fields of events that come from the `log` crate.
 pub struct OneLineFields;
 
@@ -96,8 +96,8 @@ fn escaped(c: char) -> String {
 mod tests {
     use super::*;
 
-    /// What a library logs as it was given (rmcp: `warn!(%id, "response error")` with
-    /// a peer's request id) stays on its own line.
+    /// What a library logs as it was given (as rmcp's `warn!(%id, "response error")`
+    /// logs a peer's request id) stays on its own line.
     #[test]
     fn a_field_from_outside_cannot_add_a_line_to_the_text_log() {
         use std::sync::{Arc, Mutex};

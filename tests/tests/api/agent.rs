@@ -1136,12 +1136,12 @@ async fn a_model_that_goes_quiet_or_answers_without_end_fails_the_run_and_frees_
         assert_eq!(done["status"], "completed", "{done}");
     }
     // What servers write that is no error: lines ended by a carriage return alone, a
-    // keepalive, an `error` that is null, no `[DONE]` at the end.
+    // keepalive, an `error` that is null, a last event without the blank line after it.
     let chunk = |text: &str| {
         json!({"choices": [{"index": 0, "delta": {"content": text}}], "error": null}).to_string()
     };
     let stream = format!(
-        "event: keepalive\rdata: {{}}\r\rdata: {}\r\r: a comment\rdata: {}\r\r",
+        "event: keepalive\rdata: {{}}\r\rdata: {}\r\r: a comment\rdata: {}\r\rdata: [DONE]",
         chunk("Hello "),
         chunk("there")
     );

@@ -169,12 +169,16 @@ impl ModelProvider for OpenAiCompatible {
                     quiet_until = tokio::time::Instant::now() + quiet;
                 }
             }
-            // An answer cut off within an event, or a body that held no event (a plain
-            // JSON answer, an HTML page from a proxy), is no answer.
-            if !answer.done && (events.holds_a_part() || answer.events == 0) {
-                return Err(ModelError::Malformed(
-                    "the answer ended before its last event did, or held none".to_owned(),
-                ));
+            // The last event may come without the blank line after it; one cut off
+            // within its JSON fails as it is read.
+            if !answer.done
+                && let Some(last) = events.finish()
+            {
+                answer.take(last)?;
+            }
+            // A body that held no event (a plain JSON answer, a proxy's page) is none.
+            if answer.events == 0 {
+                return Err(ModelError::Malformed("the answer held no event".to_owned()));
             }
             answer.reply.tool_calls = answer.calls.into_iter().map(PartialCall::finish).collect();
             Ok(answer.reply)
@@ -271,11 +275,11 @@ impl Answer<'_> {
     }
 }
 
-/// Most characters of what the endpoint says of an error within its answer that are
-/// kept (for the log; the user is told only that the answer was malformed).
+/// Most characters of what the endpoint says of an error that are kept (for the log;
+/// the user is told only what kind of failure it was).
 const MOST_ERROR_CHARS: usize = 1000;
 
-/// The endpoint's words of an error within its answer, cut to [`MOST_ERROR_CHARS`].
+/// The endpoint's words of an error, cut to [`MOST_ERROR_CHARS`].
 fn said(words: &[u8]) -> String {
     let words = String::from_utf8_lossy(words);
     let mut kept: String = words.chars().take(MOST_ERROR_CHARS).collect();
@@ -318,8 +322,10 @@ async fn refusal(response: reqwest::Response) -> (ModelError, bool) {
         .as_ref()
         .and_then(|error| error.get("message"))
         .and_then(Value::as_str)
-        .map(str::to_owned)
-        .unwrap_or_else(|| status.canonical_reason().unwrap_or("error").to_owned());
+        .map_or_else(
+            || status.canonical_reason().unwrap_or("error").to_owned(),
+            |message| said(message.as_bytes()),
+        );
     let lasting = error
         .as_ref()
         .and_then(|error| error.get("type"))
