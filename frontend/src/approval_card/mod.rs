@@ -27,7 +27,8 @@ use arguments::{
 /// How long after the choices appear a click on Approve is taken for one aimed at
 /// what was there before (the second click of a double-click, or an impatient second
 /// click on the Submit that made this card): no one has read the arguments yet. As
-/// browsers hold back their own permission prompts' buttons for a moment.
+/// browsers hold back their own permission prompts' buttons for a moment. The button
+/// shows it (`first-look` in style.css, as long).
 const FIRST_LOOK_MS: f64 = 1000.0;
 
 /// What the pending card is showing.
@@ -383,7 +384,7 @@ pub fn ApprovalCard(request_id: Uuid) -> impl IntoView {
                             view! {
                                 <button
                                     type="button"
-                                    class="primary"
+                                    class="primary first-look"
                                     id=approve_id
                                     data-testid="approval-approve"
                                     aria-describedby=keys_id.clone()

@@ -232,9 +232,14 @@ async fn approving_a_production_query_shows_its_exact_arguments_and_runs_it() {
         .find("[data-testid=approval-approve]")
         .await
         .expect("approve");
-    assert_eq!(
-        approve.attr("class").await.expect("class").as_deref(),
-        Some("primary")
+    let classes = approve
+        .attr("class")
+        .await
+        .expect("class")
+        .unwrap_or_default();
+    assert!(
+        classes.split_whitespace().any(|class| class == "primary"),
+        "{classes}"
     );
     for testid in ["approval-approve", "approval-edit", "approval-reject"] {
         let tag = b
@@ -430,7 +435,8 @@ async fn an_edited_argument_with_hidden_characters_is_written_out_beneath_it() {
 
 /// A click that lands on Approve the moment it appears (aimed at the card before it:
 /// the second click of a double-click, or an impatient second click of its own)
-/// approves nothing; a click once the card has been there a moment does.
+/// approves nothing, and Approve looks held back for that moment; a click once the card
+/// has been there a moment does.
 #[tokio::test]
 async fn a_click_landing_on_approve_the_moment_it_appears_approves_nothing() {
     let Some(fx) = Fixture::start("approval_stray_click").await else {
@@ -449,6 +455,8 @@ async fn a_click_landing_on_approve_the_moment_it_appears_approves_nothing() {
              '[data-testid=approval-card][data-status=pending] [data-testid=approval-approve]');\
            if (approve && !window.strayClicked) {\
              window.strayClicked = true;\
+             const look = getComputedStyle(approve);\
+             window.firstLook = [look.opacity, look.animationDuration];\
              approve.dispatchEvent(new MouseEvent('click', {bubbles: true, detail: 2}));\
              setTimeout(() => approve.dispatchEvent(\
                new MouseEvent('click', {bubbles: true, detail: 1})), 300);\
@@ -460,7 +468,22 @@ async fn a_click_landing_on_approve_the_moment_it_appears_approves_nothing() {
     .expect("watch for Approve");
     click(&b, &format!("{card} [data-testid=card-submit]")).await;
     until(&b, "the stray click", "window.strayClicked === true").await;
+    // For that first second Approve looks held back, and only for it.
+    let first_look = b
+        .execute("return window.firstLook;", vec![])
+        .await
+        .expect("the first look");
+    assert_eq!(first_look, json!(["0.5", "1s"]), "{first_look}");
     tokio::time::sleep(Duration::from_millis(1500)).await;
+    let settled = b
+        .execute(
+            "return getComputedStyle(document.querySelector(\
+               '[data-testid=approval-card][data-status=pending] [data-testid=approval-approve]')).opacity;",
+            vec![],
+        )
+        .await
+        .expect("the look after a moment");
+    assert_eq!(settled, json!("1"), "{settled}");
     assert_eq!(
         b.find(APPROVAL)
             .await
