@@ -466,7 +466,11 @@ impl FieldSpec {
     /// see, and letters that only look Latin ([`crate::unseen::written_out`]): for a
     /// field that someone outside toolgate wrote (an MCP server, a caller of the API).
     /// Its name, values and default are left as they are: they go back as written.
-    pub fn write_out_words(&mut self) {
+    ///
+    /// Written out, a text may grow past what a definition may hold: why, if so (the
+    /// field is then not to be shown).
+    #[must_use]
+    pub fn write_out_words(&mut self) -> Option<String> {
         for words in [
             &mut self.label,
             &mut self.description,
@@ -480,6 +484,8 @@ impl FieldSpec {
         for option in &mut self.options {
             option.label = crate::unseen::written_out(&option.label);
         }
+        oversized_text(self)
+            .map(|problem| format!("{problem} once the characters it hides are written out"))
     }
 }
 

@@ -104,12 +104,29 @@ pub async fn create_request(
         ));
     }
     // What the card says is a caller's words: shown with every character the user cannot
-    // see, or that reorders what they see, written out, as an MCP server's question is.
+    // see, or that reorders what they see, written out, as an MCP server's question is;
+    // the limits hold for what is shown and stored.
     let mut specs = specs;
     for spec in &mut specs {
-        spec.write_out_words();
+        if let Some(problem) = spec.write_out_words() {
+            errors.insert(format!("fields.{}", spec.name), problem);
+        }
     }
     let reason = unseen::written_out(&params.reason);
+    if reason.chars().count() > MAX_REASON_LEN {
+        errors.insert(
+            "reason".to_owned(),
+            format!(
+                "must be at most {MAX_REASON_LEN} characters once the characters it hides are written out"
+            ),
+        );
+    }
+    if !errors.is_empty() {
+        return Err(Error::unprocessable(
+            "the request definition is invalid",
+            errors,
+        ));
+    }
     let save_for = fields::effective_save_for(params.save_for, params.save_for_session);
     // What a caller declares secret is never stored in the clear, wherever it is put.
     let tool_args = fields::mask_secrets(&specs, &params.tool_args.unwrap_or_default());

@@ -898,8 +898,9 @@ async fn an_answer_to_a_request_past_its_time_is_told_it_expired_before_its_valu
 
 /// A card a caller of the API makes speaks in the caller's words, shown as a person
 /// must read them: each character that cannot be seen or that reverses the text around
-/// it is written out, in the reason, the labels, descriptions, placeholders and choices.
-/// toolgate's own caution on a field (`warning`) is not the caller's to give.
+/// it is written out, in the reason, the labels, descriptions, placeholders and choices,
+/// and the limits on those texts hold for them written out. toolgate's own caution on a
+/// field (`warning`) is not the caller's to give.
 #[tokio::test]
 async fn a_callers_card_shows_hidden_characters_and_cannot_speak_as_toolgate() {
     let server = TestServer::start().await;
@@ -956,5 +957,35 @@ async fn a_callers_card_shows_hidden_characters_and_cannot_speak_as_toolgate() {
         refused["error"]["fields"]["fields.account.warning"],
         "is toolgate's own caution, not a caller's",
         "{refused}"
+    );
+
+    // Hidden characters within the limits as sent, past them once written out (each
+    // becomes eight): refused by name, nothing stored.
+    let mut hiding = card("call_hiding", None);
+    hiding["reason"] = json!("\u{200B}".repeat(300));
+    hiding["fields"][0]["label"] = json!("\u{200B}".repeat(300));
+    let (status, refused) = server.action(&token, hiding).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{refused}");
+    let why = &refused["error"]["fields"];
+    assert_eq!(
+        why["reason"],
+        "must be at most 2000 characters once the characters it hides are written out",
+        "{refused}"
+    );
+    assert_eq!(
+        why["fields.account"],
+        "label may be at most 2000 characters once the characters it hides are written out",
+        "{refused}"
+    );
+    let (_, pending) = server
+        .action(
+            &token,
+            json!({"action": "get_pending", "conversation_id": conversation}),
+        )
+        .await;
+    assert_eq!(
+        pending["requests"].as_array().map(Vec::len),
+        Some(1),
+        "{pending}"
     );
 }

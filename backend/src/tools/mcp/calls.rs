@@ -672,7 +672,9 @@ impl Question {
         let mut fields = fields;
         for field in &mut fields {
             masked_field(field, redactions)?;
-            field.write_out_words();
+            if let Some(problem) = field.write_out_words() {
+                return Err(format!("field `{}`: {problem}", field.name));
+            }
         }
         Ok(Question {
             message,
