@@ -1194,6 +1194,22 @@ async fn what_a_hostile_server_asks_for_is_refused_or_flagged() {
         "{outcome}"
     );
     assert!(pending(server, &token, &conversation).await.is_empty());
+    // Nor is a form whose words, their hidden characters written out, pass the limits.
+    let (_, outcome) = server
+        .execute_tool(
+            &token,
+            &conversation,
+            "t__ask_about",
+            "call_hiding",
+            json!({"text": "\u{200B}".repeat(300)}),
+        )
+        .await;
+    assert_eq!(
+        echoed_elicitation(&outcome)["action"],
+        "decline",
+        "{outcome}"
+    );
+    assert!(pending(server, &token, &conversation).await.is_empty());
     // Neither that form's field name nor a listed tool's name writes a log line.
     let logs = server.logs();
     assert!(
