@@ -1102,6 +1102,18 @@ impl TestServer {
         }
     }
 
+    /// The conversation's pending requests (`get_pending`), oldest first.
+    pub async fn pending_requests(&self, token: &str, conversation: &str) -> Vec<Value> {
+        let (status, body) = self
+            .action(
+                token,
+                json!({"action": "get_pending", "conversation_id": conversation}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        body["requests"].as_array().cloned().unwrap_or_default()
+    }
+
     /// Waits for the run's final status event and returns the run.
     pub async fn run_finished(&self, token: &str, conversation: &str, run_id: &str) -> Value {
         self.run_reaches(

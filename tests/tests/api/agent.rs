@@ -166,16 +166,6 @@ async fn remember_realm(server: &TestServer, token: &str, conversation: &str) {
     assert_eq!(status, StatusCode::OK, "{done}");
 }
 
-async fn pending(server: &TestServer, token: &str, conversation: &str) -> Vec<Value> {
-    let (_, body) = server
-        .action(
-            token,
-            json!({"action": "get_pending", "conversation_id": conversation}),
-        )
-        .await;
-    body["requests"].as_array().cloned().unwrap_or_default()
-}
-
 #[tokio::test]
 async fn offline_model_carries_the_seed_demo_over_http_and_sse() {
     let server = offline_server(&[]).await;
@@ -239,7 +229,12 @@ async fn offline_model_carries_the_seed_demo_over_http_and_sse() {
         .await;
     let done = server.run_finished(&token, &conversation, &again).await;
     assert_eq!(done["status"], "completed");
-    assert!(pending(&server, &token, &conversation).await.is_empty());
+    assert!(
+        server
+            .pending_requests(&token, &conversation)
+            .await
+            .is_empty()
+    );
 }
 
 #[tokio::test]
@@ -266,7 +261,10 @@ async fn a_second_message_while_a_run_is_active_is_a_409() {
 async fn cancelling_tells_the_model_and_the_run_finishes() {
     let server = offline_server(&[]).await;
     let (token, conversation, run) = waiting_pl_run(&server, "cancel").await;
-    let request = pending(&server, &token, &conversation).await.remove(0);
+    let request = server
+        .pending_requests(&token, &conversation)
+        .await
+        .remove(0);
     let (status, _) = server
         .action(
             &token,
@@ -325,7 +323,10 @@ async fn a_waiting_run_resumes_after_a_server_restart() {
     first
         .run_reaches(&token, &conversation, &run, &["waiting_for_input"])
         .await;
-    let request = pending(&first, &token, &conversation).await.remove(0);
+    let request = first
+        .pending_requests(&token, &conversation)
+        .await
+        .remove(0);
     let first_database = first.same_database();
     first.terminate().await.expect("stopped");
     drop(first);
@@ -1549,7 +1550,12 @@ async fn a_call_that_cannot_stand_is_refused_and_the_run_goes_on() {
     let setup = with_mock_model(script, &[]).await;
     let server = &setup.server;
     let (token, conversation, _) = completed_run(server, "cannot-stand", "three tries").await;
-    assert!(pending(server, &token, &conversation).await.is_empty());
+    assert!(
+        server
+            .pending_requests(&token, &conversation)
+            .await
+            .is_empty()
+    );
     assert!(setup.api.received().is_empty(), "nothing ran");
 
     let messages = server.messages(&token, &conversation).await;
@@ -1765,7 +1771,7 @@ async fn a_call_reusing_the_id_of_a_card_in_another_conversation_gets_its_own_ca
             )
             .await;
         assert_eq!(waiting["status"], "waiting_for_input", "{waiting}");
-        let open = pending(server, &token, &conversation).await;
+        let open = server.pending_requests(&token, &conversation).await;
         assert_eq!(open.len(), 1, "{open:?}");
         cards.push(open[0]["tool_call_id"].clone());
     }

@@ -977,15 +977,6 @@ async fn a_callers_card_shows_hidden_characters_and_cannot_speak_as_toolgate() {
         "label may be at most 2000 characters once the characters it hides are written out",
         "{refused}"
     );
-    let (_, pending) = server
-        .action(
-            &token,
-            json!({"action": "get_pending", "conversation_id": conversation}),
-        )
-        .await;
-    assert_eq!(
-        pending["requests"].as_array().map(Vec::len),
-        Some(1),
-        "{pending}"
-    );
+    let pending = server.pending_requests(&token, &conversation).await;
+    assert_eq!(pending.len(), 1, "{pending:?}");
 }

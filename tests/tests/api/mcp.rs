@@ -184,17 +184,6 @@ async fn wait_for_log(server: &TestServer, text: &str) {
     }
 }
 
-async fn pending(server: &TestServer, token: &str, conversation: &str) -> Vec<Value> {
-    let (status, body) = server
-        .action(
-            token,
-            json!({"action": "get_pending", "conversation_id": conversation}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK, "{body}");
-    body["requests"].as_array().cloned().unwrap_or_default()
-}
-
 #[tokio::test]
 async fn tools_appear_namespaced_with_their_schemas_over_stdio_and_http() {
     let http = tests::mcp_server::serve_http()
@@ -529,7 +518,7 @@ async fn an_elicitation_is_a_durable_card_and_accepted_values_reach_the_server()
             );
         }
         // Durable: the card is there for a reload.
-        let open = pending(server, &token, &conversation).await;
+        let open = server.pending_requests(&token, &conversation).await;
         assert_eq!(open.len(), 1, "{open:?}");
         let card = open[0]["tool_call_id"]
             .as_str()
@@ -1065,7 +1054,7 @@ async fn a_completion_notice_for_a_declined_link_question_announces_nothing() {
             .await
             .expect("events");
     assert_eq!(announced, 0, "{}", server.logs());
-    let still: Vec<Value> = pending(server, &token, &conversation).await;
+    let still: Vec<Value> = server.pending_requests(&token, &conversation).await;
     assert!(still.is_empty(), "{still:?}");
     // The notices were heard: one for a question that waits completes it.
     let (_, asked) = server
@@ -1141,7 +1130,7 @@ async fn a_completion_notice_on_one_users_session_never_completes_another_users_
             e["type"] == "elicitation_completed" && e["request_id"] == cards[0]
         })
         .await;
-    let still_open = pending(server, &bob, &bob_chat).await;
+    let still_open = server.pending_requests(&bob, &bob_chat).await;
     assert!(
         still_open
             .iter()
@@ -1193,7 +1182,12 @@ async fn what_a_hostile_server_asks_for_is_refused_or_flagged() {
         "decline",
         "{outcome}"
     );
-    assert!(pending(server, &token, &conversation).await.is_empty());
+    assert!(
+        server
+            .pending_requests(&token, &conversation)
+            .await
+            .is_empty()
+    );
     // Nor is a form whose words, their hidden characters written out, pass the limits.
     let (_, outcome) = server
         .execute_tool(
@@ -1209,7 +1203,12 @@ async fn what_a_hostile_server_asks_for_is_refused_or_flagged() {
         "decline",
         "{outcome}"
     );
-    assert!(pending(server, &token, &conversation).await.is_empty());
+    assert!(
+        server
+            .pending_requests(&token, &conversation)
+            .await
+            .is_empty()
+    );
     // Neither that form's field name nor a listed tool's name writes a log line.
     let logs = server.logs();
     assert!(
@@ -1255,7 +1254,12 @@ async fn what_a_hostile_server_asks_for_is_refused_or_flagged() {
             "{id:?}: {outcome}"
         );
     }
-    assert!(pending(server, &token, &conversation).await.is_empty());
+    assert!(
+        server
+            .pending_requests(&token, &conversation)
+            .await
+            .is_empty()
+    );
     // A form that asks for a password is shown with a warning.
     let card = password_card(server, &token, &conversation).await;
     let field = &card["fields"][0];
@@ -1350,7 +1354,10 @@ async fn one_users_card_and_call_are_never_another_users() {
         .await;
     assert_eq!(status, StatusCode::OK, "{done}");
     assert_eq!(echoed_elicitation(&done["tool_result"])["action"], "accept");
-    assert_eq!(pending(server, &bob, &bob_conversation).await.len(), 1);
+    assert_eq!(
+        server.pending_requests(&bob, &bob_conversation).await.len(),
+        1
+    );
 }
 
 /// Some model servers number their calls `call_0` in every reply, so one id can be a
@@ -1384,7 +1391,7 @@ async fn one_call_id_in_two_conversations_is_two_calls() {
     assert_eq!(status, StatusCode::OK, "{echoed}");
     assert_eq!(echoed["success"], true, "{echoed}");
 
-    let cards = pending(server, &token, &asking).await;
+    let cards = server.pending_requests(&token, &asking).await;
     assert_eq!(
         cards.len(),
         1,
@@ -1545,7 +1552,7 @@ async fn a_password_answered_in_one_round_is_masked_in_the_rounds_after() {
         json!({"password": PASSWORD}),
     )
     .await;
-    let waiting = pending(server, &token, &conversation).await;
+    let waiting = server.pending_requests(&token, &conversation).await;
     let second = waiting
         .iter()
         .find(|r| r["fields"][0]["name"] == "confirm")
@@ -1584,7 +1591,7 @@ async fn a_question_repeating_a_secret_of_the_call_shows_it_masked() {
         secret_given_to("ask_about", "mcp-asked-secret", SECRET).await;
     let server = &setup.server;
     // The server's question is the next card.
-    let cards = pending(server, &token, &conversation).await;
+    let cards = server.pending_requests(&token, &conversation).await;
     assert_eq!(cards.len(), 1, "{cards:?}");
     let card = cards[0].to_string();
     assert!(
@@ -1617,7 +1624,12 @@ async fn a_secret_hidden_in_a_servers_question_state_is_not_kept() {
             .is_some_and(|error| error.contains("state")),
         "{done}"
     );
-    assert!(pending(server, &token, &conversation).await.is_empty());
+    assert!(
+        server
+            .pending_requests(&token, &conversation)
+            .await
+            .is_empty()
+    );
     assert_no_request_holds(server, SECRET).await;
 }
 
@@ -1912,7 +1924,12 @@ async fn a_round_of_too_many_stateless_questions_is_refused_whole() {
         "the MCP server `t` asked toolgate to keep 70008 bytes of state; at most 65536",
         "{outcome}"
     );
-    assert!(pending(server, &token, &conversation).await.is_empty());
+    assert!(
+        server
+            .pending_requests(&token, &conversation)
+            .await
+            .is_empty()
+    );
 }
 
 /// An answered round whose user has every session in another call waits for one,
@@ -2150,7 +2167,11 @@ async fn an_elicitation_expires_no_later_than_its_servers_timeout() {
 
     // Once past it, nothing is pending and an answer is refused.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    while !pending(server, &token, &conversation).await.is_empty() {
+    while !server
+        .pending_requests(&token, &conversation)
+        .await
+        .is_empty()
+    {
         assert!(tokio::time::Instant::now() < deadline, "still pending");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -2187,7 +2208,7 @@ async fn a_call_with_two_questions_open_does_not_time_out_while_one_still_waits(
     assert_eq!(asked["requires_user_input"], true, "{asked}");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     let cards = loop {
-        let cards = pending(server, &token, &conversation).await;
+        let cards = server.pending_requests(&token, &conversation).await;
         if cards.len() == 2 {
             break cards;
         }
@@ -2494,7 +2515,12 @@ async fn a_live_sessions_question_ends_when_toolgate_stops_and_stays_ended_after
     )
     .await;
     let token = second.token(&user).await;
-    assert!(pending(&second, &token, &conversation).await.is_empty());
+    assert!(
+        second
+            .pending_requests(&token, &conversation)
+            .await
+            .is_empty()
+    );
     assert_card_abandoned(
         &second,
         &token,
