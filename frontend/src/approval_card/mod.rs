@@ -28,8 +28,8 @@ use arguments::{
 /// what was there before (the second click of a double-click, or an impatient second
 /// click on the Submit that made this card): no one has read the arguments yet. As
 /// browsers hold back their own permission prompts' buttons for a moment. The button
-/// shows it (`first-look` in style.css, as long).
-const FIRST_LOOK_MS: f64 = 1000.0;
+/// looks so for as long (`first-look` in style.css, its duration set from this).
+const FIRST_LOOK_MS: u32 = 1000;
 
 /// What the pending card is showing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -367,7 +367,7 @@ pub fn ApprovalCard(request_id: Uuid) -> impl IntoView {
             // the focus never starts on Approve.
             let shown_at = clock::now_ms();
             let approve_clicked = move |ev: leptos::ev::MouseEvent| {
-                if ev.detail() >= 1 && clock::now_ms() - shown_at < FIRST_LOOK_MS {
+                if ev.detail() >= 1 && clock::now_ms() - shown_at < f64::from(FIRST_LOOK_MS) {
                     return;
                 }
                 approve();
@@ -385,6 +385,7 @@ pub fn ApprovalCard(request_id: Uuid) -> impl IntoView {
                                 <button
                                     type="button"
                                     class="primary first-look"
+                                    style=format!("animation-duration: {FIRST_LOOK_MS}ms")
                                     id=approve_id
                                     data-testid="approval-approve"
                                     aria-describedby=keys_id.clone()
