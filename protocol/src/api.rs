@@ -311,6 +311,8 @@ pub struct CreateRequestParams {
             example = "QuickBooks API requests require your Company ID (Realm ID)"
         )
     )]
+    /// Why the user is asked, shown on the card: at most 2,000 characters as sent and
+    /// once its hidden and look-alike characters are written out (`⟨U+200B⟩`).
     pub reason: String,
     /// What to ask; each definition is checked on its own, and a bad one is refused
     /// (422) under its own name.

@@ -484,8 +484,29 @@ impl FieldSpec {
         for option in &mut self.options {
             option.label = crate::unseen::written_out(&option.label);
         }
-        oversized_text(self)
-            .map(|problem| format!("{problem} once the characters it hides are written out"))
+        self.words_past_limits()
+    }
+
+    /// Cuts what only describes the field (its description and placeholder) to what a
+    /// definition may hold, as a question's message is cut; why it still does not fit,
+    /// if so (a label or a choice cut short would no longer say what it is).
+    pub fn cut_descriptions_to_fit(&mut self) -> Option<String> {
+        let most = limits().definition_chars;
+        for words in [&mut self.description, &mut self.placeholder]
+            .into_iter()
+            .flatten()
+        {
+            if words.chars().count() > most {
+                *words = words.chars().take(most - 1).chain(['…']).collect();
+            }
+        }
+        self.words_past_limits()
+    }
+
+    fn words_past_limits(&self) -> Option<String> {
+        oversized_text(self).map(|problem| {
+            format!("{problem} once its hidden and look-alike characters are written out")
+        })
     }
 }
 
@@ -1632,5 +1653,26 @@ mod tests {
                 .expect("valid");
         let masked = mask_secrets(&fields, &inputs(json!({"k": "hunter2", "u": "bob"})));
         assert_eq!(masked, inputs(json!({"k": MASKED, "u": "bob"})));
+    }
+
+    /// Written out, what only describes a field may be cut to fit; a label is not.
+    #[test]
+    fn a_description_too_long_once_written_out_is_cut_a_label_is_not() {
+        let mut field = FieldSpec::text("x");
+        field.description = Some("\u{200B}".repeat(300));
+        assert!(field.write_out_words().is_some());
+        assert_eq!(field.cut_descriptions_to_fit(), None);
+        let description = field.description.clone().unwrap_or_default();
+        assert_eq!(description.chars().count(), limits().definition_chars);
+        assert!(description.starts_with("⟨U+200B⟩") && description.ends_with('…'));
+
+        field.label = Some("\u{200B}".repeat(300));
+        let _ = field.write_out_words();
+        assert_eq!(
+            field.cut_descriptions_to_fit().as_deref(),
+            Some(
+                "label may be at most 2000 characters once its hidden and look-alike characters are written out"
+            )
+        );
     }
 }

@@ -117,7 +117,7 @@ pub async fn create_request(
         errors.insert(
             "reason".to_owned(),
             format!(
-                "must be at most {MAX_REASON_LEN} characters once the characters it hides are written out"
+                "must be at most {MAX_REASON_LEN} characters once its hidden and look-alike characters are written out"
             ),
         );
     }

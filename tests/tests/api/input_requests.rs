@@ -969,12 +969,12 @@ async fn a_callers_card_shows_hidden_characters_and_cannot_speak_as_toolgate() {
     let why = &refused["error"]["fields"];
     assert_eq!(
         why["reason"],
-        "must be at most 2000 characters once the characters it hides are written out",
+        "must be at most 2000 characters once its hidden and look-alike characters are written out",
         "{refused}"
     );
     assert_eq!(
         why["fields.account"],
-        "label may be at most 2000 characters once the characters it hides are written out",
+        "label may be at most 2000 characters once its hidden and look-alike characters are written out",
         "{refused}"
     );
     let pending = server.pending_requests(&token, &conversation).await;

@@ -672,7 +672,9 @@ impl Question {
         let mut fields = fields;
         for field in &mut fields {
             masked_field(field, redactions)?;
-            if let Some(problem) = field.write_out_words() {
+            if field.write_out_words().is_some()
+                && let Some(problem) = field.cut_descriptions_to_fit()
+            {
                 return Err(format!("field `{}`: {problem}", field.name));
             }
         }
