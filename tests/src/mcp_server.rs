@@ -125,6 +125,11 @@ pub async fn serve_stdio() -> Result<()> {
         let count = std::fs::read_to_string(&file).map_or(0, |text| text.len());
         std::fs::write(&file, ".".repeat(count + 1))?;
         START.store(count + 1, Ordering::Relaxed);
+        // Which process this start is, for a test to stop it.
+        std::fs::write(
+            file.with_file_name(format!("pid.{}", count + 1)),
+            std::process::id().to_string(),
+        )?;
     }
     if let Some(dir) = std::env::var_os("MCP_TEST_STATE")
         && PathBuf::from(dir).join(REFUSE_START).exists()
@@ -483,11 +488,18 @@ fn broken() -> ErrorData {
     ErrorData::internal_error("this start of the test server is broken", None)
 }
 
-/// `--no-discover` on the command line: the server answers `server/discover` as one of
-/// the 2025-11-25 revision does, which knows no such method.
+/// `--no-discover` on the command line, or [`NO_DISCOVER`] in the `MCP_TEST_STATE`
+/// folder: the server answers `server/discover` as one of the 2025-11-25 revision does,
+/// which knows no such method.
 fn no_discover() -> bool {
     std::env::args().any(|argument| argument == "--no-discover")
+        || std::env::var_os("MCP_TEST_STATE")
+            .is_some_and(|dir| PathBuf::from(dir).join(NO_DISCOVER).exists())
 }
+
+/// A file in the `MCP_TEST_STATE` folder that makes the stdio servers started while it
+/// is there speak the 2025-11-25 revision (as before an upgrade).
+pub const NO_DISCOVER: &str = "no_discover";
 
 /// `--restless` on the command line: the server says its tool list changed right after
 /// each listing, and counts the listings in [`LISTINGS`] in the `MCP_TEST_STATE` folder

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use tests::mcp_server::{FORGED_LINE, NAMED_AFTER};
+use tests::mcp_server::{FORGED_LINE, NAMED_AFTER, NO_DISCOVER};
 use tests::{MockLlm, MockReply, ServerOptions, TempDir, TestServer, write_temp_file};
 
 /// The tools-file line that has the test server ask its questions the stateless way
@@ -1798,6 +1798,50 @@ async fn a_server_without_discover_configured_as_2026_07_28_is_spoken_to_in_2025
     // The session that watches the tool list asked and started again; the user's
     // session started once.
     assert_eq!(starts(&state), 3, "{}", server.logs());
+}
+
+/// A server taken for a 2025-11-25 one that goes away (stopped, restarted, upgraded) is
+/// asked `server/discover` again when it comes back: upgraded, it is spoken to in
+/// 2026-07-28 without toolgate restarting.
+#[tokio::test]
+async fn an_older_server_that_comes_back_upgraded_is_spoken_to_in_2026_07_28() {
+    let state = TempDir::new("mcp-upgraded");
+    std::fs::write(state.0.join(NO_DISCOVER), "").expect("older for now");
+    let settings = format!(
+        "{STATELESS}\nenv = {{ MCP_TEST_STATE = \"{}\" }}",
+        state.0.display()
+    );
+    let (setup, token, _) = ready(&stdio_server("t", &settings), "mcp-upgraded").await;
+    let server = &setup.server;
+    let listed = tools_when_connected(server, &token, "t").await;
+    assert_eq!(
+        server_info(&listed, "t")["protocol_version"],
+        "2025-11-25",
+        "{listed}\n{}",
+        server.logs()
+    );
+    // Upgraded, and the process that watches its tool list (its second start) ends.
+    std::fs::remove_file(state.0.join(NO_DISCOVER)).expect("upgraded");
+    let watcher = std::fs::read_to_string(state.0.join("pid.2")).expect("the watcher's pid");
+    let stopped = std::process::Command::new("kill")
+        .arg(watcher.trim())
+        .status()
+        .expect("kill");
+    assert!(stopped.success(), "{stopped}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, listed) = server.send("GET", "/api/tools", Some(&token), None).await;
+        let info = server_info(&listed, "t");
+        if info["status"] == "connected" && info["protocol_version"] == "2026-07-28" {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{listed}\n{}",
+            server.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// `GET /api/tools` once the server `name` is connected.

@@ -339,6 +339,7 @@ pub async fn supervise(hub: Arc<McpHub>, server: Arc<Server>) {
         };
         session.close();
         tracing::warn!(server = %name, reason = %crate::logged::outside(&down), "MCP server went away");
+        server.older_revision.forget();
         hub.deps.registry.mark_mcp_server_down(
             &name,
             info(

@@ -434,10 +434,19 @@ fn speaks_an_older_revision(err: &ClientInitializeError) -> bool {
 }
 
 /// Whether a server set to 2026-07-28 has refused `server/discover` and then started a
-/// 2025-11-25 session: its later sessions start with `initialize` at once (until
-/// toolgate restarts), instead of starting the server twice each time.
+/// 2025-11-25 session: its later sessions start with `initialize` at once, instead of
+/// starting the server twice each time, until the server goes away (see
+/// [`OlderRevision::forget`]).
 #[derive(Debug, Default)]
 pub struct OlderRevision(AtomicBool);
+
+impl OlderRevision {
+    /// The server went away (stopped, crashed, was restarted): it may come back in a
+    /// newer revision, so its next session asks `server/discover` again.
+    pub fn forget(&self) {
+        self.0.store(false, Ordering::Relaxed);
+    }
+}
 
 /// Starts a session: with the handshake of the server's configured revision, and for a
 /// 2026-07-28 server that turns out to be older, once more with `initialize`
