@@ -1155,15 +1155,13 @@ async fn a_model_that_goes_quiet_or_answers_without_end_fails_the_run_and_frees_
         .await;
     let done = server.run_finished(&token, &conversation, &run).await;
     assert_eq!(done["status"], "completed", "{done}");
-    let (_, messages) = server
-        .send(
-            "GET",
-            &format!("/api/conversations/{conversation}/messages"),
-            Some(&token),
-            None,
-        )
-        .await;
-    assert!(messages.to_string().contains("Hello there"), "{messages}");
+    let messages = server.messages(&token, &conversation).await;
+    assert!(
+        Value::Array(messages.clone())
+            .to_string()
+            .contains("Hello there"),
+        "{messages:?}"
+    );
 }
 
 #[tokio::test]

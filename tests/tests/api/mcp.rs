@@ -1167,48 +1167,32 @@ async fn a_setting_a_server_repeats_where_toolgate_logs_it_is_masked() {
 async fn what_a_hostile_server_asks_for_is_refused_or_flagged() {
     let (setup, token, conversation) = ready(&stdio_server("t", ""), "mcp-hostile").await;
     let server = &setup.server;
-    // A form toolgate cannot show is declined; no card is left behind.
-    let (_, outcome) = server
-        .execute_tool(
-            &token,
-            &conversation,
-            "t__bad_schema",
-            "call_bad",
-            json!({}),
-        )
-        .await;
-    assert_eq!(
-        echoed_elicitation(&outcome)["action"],
-        "decline",
-        "{outcome}"
-    );
-    assert!(
-        server
-            .pending_requests(&token, &conversation)
-            .await
-            .is_empty()
-    );
-    // Nor is a form whose words, their hidden characters written out, pass the limits.
-    let (_, outcome) = server
-        .execute_tool(
-            &token,
-            &conversation,
+    // A form toolgate cannot show is declined, and so is one whose words, their hidden
+    // characters written out, pass the limits; no card is left behind.
+    let forms = [
+        ("t__bad_schema", "call_bad", json!({})),
+        (
             "t__ask_about",
             "call_hiding",
             json!({"text": "\u{200B}".repeat(300)}),
-        )
-        .await;
-    assert_eq!(
-        echoed_elicitation(&outcome)["action"],
-        "decline",
-        "{outcome}"
-    );
-    assert!(
-        server
-            .pending_requests(&token, &conversation)
-            .await
-            .is_empty()
-    );
+        ),
+    ];
+    for (tool, call_id, arguments) in forms {
+        let (_, outcome) = server
+            .execute_tool(&token, &conversation, tool, call_id, arguments)
+            .await;
+        assert_eq!(
+            echoed_elicitation(&outcome)["action"],
+            "decline",
+            "{tool}: {outcome}"
+        );
+        assert!(
+            server
+                .pending_requests(&token, &conversation)
+                .await
+                .is_empty()
+        );
+    }
     // Neither that form's field name nor a listed tool's name writes a log line.
     let logs = server.logs();
     assert!(
