@@ -920,14 +920,8 @@ async fn a_callers_card_shows_hidden_characters_and_cannot_speak_as_toolgate() {
     };
     let (status, created) = server.action(&token, card("call_words", None)).await;
     assert_eq!(status, StatusCode::CREATED, "{created}");
-    let (status, pending) = server
-        .action(
-            &token,
-            json!({"action": "get_pending", "conversation_id": conversation}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK, "{pending}");
-    for shown in [&created, &pending["requests"][0]] {
+    let pending = server.pending_requests(&token, &conversation).await;
+    for shown in [&created, &pending[0]] {
         // Marked as a caller's, for a client to say so.
         assert_eq!(shown["from_api"], true, "{shown}");
         assert_eq!(shown["reason"], "Asked by ⟨U+202E⟩knab", "{shown}");

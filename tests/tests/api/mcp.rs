@@ -1812,34 +1812,33 @@ async fn an_older_server_that_comes_back_upgraded_is_spoken_to_in_2026_07_28() {
         .status()
         .expect("kill");
     assert!(stopped.success(), "{stopped}");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let (_, listed) = server.send("GET", "/api/tools", Some(&token), None).await;
-        let info = server_info(&listed, "t");
-        if info["status"] == "connected" && info["protocol_version"] == "2026-07-28" {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{listed}\n{}",
-            server.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    tools_when(server, &token, |listed| {
+        let info = server_info(listed, "t");
+        info["status"] == "connected" && info["protocol_version"] == "2026-07-28"
+    })
+    .await;
 }
 
 /// `GET /api/tools` once the server `name` is connected.
 async fn tools_when_connected(server: &TestServer, token: &str, name: &str) -> Value {
+    tools_when(server, token, |body| {
+        server_info(body, name)["status"] == "connected"
+    })
+    .await
+}
+
+/// `GET /api/tools` once `ready` accepts it (within 30 s).
+async fn tools_when(server: &TestServer, token: &str, ready: impl Fn(&Value) -> bool) -> Value {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         let (status, body) = server.send("GET", "/api/tools", Some(token), None).await;
         assert_eq!(status, StatusCode::OK, "{body}");
-        if server_info(&body, name)["status"] == "connected" {
+        if ready(&body) {
             return body;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "{name} never connected: {body}\n{}",
+            "never as awaited: {body}\n{}",
             server.logs()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -2134,21 +2133,11 @@ async fn a_server_that_crashes_is_reconnected_and_meanwhile_its_tools_say_why() 
 
     // Back after the backoff: the same tool answers again.
     std::fs::remove_file(&refuse_start).expect("marker gone");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let (_, tools) = server.send("GET", "/api/tools", Some(&token), None).await;
-        if server_info(&tools, "t")["status"] == "connected"
-            && tool(&tools, "t__echo")["available"] == true
-        {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never reconnected: {tools}\n{}",
-            server.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    tools_when(server, &token, |tools| {
+        server_info(tools, "t")["status"] == "connected"
+            && tool(tools, "t__echo")["available"] == true
+    })
+    .await;
     let (_, back) = server
         .execute_tool(
             &token,
