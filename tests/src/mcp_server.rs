@@ -274,6 +274,12 @@ impl TestTools {
                 json!({}),
             )
             .annotate(read_only()),
+            tool(
+                "ask_at_once",
+                "Asks the user `count` questions at the same time; says each answer's action",
+                json!({"count": {"type": "integer"}}),
+            )
+            .annotate(read_only()),
             tool("crash", "Ends the server process", json!({})).annotate(read_only()),
             tool(
                 "ask_then_crash",
@@ -903,6 +909,22 @@ impl ServerHandler for TestTools {
                         .to_owned()
                 };
                 Ok(text(format!("words: {} {}", word(&first?), word(&second?))))
+            }
+            "ask_at_once" => {
+                let context = &context;
+                let asked = (0..number(&arguments, "count")).map(|n| async move {
+                    let params = form(
+                        &format!("Question {n}?"),
+                        json!({"type": "object", "properties": {"word": {"type": "string"}}}),
+                    )?;
+                    self.ask(params, context).await
+                });
+                let mut actions = Vec::new();
+                for answer in futures::future::join_all(asked).await {
+                    let action = serde_json::to_value(answer?.action).map_err(failed)?;
+                    actions.push(action.as_str().unwrap_or("?").to_owned());
+                }
+                Ok(text(format!("actions: {}", actions.join(" "))))
             }
             "crash" if self.transport == Transport::Stdio => std::process::exit(3),
             "ask_then_crash" if self.transport == Transport::Stdio => {

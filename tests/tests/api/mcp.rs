@@ -1167,8 +1167,9 @@ async fn a_setting_a_server_repeats_where_toolgate_logs_it_is_masked() {
 async fn what_a_hostile_server_asks_for_is_refused_or_flagged() {
     let (setup, token, conversation) = ready(&stdio_server("t", ""), "mcp-hostile").await;
     let server = &setup.server;
-    // A form toolgate cannot show is declined, and so is one whose words, their hidden
-    // characters written out, pass the limits; no card is left behind.
+    // A form toolgate cannot show is cancelled (no user said no: nobody saw it), and so
+    // is one whose words, their hidden characters written out, pass the limits; no card
+    // is left behind.
     let forms = [
         ("t__bad_schema", "call_bad", json!({})),
         (
@@ -1183,7 +1184,7 @@ async fn what_a_hostile_server_asks_for_is_refused_or_flagged() {
             .await;
         assert_eq!(
             echoed_elicitation(&outcome)["action"],
-            "decline",
+            "cancel",
             "{tool}: {outcome}"
         );
         assert!(
@@ -1214,10 +1215,7 @@ async fn what_a_hostile_server_asks_for_is_refused_or_flagged() {
                 json!({"url": url}),
             )
             .await;
-        assert_eq!(
-            outcome["result"]["text"], "url: decline",
-            "{url}: {outcome}"
-        );
+        assert_eq!(outcome["result"]["text"], "url: cancel", "{url}: {outcome}");
     }
     // Nor one whose id could not be shown or kept as an id.
     for (n, id) in ["i".repeat(201), "id\u{202E}".to_owned()]
@@ -1234,7 +1232,7 @@ async fn what_a_hostile_server_asks_for_is_refused_or_flagged() {
             )
             .await;
         assert_eq!(
-            outcome["result"]["text"], "url: decline",
+            outcome["result"]["text"], "url: cancel",
             "{id:?}: {outcome}"
         );
     }
@@ -1276,6 +1274,40 @@ async fn what_a_hostile_server_asks_for_is_refused_or_flagged() {
     );
     assert!(!done.to_string().contains(PASSWORD), "{done}");
     assert_no_request_holds(server, PASSWORD).await;
+}
+
+/// A question whose field description passes the limits once its hidden characters are
+/// written out, while its label does not, is shown with the description cut to fit.
+#[tokio::test]
+async fn a_servers_overlong_hidden_words_are_cut_to_fit_and_shown() {
+    let (setup, token, conversation) = ready(&stdio_server("t", ""), "mcp-cut-words").await;
+    let server = &setup.server;
+    // Each written out as `⟨U+200B⟩`, 8 characters: "Use …" takes 1,996 of the 2,000 a
+    // label may, "Whether … is right" 2,009.
+    let (_, asked) = server
+        .execute_tool(
+            &token,
+            &conversation,
+            "t__ask_about",
+            "call_cut",
+            json!({"text": "\u{200B}".repeat(249)}),
+        )
+        .await;
+    let card = &asked["user_input_request"];
+    let field = &card["fields"][0];
+    assert_eq!(field["name"], "sure", "{asked}");
+    let label = field["label"].as_str().unwrap_or_default();
+    assert!(label.starts_with("Use ⟨U+200B⟩"), "{label}");
+    assert_eq!(label.chars().count(), 1996);
+    let description = field["description"].as_str().unwrap_or_default();
+    assert_eq!(description.chars().count(), 2000, "{description}");
+    assert!(
+        description.starts_with("Whether ⟨U+200B⟩") && description.ends_with('…'),
+        "{description}"
+    );
+    assert!(!description.contains('\u{200B}'), "{description}");
+    let pending = server.pending_requests(&token, &conversation).await;
+    assert_eq!(pending.len(), 1, "{pending:?}");
 }
 
 #[tokio::test]
@@ -2200,6 +2232,58 @@ async fn an_elicitation_expires_no_later_than_its_servers_timeout() {
         )
         .await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
+}
+
+/// One call may ask 20 questions; one past them is cancelled at once, never declined
+/// (no user saw it), and never becomes a card.
+#[tokio::test]
+async fn a_question_past_the_most_one_call_may_ask_is_cancelled() {
+    // Through a run, which takes the call's result whichever answer comes last.
+    let (setup, _llm) = mock_model_setup(
+        vec![
+            MockReply::ToolCalls(vec![call(
+                "call_many",
+                "t__ask_at_once",
+                json!({"count": 21}),
+            )]),
+            MockReply::Text("Understood.".into()),
+        ],
+        &stdio_server("t", ""),
+    )
+    .await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("mcp-many-questions").await;
+    tools_when_settled(server, &token, &["t"]).await;
+    let (conversation, run, _) = run_until_card(server, &token).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let cards = loop {
+        let cards = server.pending_requests(&token, &conversation).await;
+        if cards.len() >= 20 {
+            break cards;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{cards:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(cards.len(), 20, "{cards:?}");
+    for card in &cards {
+        answered(server, &token, &card["tool_call_id"], json!({"word": "w"})).await;
+    }
+    let done = server.run_finished(&token, &conversation, &run).await;
+    assert_eq!(done["status"], "completed", "{done}\n{}", server.logs());
+    let results = tool_results(&server.messages(&token, &conversation).await);
+    assert_eq!(results.len(), 1, "{results:?}");
+    let said = results[0]["result"]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let count = |action: &str| said.split(' ').filter(|word| *word == action).count();
+    assert_eq!((count("accept"), count("cancel")), (20, 1), "{said}");
+    assert!(
+        server
+            .pending_requests(&token, &conversation)
+            .await
+            .is_empty()
+    );
 }
 
 /// Two questions open at once: answering one leaves the call's clock stopped while

@@ -45,7 +45,7 @@ const MAX_RESULT_CHARS: usize = 100_000;
 const MAX_ERROR_CHARS: usize = 2_000;
 /// Longest question shown on a card.
 const MAX_MESSAGE_CHARS: usize = 2_000;
-/// Most questions one call may ask; past it the server's questions are declined.
+/// Most questions one call may ask; past it the server's questions are cancelled.
 pub(super) const MAX_QUESTIONS_PER_CALL: usize = 20;
 /// Largest structured result the model is given, serialised.
 const MAX_STRUCTURED_BYTES: usize = 100_000;
@@ -522,24 +522,25 @@ pub async fn on_elicitation(
     withdrawn: CancellationToken,
 ) -> ElicitResult {
     let server = shared.server.as_str();
-    let decline = ElicitResult::new(ElicitationAction::Decline);
+    // A question no user saw is cancelled, never declined: `decline` tells the server a
+    // person said no, and a server may remember that answer or act on it.
     let cancel = ElicitResult::new(ElicitationAction::Cancel);
     let Some(hub) = shared.hub.upgrade() else {
         return cancel;
     };
     let Some(slot) = shared.current() else {
-        tracing::warn!(%server, "declined an elicitation that came outside any call");
-        return decline;
+        tracing::warn!(%server, "cancelled an elicitation that came outside any call");
+        return cancel;
     };
     if slot.questions.fetch_add(1, Ordering::SeqCst) >= MAX_QUESTIONS_PER_CALL {
-        tracing::warn!(%server, "declined a question past the most one call may ask");
-        return decline;
+        tracing::warn!(%server, "cancelled a question past the most one call may ask");
+        return cancel;
     }
     let question = match Question::of(&request, server, &slot.redactions()) {
         Ok(question) => question,
         Err(reason) => {
-            tracing::warn!(%server, reason = %slot.redactions().logged(&reason), "declined an elicitation toolgate cannot show");
-            return decline;
+            tracing::warn!(%server, reason = %slot.redactions().logged(&reason), "cancelled an elicitation toolgate cannot show");
+            return cancel;
         }
     };
     let row = match store_question(&hub, &slot, &question).await {

@@ -2,7 +2,7 @@
 //! converted field by field into the same field specifications the web chat's card and
 //! the server validate with, and the user's accepted values converted back into the
 //! `content` the server expects. A schema toolgate cannot show is refused with a reason
-//! (the caller declines it), never shown half-converted.
+//! (the caller cancels it: no user saw it), never shown half-converted.
 
 use std::borrow::Cow;
 

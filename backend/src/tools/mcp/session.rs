@@ -251,11 +251,10 @@ impl ClientHandler for Handler {
         if request.method == "elicitation/create" {
             tracing::warn!(
                 server = %self.0.server,
-                "declined an elicitation whose form toolgate cannot read"
+                "cancelled an elicitation whose form toolgate cannot read"
             );
-            return Ok(CustomResult::new(
-                serde_json::json!({ "action": "decline" }),
-            ));
+            // Cancelled, not declined: no user saw it (see `calls::on_elicitation`).
+            return Ok(CustomResult::new(serde_json::json!({ "action": "cancel" })));
         }
         // Not the method's name: a server chose it, and the error is logged.
         Err(ErrorData::new(
