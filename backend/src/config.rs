@@ -107,6 +107,8 @@ pub struct LlmConfig {
     /// Longest the endpoint may send nothing (before its answer or within it) before
     /// the step fails.
     pub quiet_limit: Duration,
+    /// Longest one answer may take in all, however steadily it comes.
+    pub answer_limit: Duration,
 }
 
 impl fmt::Debug for LlmConfig {
@@ -119,6 +121,7 @@ impl fmt::Debug for LlmConfig {
             .field("long_context_model", &self.long_context_model)
             .field("long_context_threshold", &self.long_context_threshold)
             .field("quiet_limit", &self.quiet_limit)
+            .field("answer_limit", &self.answer_limit)
             .finish()
     }
 }
@@ -393,9 +396,16 @@ impl Config {
                 &get("TOOLGATE_LLM_TIMEOUT").unwrap_or_else(|| "300s".into()),
             )
             .context("TOOLGATE_LLM_TIMEOUT must be a duration like 90s, 30m, 24h or 7d")?,
+            answer_limit: parse_duration(
+                &get("TOOLGATE_LLM_ANSWER_TIMEOUT").unwrap_or_else(|| "60m".into()),
+            )
+            .context("TOOLGATE_LLM_ANSWER_TIMEOUT must be a duration like 90s, 30m, 24h or 7d")?,
         };
         if llm.quiet_limit.is_zero() {
             bail!("TOOLGATE_LLM_TIMEOUT must be above zero");
+        }
+        if llm.answer_limit.is_zero() {
+            bail!("TOOLGATE_LLM_ANSWER_TIMEOUT must be above zero");
         }
         let summary = SummaryConfig {
             threshold_tokens: number("TOOLGATE_SUMMARY_TOKENS", 6_000)?,
@@ -784,6 +794,7 @@ mod tests {
         assert_eq!(config.header_read_timeout, Duration::from_secs(30));
         assert_eq!(config.write_timeout, Duration::from_secs(60));
         assert_eq!(config.llm.quiet_limit, Duration::from_secs(300));
+        assert_eq!(config.llm.answer_limit, Duration::from_secs(3600));
         assert!(!config.dev_auth);
         assert_eq!(config.limits.waiting_requests, 100);
         assert_eq!(config.limits.conversation_bytes(), 64 << 20);
@@ -840,6 +851,7 @@ mod tests {
             "TOOLGATE_HEADER_READ_TIMEOUT",
             "TOOLGATE_WRITE_TIMEOUT",
             "TOOLGATE_LLM_TIMEOUT",
+            "TOOLGATE_LLM_ANSWER_TIMEOUT",
         ] {
             for bad in ["0s", "0", "soon"] {
                 let err = config(&[

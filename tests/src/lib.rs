@@ -762,6 +762,8 @@ pub enum MockReply {
     RawStream(String),
     /// An event stream that says only a comment every half second, without end.
     Murmur,
+    /// An answer that says one more word every half second, without end.
+    Drip,
 }
 
 /// A stand-in for an OpenAI-compatible chat-completions endpoint: records every request
@@ -878,15 +880,19 @@ impl MockLlm {
                         next = Some(*inner);
                     }
                     let reply = next.unwrap_or(MockReply::Text("done".into()));
-                    if let MockReply::Murmur = &reply {
-                        let comments = futures::stream::unfold((), |()| async {
+                    if let MockReply::Murmur | MockReply::Drip = &reply {
+                        let said = match &reply {
+                            MockReply::Drip => sse_chunk(&model, json!({"content": "and "})),
+                            _ => ": still here\n".to_owned(),
+                        };
+                        let events = futures::stream::unfold(said, |said| async {
                             tokio::time::sleep(Duration::from_millis(500)).await;
-                            Some((Ok::<_, std::io::Error>(": still here\n"), ()))
+                            Some((Ok::<_, std::io::Error>(said.clone()), said))
                         });
                         return axum::response::Response::builder()
                             .status(200)
                             .header("content-type", "text/event-stream")
-                            .body(axum::body::Body::from_stream(comments))
+                            .body(axum::body::Body::from_stream(events))
                             .unwrap_or_default();
                     }
                     if let MockReply::Stall(text) = &reply {
@@ -942,7 +948,8 @@ impl MockLlm {
                         MockReply::Hang(_)
                         | MockReply::Delayed(..)
                         | MockReply::Stall(_)
-                        | MockReply::Murmur => {
+                        | MockReply::Murmur
+                        | MockReply::Drip => {
                             String::new()
                         }
                     };

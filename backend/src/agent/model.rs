@@ -231,6 +231,8 @@ pub enum ModelError {
     Stalled(std::time::Duration),
     #[error("the model's answer passed {0} bytes")]
     TooLong(usize),
+    #[error("the model's answer took longer than {} s in all", .0.as_secs())]
+    Overran(std::time::Duration),
 }
 
 impl ModelError {
@@ -249,6 +251,10 @@ impl ModelError {
             ModelError::TooLong(limit) => format!(
                 "the model's answer was longer than toolgate takes ({} MiB)",
                 limit >> 20
+            ),
+            ModelError::Overran(limit) => format!(
+                "the model's answer took longer than toolgate waits for one ({} s)",
+                limit.as_secs()
             ),
         }
     }

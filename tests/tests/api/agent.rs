@@ -1073,6 +1073,11 @@ async fn a_model_that_goes_quiet_or_answers_without_end_fails_the_run_and_frees_
         ),
         // Comments are no answer, however often they come.
         (MockReply::Murmur, "stopped answering (nothing for 2 s)"),
+        // Words, each in time, without end: the answer's own limit ends them.
+        (
+            MockReply::Drip,
+            "took longer than toolgate waits for one (4 s)",
+        ),
         (MockReply::Text(huge), "longer than toolgate takes (8 MiB)"),
         // One event without end (past 1 MiB), and endless comments: cut off by size.
         (
@@ -1108,7 +1113,20 @@ async fn a_model_that_goes_quiet_or_answers_without_end_fails_the_run_and_frees_
         ),
     ];
     for (reply, expected) in cases {
-        let setup = with_mock_model(vec![reply], &[("TOOLGATE_LLM_TIMEOUT", "2s")]).await;
+        // Short for the drip only: a loaded machine may read 8 MiB for longer.
+        let answer_limit = if matches!(reply, MockReply::Drip) {
+            "4s"
+        } else {
+            "60m"
+        };
+        let setup = with_mock_model(
+            vec![reply],
+            &[
+                ("TOOLGATE_LLM_TIMEOUT", "2s"),
+                ("TOOLGATE_LLM_ANSWER_TIMEOUT", answer_limit),
+            ],
+        )
+        .await;
         let server = &setup.server;
         let (_, token) = server.new_user("quiet-model").await;
         let conversation = server.new_conversation(&token).await;
@@ -1120,9 +1138,10 @@ async fn a_model_that_goes_quiet_or_answers_without_end_fails_the_run_and_frees_
         assert_eq!(failed["status"], "failed", "{failed}");
         let error = failed["error"].as_str().unwrap_or_default();
         assert!(error.contains(expected), "{expected} in {error}");
-        // A quiet endpoint is given up on after the quiet limit, not later; the other
-        // two end by size, whatever the time (a loaded machine reads 8 MiB slowly).
-        if expected.starts_with("stopped answering") {
+        // A quiet endpoint is given up on after the quiet limit and a dripping one after
+        // the answer's, not later; the others end by size, whatever the time (a loaded
+        // machine reads 8 MiB slowly).
+        if expected.starts_with("stopped answering") || expected.starts_with("took longer") {
             assert!(
                 started.elapsed() < Duration::from_secs(20),
                 "{:?}",

@@ -373,6 +373,7 @@ mod tests {
             long_context_model: None,
             long_context_threshold: 12_000,
             quiet_limit: std::time::Duration::from_secs(300),
+            answer_limit: std::time::Duration::from_secs(3600),
         }
     }
 

@@ -17,6 +17,7 @@ pub fn from_config(config: &LlmConfig) -> anyhow::Result<Arc<dyn ModelProvider>>
             config.api_key.as_deref(),
             config.model.as_deref().unwrap_or("gpt-4o-mini"),
             config.quiet_limit,
+            config.answer_limit,
         )?),
         None => Arc::new(offline::OfflineModel),
     })

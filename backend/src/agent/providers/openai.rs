@@ -4,8 +4,9 @@
 //! work. A 429 or 5xx answer, or a connection refused, is tried again with exponential
 //! backoff (at most three times). An endpoint that goes quiet (before its answer starts
 //! or in the middle of it) for longer than the configured timeout, or whose answer grows
-//! past [`MAX_REPLY_BYTES`], fails the step: a run never waits on it without end,
-//! holding its conversation.
+//! past [`MAX_REPLY_BYTES`], or that takes longer in all than the configured answer
+//! limit (a slow drip of small events, each in time), fails the step: a run never
+//! waits on it without end, holding its conversation.
 
 use std::time::Duration;
 
@@ -55,6 +56,8 @@ pub struct OpenAiCompatible {
     model: String,
     /// Longest the endpoint may send nothing, before its answer or within it.
     quiet_limit: Duration,
+    /// Longest one answer may take in all, retries included.
+    answer_limit: Duration,
 }
 
 impl OpenAiCompatible {
@@ -63,6 +66,7 @@ impl OpenAiCompatible {
         api_key: Option<&str>,
         model: &str,
         quiet_limit: Duration,
+        answer_limit: Duration,
     ) -> anyhow::Result<Self> {
         // A redirect is not followed: the key goes to the configured endpoint only.
         let http = reqwest::Client::builder()
@@ -75,6 +79,7 @@ impl OpenAiCompatible {
             api_key: api_key.filter(|key| !key.is_empty()).map(str::to_owned),
             model: model.to_owned(),
             quiet_limit,
+            answer_limit,
         })
     }
 
@@ -110,6 +115,69 @@ impl OpenAiCompatible {
             tries += 1;
         }
     }
+
+    /// Asks for one answer and reads it as it streams.
+    async fn answer(
+        &self,
+        request: &ModelRequest,
+        deltas: DeltaSink<'_>,
+    ) -> Result<ModelReply, ModelError> {
+        let body = request_body(request);
+        let quiet = self.quiet_limit;
+        let stalled = |_| ModelError::Stalled(quiet);
+        let response = tokio::time::timeout(quiet, self.send(&body))
+            .await
+            .map_err(stalled)??;
+        let mut stream = response.bytes_stream();
+        let mut answer = Answer {
+            reply: ModelReply {
+                model: request.model.clone(),
+                ..ModelReply::default()
+            },
+            calls: Vec::new(),
+            received: 0,
+            events: 0,
+            done: false,
+            deltas,
+        };
+        let mut events = EventReader::new(MAX_EVENT_BYTES);
+        let mut streamed = 0usize;
+        // Quiet means no event: bytes that never make one (comments, an event sent a
+        // byte at a time) do not keep the answer going.
+        let mut quiet_until = tokio::time::Instant::now() + quiet;
+        while !answer.done {
+            let Some(bytes) = tokio::time::timeout_at(quiet_until, stream.next())
+                .await
+                .map_err(stalled)?
+            else {
+                break;
+            };
+            let bytes = bytes
+                .map_err(|err| ModelError::Malformed(format!("the answer broke off: {err}")))?;
+            streamed += bytes.len();
+            if streamed > MAX_STREAM_BYTES {
+                return Err(ModelError::TooLong(MAX_REPLY_BYTES));
+            }
+            let before = answer.events;
+            events.feed(&bytes, |event| answer.take(event))?;
+            if answer.events > before {
+                quiet_until = tokio::time::Instant::now() + quiet;
+            }
+        }
+        // The last event may come without the blank line after it; one cut off
+        // within its JSON fails as it is read.
+        if !answer.done
+            && let Some(last) = events.finish()
+        {
+            answer.take(last)?;
+        }
+        // A body that held no event (a plain JSON answer, a proxy's page) is none.
+        if answer.events == 0 {
+            return Err(ModelError::Malformed("the answer held no event".to_owned()));
+        }
+        answer.reply.tool_calls = answer.calls.into_iter().map(PartialCall::finish).collect();
+        Ok(answer.reply)
+    }
 }
 
 impl ModelProvider for OpenAiCompatible {
@@ -127,61 +195,10 @@ impl ModelProvider for OpenAiCompatible {
         deltas: DeltaSink<'a>,
     ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
         Box::pin(async move {
-            let body = request_body(request);
-            let quiet = self.quiet_limit;
-            let stalled = |_| ModelError::Stalled(quiet);
-            let response = tokio::time::timeout(quiet, self.send(&body))
+            // However steadily it comes: a drip of small events, each in time, ends too.
+            tokio::time::timeout(self.answer_limit, self.answer(request, deltas))
                 .await
-                .map_err(stalled)??;
-            let mut stream = response.bytes_stream();
-            let mut answer = Answer {
-                reply: ModelReply {
-                    model: request.model.clone(),
-                    ..ModelReply::default()
-                },
-                calls: Vec::new(),
-                received: 0,
-                events: 0,
-                done: false,
-                deltas,
-            };
-            let mut events = EventReader::new(MAX_EVENT_BYTES);
-            let mut streamed = 0usize;
-            // Quiet means no event: bytes that never make one (comments, an event sent a
-            // byte at a time) do not keep the answer going.
-            let mut quiet_until = tokio::time::Instant::now() + quiet;
-            while !answer.done {
-                let Some(bytes) = tokio::time::timeout_at(quiet_until, stream.next())
-                    .await
-                    .map_err(stalled)?
-                else {
-                    break;
-                };
-                let bytes = bytes
-                    .map_err(|err| ModelError::Malformed(format!("the answer broke off: {err}")))?;
-                streamed += bytes.len();
-                if streamed > MAX_STREAM_BYTES {
-                    return Err(ModelError::TooLong(MAX_REPLY_BYTES));
-                }
-                let before = answer.events;
-                events.feed(&bytes, |event| answer.take(event))?;
-                if answer.events > before {
-                    quiet_until = tokio::time::Instant::now() + quiet;
-                }
-            }
-            // The last event may come without the blank line after it; one cut off
-            // within its JSON fails as it is read.
-            if !answer.done
-                && let Some(last) = events.finish()
-            {
-                answer.take(last)?;
-            }
-            // A body that held no event (a plain JSON answer, a proxy's page) is none.
-            if answer.events == 0 {
-                return Err(ModelError::Malformed("the answer held no event".to_owned()));
-            }
-            answer.reply.tool_calls = answer.calls.into_iter().map(PartialCall::finish).collect();
-            Ok(answer.reply)
+                .map_err(|_| ModelError::Overran(self.answer_limit))?
         })
     }
 }
