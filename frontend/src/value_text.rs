@@ -1,5 +1,7 @@
 //! JSON values as a person reads them.
 
+use leptos::prelude::*;
+use protocol::unseen;
 use serde_json::Value;
 
 /// A JSON value as a person reads it: strings bare, the rest as JSON.
@@ -22,4 +24,23 @@ pub fn compact(value: &Value) -> String {
 /// Indented JSON, for a value shown whole.
 pub fn pretty(value: &impl serde::Serialize) -> String {
     serde_json::to_string_pretty(value).unwrap_or_default()
+}
+
+/// `text` as a person deciding on it must read it ([`unseen::written_out`]), when that
+/// differs from what an input shows of it: hidden or reordering characters act there,
+/// and look-alike letters pass for the letters they imitate.
+pub fn revealed(text: &str) -> Option<String> {
+    let shown = unseen::written_out(text);
+    (shown != text).then_some(shown)
+}
+
+/// The note beneath an input whose text [`revealed`] writes out: what will be sent.
+#[component]
+pub fn RevealedNote(text: String, testid: &'static str) -> impl IntoView {
+    view! {
+        <p class="help revealed" data-testid=testid>
+            "Holds characters that cannot be seen, or letters that only look Latin; it reads: "
+            <code>{text}</code>
+        </p>
+    }
 }

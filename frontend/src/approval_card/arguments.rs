@@ -11,7 +11,7 @@ use protocol::unseen;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::value_text;
+use crate::value_text::{self, RevealedNote};
 
 /// How an argument is edited.
 #[derive(Clone, Debug, PartialEq)]
@@ -220,11 +220,7 @@ pub(super) fn ArgInput(
     // holds one.
     let reads_as = Memo::new(move |_| {
         let name = name.get_value();
-        drafts.with(|d| {
-            let text = d.get(&name)?;
-            let shown = unseen::written_out(text);
-            (shown != *text).then_some(shown)
-        })
+        drafts.with(|d| value_text::revealed(d.get(&name)?))
     });
     let control = match arg.editor.clone() {
         Editor::Choice(options) => {
@@ -300,14 +296,7 @@ pub(super) fn ArgInput(
             {move || {
                 reads_as
                     .get()
-                    .map(|text| {
-                        view! {
-                            <p class="help revealed" data-testid="approval-arg-revealed">
-                                "Holds characters that cannot be seen, or letters that only look Latin; it reads: "
-                                <code>{text}</code>
-                            </p>
-                        }
-                    })
+                    .map(|text| view! { <RevealedNote text testid="approval-arg-revealed"/> })
             }}
             {help.map(|text| view! { <p class="help" id=help_id>{text}</p> })}
             <p

@@ -12,6 +12,7 @@ use uuid::Uuid;
 
 use super::controls::control;
 use crate::focus;
+use crate::value_text::{self, RevealedNote};
 
 /// The words under a field that will be remembered.
 pub(super) fn remember_note(scope: SaveFor) -> Option<&'static str> {
@@ -150,6 +151,22 @@ pub(super) fn FieldRow(field: FieldSpec, form: CardForm) -> impl IntoView {
     let is_group = field.kind == FieldType::Multiselect;
     let is_check = field.kind == FieldType::Boolean;
     let control = control(&field, form, &id, described_by, error);
+    // A text shows hidden or reordering characters as they act, and look-alike letters
+    // as the letters they imitate, whoever wrote it (the model proposing it, the card's
+    // maker as its default, a paste): what will be sent is written out beneath it
+    // whenever it holds one. Never a secret's, which is not shown at all.
+    let shows_text = matches!(
+        field.kind,
+        FieldType::Text | FieldType::Textarea | FieldType::Email | FieldType::Url
+    );
+    let revealed_name = name.clone();
+    let reads_as = Memo::new(move |_| {
+        if !shows_text {
+            return None;
+        }
+        form.values
+            .with(|values| value_text::revealed(values.get(&revealed_name)?.as_str()?))
+    });
     let label_view = if is_group {
         view! {
             <legend class="field-label">
@@ -177,6 +194,11 @@ pub(super) fn FieldRow(field: FieldSpec, form: CardForm) -> impl IntoView {
     let inner = view! {
         {label_view}
         {control}
+        {move || {
+            reads_as
+                .get()
+                .map(|text| view! { <RevealedNote text testid="field-revealed"/> })
+        }}
         {field
             .description
             .clone()

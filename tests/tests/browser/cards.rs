@@ -661,3 +661,78 @@ async fn every_input_of_a_card_has_an_id_of_its_own() {
     .await
     .expect("focus on the multiselect");
 }
+
+/// A card's text that holds a character that hides or reorders text, or letters that
+/// only look Latin, is written out beneath its input as it will be sent: a default the
+/// card's maker chose (as a model's proposal is shown) and what the user pastes alike.
+/// A secret is never written out, nor a plain text.
+#[tokio::test]
+async fn a_cards_text_with_hidden_characters_is_written_out_beneath_it() {
+    let Some(fx) = Fixture::start("card_hidden_text").await else {
+        return;
+    };
+    let b = fx.browser().await;
+    let id = call_id();
+    open_with_requests(&fx, &b, |c| {
+        vec![json!({
+            "action": "create_request", "conversation_id": c, "tool_name": "send_invoice",
+            "tool_call_id": id, "reason": "Where to send the invoice",
+            "fields": [
+                // Past the override the rest reads right to left: "invoice-exe.pdf".
+                {"name": "file", "label": "File", "type": "text",
+                 "default": "invoice-\u{202E}fdp.exe"},
+                {"name": "payee", "label": "Payee", "type": "text", "default": "acme.com"},
+                {"name": "notes", "label": "Notes", "type": "textarea", "required": false},
+                {"name": "key", "label": "Key", "type": "secret", "required": false}
+            ]
+        })]
+    })
+    .await;
+    let field = |name: &str| format!("{} [data-testid=field][data-field={name}]", card(&id));
+    let revealed = b
+        .wait_for(&format!(
+            "{} [data-testid=field-revealed] code",
+            field("file")
+        ))
+        .await
+        .expect("the default written out");
+    assert_eq!(
+        revealed.text().await.expect("text"),
+        "invoice-⟨U+202E⟩fdp.exe"
+    );
+    // As if pasted: a look-alike letter in a Latin word, and a hidden character in a secret.
+    for (name, text) in [
+        ("notes", "pay to ac\\u0441ount 7"),
+        ("key", "s3\\u200Bcret"),
+    ] {
+        b.execute(
+            &format!(
+                "const input = document.querySelector({});\
+                 input.value = '{text}';\
+                 input.dispatchEvent(new Event('input', {{bubbles: true}}));",
+                json!(format!("{} [data-testid=field-input]", field(name)))
+            ),
+            vec![],
+        )
+        .await
+        .expect("type into the field");
+    }
+    let notes = b
+        .wait_for(&format!(
+            "{} [data-testid=field-revealed] code",
+            field("notes")
+        ))
+        .await
+        .expect("the pasted text written out");
+    assert_eq!(notes.text().await.expect("text"), "pay to ac⟨U+0441⟩ount 7");
+    for name in ["payee", "key"] {
+        assert!(
+            b.find_all(&format!("{} [data-testid=field-revealed]", field(name)))
+                .await
+                .expect("query")
+                .is_empty(),
+            "{name} is not written out"
+        );
+    }
+    b.quit().await;
+}
