@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use protocol::api::{RequestKind, ToolOutcome};
-use protocol::fields;
+use protocol::{fields, unseen};
 use serde_json::{Map, Value};
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -565,18 +565,87 @@ fn validate(
     // Only a call that waits for the user's yes is sent with them: the card must show
     // what runs, while a call that runs at once keeps the arguments as the model sent
     // them (a server may read an argument left out as "leave it as it is").
-    let written = with_server_defaults(tool, model_arguments, values.clone());
-    Ok(if tool.needs_approval(&written) {
-        Validated {
+    let left_out = left_out_defaults(tool, &model_arguments, &values);
+    let written = with_server_defaults(tool, &left_out, model_arguments, values.clone());
+    if tool.needs_approval(&written) {
+        return Ok(Validated {
             values: written,
             waits: true,
-        }
-    } else {
-        Validated {
-            values,
-            waits: false,
-        }
+        });
+    }
+    if let Some(refusal) = unshown_deciding_defaults(tool, &written, left_out) {
+        return Err(refusal);
+    }
+    Ok(Validated {
+        values,
+        waits: false,
     })
+}
+
+/// Why a call that does not wait as written out cannot run: its server would fill in a
+/// default that makes it wait, which the card could not show (past the most written
+/// out, or breaking the schema beside the model's arguments). Neither run unasked nor
+/// ask with the deciding value unseen; the model may send the argument itself.
+fn unshown_deciding_defaults(
+    tool: &Tool,
+    written: &Map<String, Value>,
+    left_out: Map<String, Value>,
+) -> Option<String> {
+    let mut probe = written.clone();
+    let mut deciding = Vec::new();
+    for (name, default) in left_out {
+        // Written out already; one sent as `null` is not.
+        if given(written, &name) {
+            continue;
+        }
+        probe.insert(name.clone(), default);
+        if tool.needs_approval(&probe) {
+            deciding.push(name.clone());
+        }
+        probe.remove(&name);
+    }
+    if deciding.is_empty() {
+        return None;
+    }
+    const NAMED: usize = 5;
+    let mut named: Vec<String> = deciding
+        .iter()
+        .take(NAMED)
+        .map(|name| {
+            // A server's name, as long as it likes: the model reads a bounded part.
+            let shown: String = unseen::written_out(name).chars().take(80).collect();
+            format!("`{shown}`")
+        })
+        .collect();
+    if deciding.len() > NAMED {
+        named.push(format!("{} more", deciding.len() - NAMED));
+    }
+    Some(format!(
+        "the tool's server would fill {} with a default that needs the user's approval, \
+         and that default cannot be shown to them; send {} explicitly",
+        named.join(", "),
+        if deciding.len() == 1 { "it" } else { "them" }
+    ))
+}
+
+/// Every default the tool's server declares for what the call left out (or sent as
+/// `null`), however many and whether or not they fit its schema: what the server runs
+/// with, which decides whether the call waits even where the card cannot show it.
+fn left_out_defaults(
+    tool: &Tool,
+    model_arguments: &Map<String, Value>,
+    values: &Map<String, Value>,
+) -> Map<String, Value> {
+    tool.server_defaults()
+        .into_iter()
+        .filter(|(name, _)| !given(values, name) && !given(model_arguments, name))
+        .collect()
+}
+
+/// Whether `map` gives `name` a value: `null` counts as left out, as many a server
+/// reads it (`args.mode ?? "delete"`).
+fn given(map: &Map<String, Value>, name: &str) -> bool {
+    map.get(name).is_some_and(|value| !value.is_null())
 }
 
 /// Whether [`validate`] writes out the server's defaults for what a call left out.
@@ -600,16 +669,15 @@ const MOST_DEFAULTS: usize = 64;
 /// (which cannot be stored), is left to the server as before.
 fn with_server_defaults(
     tool: &Tool,
+    left_out: &Map<String, Value>,
     mut model_arguments: Map<String, Value>,
     mut values: Map<String, Value>,
 ) -> Map<String, Value> {
-    let given = |map: &Map<String, Value>, name: &str| map.get(name).is_some_and(|v| !v.is_null());
-    let defaults: Vec<(String, Value)> = tool
-        .server_defaults()
-        .into_iter()
-        .filter(|(name, _)| !given(&values, name) && !given(&model_arguments, name))
+    let defaults: Vec<(String, Value)> = left_out
+        .iter()
         .filter(|(name, default)| !name.contains('\0') && !holds_nul(default))
         .take(MOST_DEFAULTS)
+        .map(|(name, default)| (name.clone(), default.clone()))
         .collect();
     if defaults.is_empty() {
         return values;
@@ -964,6 +1032,79 @@ url = "https://api.example.com/pay/{account_id}"
         assert!(filled.ignored.is_empty());
     }
 
+    /// `arguments` (the model's, all of them) with the server's defaults written out.
+    fn written_out(tool: &Tool, arguments: Map<String, Value>) -> Map<String, Value> {
+        let left_out = left_out_defaults(tool, &arguments, &arguments);
+        with_server_defaults(tool, &left_out, arguments.clone(), arguments)
+    }
+
+    /// An MCP tool that waits for approval when `mode` is `delete`, its server's default
+    /// (`modes`: the values its schema takes); beside `mode`, `options` more defaulted
+    /// arguments whose names sort before it.
+    fn deleting_tool(options: usize, modes: Value) -> Tool {
+        let mut properties: Map<String, Value> = (0..options)
+            .map(|i| {
+                (
+                    format!("a_{i:03}"),
+                    json!({"type": "integer", "default": i}),
+                )
+            })
+            .collect();
+        properties.insert("mode".into(), json!({"enum": modes, "default": "delete"}));
+        Tool::assemble(crate::tools::registry::ToolParts {
+            name: "t__clean_up".into(),
+            description: "Cleans up".into(),
+            parameters: json!({"type": "object", "properties": properties}),
+            input_spec: None,
+            enabled: true,
+            key_argument: None,
+            approval: Some(
+                serde_json::from_value(json!({"when": [{"field": "mode", "equals": "delete"}]}))
+                    .expect("approval"),
+            ),
+            origin: crate::tools::registry::ToolOrigin::Mcp { server: "t".into() },
+            runner: Runner::Mcp(McpTarget {
+                server: "t".into(),
+                remote_name: "clean_up".into(),
+            }),
+        })
+        .expect("tool")
+    }
+
+    /// A default that makes a call wait is never left to the server unseen: past the
+    /// most written out, or breaking the schema, the call is refused (and sent with the
+    /// argument given, it waits as any other); one written out makes it wait.
+    #[test]
+    fn a_default_that_decides_approval_is_never_left_to_the_server_unseen() {
+        let outcome = |tool: &Tool, arguments: Value| {
+            let call = call(Uuid::nil(), &tool.name, "call_1", arguments);
+            validate(tool, &call, call.arguments.clone(), Defaults::WhenAsking)
+                .map(|validated| (validated.waits, validated.values.get("mode").cloned()))
+        };
+        let modes = json!(["archive", "delete"]);
+        let few = deleting_tool(3, modes.clone());
+        assert_eq!(outcome(&few, json!({})), Ok((true, Some(json!("delete")))));
+        let many = deleting_tool(MOST_DEFAULTS + 1, modes.clone());
+        // Past the most written out, or breaking the schema (`delete` not among them).
+        for tool in [&many, &deleting_tool(0, json!(["archive"]))] {
+            let refused = outcome(tool, json!({})).expect_err("refused");
+            assert!(refused.contains("`mode`"), "{refused}");
+        }
+        // Sent as `null` where the schema takes one (`Optional[...] = "delete"`): left
+        // out, as its server reads it.
+        let nullable = deleting_tool(MOST_DEFAULTS + 1, json!(["archive", "delete", null]));
+        let refused = outcome(&nullable, json!({"mode": null})).expect_err("refused");
+        assert!(refused.contains("`mode`"), "{refused}");
+        assert_eq!(
+            outcome(&many, json!({"mode": "delete"})),
+            Ok((true, Some(json!("delete"))))
+        );
+        assert_eq!(
+            outcome(&many, json!({"mode": "archive"})),
+            Ok((false, Some(json!("archive"))))
+        );
+    }
+
     /// An MCP tool whose input schema has `count` optional integer arguments, each with
     /// a default; `odd_ones_break` gives every odd one a default its own schema refuses.
     fn tool_with_defaults(count: usize, odd_ones_break: bool) -> Tool {
@@ -1002,14 +1143,14 @@ url = "https://api.example.com/pay/{account_id}"
     #[test]
     fn at_most_so_many_server_defaults_are_written_out() {
         let tool = tool_with_defaults(MOST_DEFAULTS * 3, false);
-        let written = with_server_defaults(&tool, Map::new(), Map::new());
+        let written = written_out(&tool, Map::new());
         assert_eq!(written.len(), MOST_DEFAULTS);
         // The model's own arguments are never replaced, and do not count.
         let model = json!({"option_000": 7})
             .as_object()
             .cloned()
             .unwrap_or_default();
-        let written = with_server_defaults(&tool, model.clone(), model);
+        let written = written_out(&tool, model);
         assert_eq!(written.get("option_000"), Some(&json!(7)));
         assert_eq!(written.len(), MOST_DEFAULTS + 1);
     }
@@ -1019,7 +1160,7 @@ url = "https://api.example.com/pay/{account_id}"
     #[test]
     fn a_default_that_breaks_the_schema_is_left_to_the_server() {
         let tool = tool_with_defaults(6, true);
-        let written = with_server_defaults(&tool, Map::new(), Map::new());
+        let written = written_out(&tool, Map::new());
         let names: Vec<&str> = written.keys().map(String::as_str).collect();
         assert_eq!(names, ["option_000", "option_002", "option_004"]);
     }
