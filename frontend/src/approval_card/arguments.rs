@@ -208,19 +208,24 @@ pub(super) fn ArgInput(
         }
         (None, false) => None,
     };
+    let revealed_id = format!("{id}-revealed");
     let described_by = if help.is_some() {
-        format!("{help_id} {error_id}")
+        format!("{help_id} {revealed_id} {error_id}")
     } else {
-        error_id.clone()
+        format!("{revealed_id} {error_id}")
     };
     let testid = format!("approval-arg-{}", arg.name);
     let locked = move || sending.get().is_some();
     // An input shows hidden or reordering characters as they act, and look-alike letters
     // as the letters they imitate: what will run is written out beneath it whenever it
     // holds one.
+    let one_line = matches!(
+        arg.editor,
+        Editor::Text { multiline: false } | Editor::Json { multiline: false }
+    );
     let reads_as = Memo::new(move |_| {
         let name = name.get_value();
-        drafts.with(|d| value_text::revealed(d.get(&name)?))
+        drafts.with(|d| value_text::revealed(d.get(&name)?, one_line))
     });
     let control = match arg.editor.clone() {
         Editor::Choice(options) => {
@@ -296,7 +301,15 @@ pub(super) fn ArgInput(
             {move || {
                 reads_as
                     .get()
-                    .map(|text| view! { <RevealedNote text testid="approval-arg-revealed"/> })
+                    .map(|text| {
+                        view! {
+                            <RevealedNote
+                                text
+                                id=revealed_id.clone()
+                                testid="approval-arg-revealed"
+                            />
+                        }
+                    })
             }}
             {help.map(|text| view! { <p class="help" id=help_id>{text}</p> })}
             <p

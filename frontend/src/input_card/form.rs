@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use leptos::prelude::*;
-use protocol::fields::{FieldErrors, is_empty, with_defaults};
+use protocol::fields::{FieldErrors, is_empty, validate_field, with_defaults};
 use protocol::{FieldSpec, FieldType, SaveFor, is_visible};
 use serde_json::{Map, Value};
 use uuid::Uuid;
@@ -34,10 +34,17 @@ pub(super) fn part_id(input_id: &str, part: impl std::fmt::Display) -> String {
     format!("{input_id}:{part}")
 }
 
-/// What a card starts with: defaults, and `false` for a checkbox nobody has ticked.
+/// What a card starts with: defaults in their normal form, and `false` for a checkbox
+/// nobody has ticked. A default as its maker wrote it (`"+5"`, `" 2030-01-01"`) may be
+/// one an input cannot show, which would show it empty while sending it.
 pub(super) fn initial_values(fields: &[FieldSpec]) -> Map<String, Value> {
     let mut values = with_defaults(fields, &Map::new());
     for field in fields {
+        if let Some(value) = values.get_mut(&field.name)
+            && let Ok(Some(normal)) = validate_field(field, Some(value))
+        {
+            *value = normal;
+        }
         if field.kind == FieldType::Boolean && !values.contains_key(&field.name) {
             values.insert(field.name.clone(), Value::Bool(false));
         }
@@ -136,8 +143,20 @@ pub(super) fn FieldRow(field: FieldSpec, form: CardForm) -> impl IntoView {
     let error = Memo::new(move |_| form.error(&error_name));
     let scope = field.save_for.unwrap_or(form.save_for);
     let warning_id = part_id(&id, "warning");
+    let revealed_id = part_id(&id, "revealed");
+    // A text shows hidden or reordering characters as they act, and look-alike letters
+    // as the letters they imitate, whoever wrote it (the model proposing it, the card's
+    // maker as its default, a paste): what will be sent is written out beneath it
+    // whenever it holds one. Never a secret's, which is not shown at all.
+    let shows_text = matches!(
+        field.kind,
+        FieldType::Text | FieldType::Textarea | FieldType::Email | FieldType::Url
+    );
     let described_by = {
         let mut ids = vec![error_id.clone()];
+        if shows_text {
+            ids.insert(0, revealed_id.clone());
+        }
         if field.warning.is_some() {
             ids.insert(0, warning_id.clone());
         }
@@ -151,21 +170,14 @@ pub(super) fn FieldRow(field: FieldSpec, form: CardForm) -> impl IntoView {
     let is_group = field.kind == FieldType::Multiselect;
     let is_check = field.kind == FieldType::Boolean;
     let control = control(&field, form, &id, described_by, error);
-    // A text shows hidden or reordering characters as they act, and look-alike letters
-    // as the letters they imitate, whoever wrote it (the model proposing it, the card's
-    // maker as its default, a paste): what will be sent is written out beneath it
-    // whenever it holds one. Never a secret's, which is not shown at all.
-    let shows_text = matches!(
-        field.kind,
-        FieldType::Text | FieldType::Textarea | FieldType::Email | FieldType::Url
-    );
+    let one_line = field.kind != FieldType::Textarea;
     let revealed_name = name.clone();
     let reads_as = Memo::new(move |_| {
         if !shows_text {
             return None;
         }
         form.values
-            .with(|values| value_text::revealed(values.get(&revealed_name)?.as_str()?))
+            .with(|values| value_text::revealed(values.get(&revealed_name)?.as_str()?, one_line))
     });
     let label_view = if is_group {
         view! {
@@ -197,7 +209,9 @@ pub(super) fn FieldRow(field: FieldSpec, form: CardForm) -> impl IntoView {
         {move || {
             reads_as
                 .get()
-                .map(|text| view! { <RevealedNote text testid="field-revealed"/> })
+                .map(|text| {
+                    view! { <RevealedNote text id=revealed_id.clone() testid="field-revealed"/> }
+                })
         }}
         {field
             .description
@@ -268,6 +282,23 @@ mod tests {
         assert_eq!(values.get("n"), Some(&json!(3)));
         assert_eq!(values.get("b"), Some(&json!(false)));
         assert_eq!(values.get("t"), None);
+    }
+
+    #[test]
+    fn a_card_starts_from_defaults_as_they_will_be_sent() {
+        // As written, an input would show these empty and the card send them anyway.
+        let fields: Vec<FieldSpec> = serde_json::from_value(json!([
+            {"name": "n", "type": "number", "default": "+5"},
+            {"name": "i", "type": "integer", "default": " 7"},
+            {"name": "d", "type": "date", "default": " 2030-01-01"},
+            {"name": "t", "type": "text", "default": 12}
+        ]))
+        .expect("fields");
+        let values = initial_values(&fields);
+        assert_eq!(values.get("n"), Some(&json!(5)));
+        assert_eq!(values.get("i"), Some(&json!(7)));
+        assert_eq!(values.get("d"), Some(&json!("2030-01-01")));
+        assert_eq!(values.get("t"), Some(&json!("12")));
     }
 
     #[test]

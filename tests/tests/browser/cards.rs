@@ -664,8 +664,9 @@ async fn every_input_of_a_card_has_an_id_of_its_own() {
 
 /// A card's text that holds a character that hides or reorders text, or letters that
 /// only look Latin, is written out beneath its input as it will be sent: a default the
-/// card's maker chose (as a model's proposal is shown) and what the user pastes alike.
-/// A secret is never written out, nor a plain text.
+/// card's maker chose (as a model's proposal is shown) and what the user pastes alike,
+/// and a line break in a one-line input, which shows none. A secret is never written
+/// out, nor a plain text.
 #[tokio::test]
 async fn a_cards_text_with_hidden_characters_is_written_out_beneath_it() {
     let Some(fx) = Fixture::start("card_hidden_text").await else {
@@ -682,6 +683,9 @@ async fn a_cards_text_with_hidden_characters_is_written_out_beneath_it() {
                 {"name": "file", "label": "File", "type": "text",
                  "default": "invoice-\u{202E}fdp.exe"},
                 {"name": "payee", "label": "Payee", "type": "text", "default": "acme.com"},
+                // A one-line input shows no line break: "alice@corp.combob@evil.com".
+                {"name": "to", "label": "To", "type": "text",
+                 "default": "alice@corp.com\nbob@evil.com"},
                 {"name": "notes", "label": "Notes", "type": "textarea", "required": false},
                 {"name": "key", "label": "Key", "type": "secret", "required": false}
             ]
@@ -699,6 +703,29 @@ async fn a_cards_text_with_hidden_characters_is_written_out_beneath_it() {
     assert_eq!(
         revealed.text().await.expect("text"),
         "invoice-⟨U+202E⟩fdp.exe"
+    );
+    // Read out with the input, too.
+    let described_by = b
+        .execute(
+            "const row = document.querySelector(arguments[0]);\
+             const note = row.querySelector('[data-testid=field-revealed]');\
+             return row.querySelector('input').getAttribute('aria-describedby')\
+               .split(' ').includes(note.id);",
+            vec![json!(field("file"))],
+        )
+        .await
+        .expect("described by");
+    assert_eq!(described_by, json!(true));
+    let to = b
+        .wait_for(&format!(
+            "{} [data-testid=field-revealed] code",
+            field("to")
+        ))
+        .await
+        .expect("the line break written out");
+    assert_eq!(
+        to.text().await.expect("text"),
+        "alice@corp.com⟨U+000A⟩bob@evil.com"
     );
     // As if pasted: a look-alike letter in a Latin word, and a hidden character in a secret.
     for (name, text) in [
