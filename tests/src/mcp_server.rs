@@ -16,7 +16,7 @@ use rmcp::model::{
     DiscoverRequestMethod, DiscoverResult, ElicitRequest, ElicitRequestParams, ElicitResult,
     ElicitationSchema, Implementation, InitializeRequestParams, InitializeResult, InputRequest,
     InputRequiredResult, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
-    ServerNotification, Tool, ToolAnnotations,
+    ServerNotification, ServerRequest, Tool, ToolAnnotations,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -272,6 +272,18 @@ impl TestTools {
                 "ask_two_at_once",
                 "Asks the user two questions at the same time",
                 json!({}),
+            )
+            .annotate(read_only()),
+            tool(
+                "ask_nested",
+                "Asks a form with an object inside, which no client reads as an elicitation",
+                json!({}),
+            )
+            .annotate(read_only()),
+            tool(
+                "ask_later",
+                "Returns at once; after `ms`, asks a question outside any call and keeps its action (see recall)",
+                json!({"ms": {"type": "integer"}}),
             )
             .annotate(read_only()),
             tool(
@@ -909,6 +921,45 @@ impl ServerHandler for TestTools {
                         .to_owned()
                 };
                 Ok(text(format!("words: {} {}", word(&first?), word(&second?))))
+            }
+            "ask_nested" => {
+                let params = json!({"mode": "form", "message": "Where to?",
+                    "requestedSchema": {"type": "object", "properties": {"address": {
+                        "type": "object", "properties": {"street": {"type": "string"}}}}}});
+                let answer = context
+                    .peer
+                    .send_request(ServerRequest::CustomRequest(
+                        rmcp::model::CustomRequest::new("elicitation/create", Some(params)),
+                    ))
+                    .await
+                    .map_err(failed)?;
+                Ok(text(format!(
+                    "answered: {}",
+                    serde_json::to_string(&answer).map_err(failed)?
+                )))
+            }
+            "ask_later" => {
+                let peer = context.peer.clone();
+                let after = Duration::from_millis(number(&arguments, "ms"));
+                tokio::spawn(async move {
+                    tokio::time::sleep(after).await;
+                    let said = match form(
+                        "A question outside any call",
+                        json!({"type": "object",
+                        "properties": {"word": {"type": "string"}}}),
+                    ) {
+                        Ok(params) => match peer.create_elicitation(params).await {
+                            Ok(answer) => serde_json::to_value(answer.action)
+                                .ok()
+                                .and_then(|action| action.as_str().map(str::to_owned))
+                                .unwrap_or_default(),
+                            Err(err) => format!("no answer: {err}"),
+                        },
+                        Err(err) => format!("no question: {err:?}"),
+                    };
+                    *KEPT.lock().unwrap_or_else(|p| p.into_inner()) = format!("later: {said}");
+                });
+                Ok(text("will ask"))
             }
             "ask_at_once" => {
                 let context = &context;

@@ -2234,6 +2234,59 @@ async fn an_elicitation_expires_no_later_than_its_servers_timeout() {
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
 }
 
+/// A question no user could see is cancelled, never declined: a form no client reads as
+/// an elicitation (an object inside it), and a question asked between calls.
+#[tokio::test]
+async fn questions_no_user_could_see_are_cancelled() {
+    let (setup, token, conversation) = ready(&stdio_server("t", ""), "mcp-unseen").await;
+    let server = &setup.server;
+    let (status, outcome) = server
+        .execute_tool(
+            &token,
+            &conversation,
+            "t__ask_nested",
+            "call_nested",
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{outcome}");
+    let said = outcome["result"]["text"].as_str().unwrap_or_default();
+    assert!(said.contains(r#""action":"cancel""#), "{outcome}");
+    let (_, outcome) = server
+        .execute_tool(
+            &token,
+            &conversation,
+            "t__ask_later",
+            "call_later",
+            json!({"ms": 300}),
+        )
+        .await;
+    assert_eq!(outcome["result"]["text"], "will ask", "{outcome}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    for n in 0.. {
+        let (_, recalled) = server
+            .execute_tool(
+                &token,
+                &conversation,
+                "t__recall",
+                &format!("call_recall_{n}"),
+                json!({}),
+            )
+            .await;
+        if recalled["result"]["text"] == "you kept later: cancel" {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{recalled}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        server
+            .pending_requests(&token, &conversation)
+            .await
+            .is_empty()
+    );
+}
+
 /// One call may ask 20 questions; one past them is cancelled at once, never declined
 /// (no user saw it), and never becomes a card.
 #[tokio::test]
