@@ -9,7 +9,7 @@ use std::sync::Arc;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use protocol::api::{InputRequest, RequestStatus};
-use protocol::fields::{FieldErrors, validate_inputs, with_cleared};
+use protocol::fields::{FieldErrors, is_empty, validate_inputs, with_cleared};
 use protocol::unseen;
 use uuid::Uuid;
 
@@ -383,6 +383,7 @@ pub fn InputCard(request_id: Uuid) -> impl IntoView {
                 <span aria-hidden="true">"⌛ "</span>
                 "This request expired before it was answered. Ask again to get a new one."
             </p>
+            <Unsent form/>
         }
         .into_any(),
         RequestStatus::Abandoned => view! {
@@ -390,6 +391,7 @@ pub fn InputCard(request_id: Uuid) -> impl IntoView {
                 <span aria-hidden="true">"– "</span>
                 "No longer needed: the assistant stopped before this was answered."
             </p>
+            <Unsent form/>
         }
         .into_any(),
         // Only approval requests end these ways; shown plainly should one ever come here.
@@ -510,6 +512,49 @@ fn submit_failed(
     }
 }
 
+/// What the user had typed into a card that ended unanswered (its time ran out, the
+/// assistant stopped), so that none of it is lost: a new card can take it again. Only
+/// what they changed (not what the card offered) in fields still shown; secrets are
+/// never shown back.
+#[component]
+fn Unsent(form: CardForm) -> impl IntoView {
+    let fields = form.fields.get_value();
+    let offered = initial_values(&fields);
+    let rows: Vec<(String, String)> = form.values.with_untracked(|values| {
+        fields
+            .iter()
+            .filter(|field| !field.is_secret() && form.visible(field))
+            .filter_map(|field| {
+                let value = values.get(&field.name).filter(|value| !is_empty(value))?;
+                (offered.get(&field.name) != Some(value)).then(|| {
+                    let shown = unseen::written_out(&value_text::plain(value));
+                    (field.label().to_owned(), shown)
+                })
+            })
+            .collect()
+    });
+    (!rows.is_empty()).then(|| {
+        view! {
+            <div class="card-unsent" data-testid="card-unsent">
+                <p class="hint">"What you had typed, not sent:"</p>
+                <dl class="sent-values">
+                    {rows
+                        .into_iter()
+                        .map(|(label, value)| {
+                            view! {
+                                <div class="sent-value">
+                                    <dt>{label}</dt>
+                                    <dd data-testid="unsent-value">{value}</dd>
+                                </div>
+                            }
+                        })
+                        .collect_view()}
+                </dl>
+            </div>
+        }
+    })
+}
+
 /// The compact card after a submit: what was sent, secrets never shown back.
 #[component]
 fn Completed(request: Memo<Option<InputRequest>>) -> impl IntoView {
@@ -523,10 +568,11 @@ fn Completed(request: Memo<Option<InputRequest>>) -> impl IntoView {
         .filter_map(|field| {
             // A cleared field is sent as `null`: nothing to show.
             let value = inputs.get(&field.name).filter(|value| !value.is_null())?;
+            // As the card showed it: hidden and reordering characters written out.
             let shown = if field.is_secret() {
                 "hidden".to_owned()
             } else {
-                value_text::plain(value)
+                unseen::written_out(&value_text::plain(value))
             };
             Some((field.label().to_owned(), shown, field.is_secret()))
         })

@@ -349,7 +349,7 @@ async fn server_field_errors_show_on_their_fields() {
 }
 
 #[tokio::test]
-async fn a_request_that_runs_out_of_time_while_shown_turns_expired() {
+async fn a_request_that_runs_out_of_time_while_shown_turns_expired_keeping_what_was_typed() {
     let Some(fx) = Fixture::start("expired").await else {
         return;
     };
@@ -363,7 +363,7 @@ async fn a_request_that_runs_out_of_time_while_shown_turns_expired() {
         .await
         .expect("db");
     sqlx::query(
-        "update tool_user_input_requests set expires_at = now() + interval '2 seconds' where tool_call_id = $1",
+        "update tool_user_input_requests set expires_at = now() + interval '15 seconds' where tool_call_id = $1",
     )
     .bind(&id)
     .execute(&mut db)
@@ -373,6 +373,13 @@ async fn a_request_that_runs_out_of_time_while_shown_turns_expired() {
     b.wait_for(&pending)
         .await
         .expect("still pending after the reload");
+    // What the user typed and could not send is shown once the card has ended.
+    b.find(&format!("{pending} input"))
+        .await
+        .expect("input")
+        .send_keys("9130346988354456")
+        .await
+        .expect("type");
     b.wait_for(&format!(
         "{}[data-status=expired] [data-testid=card-expired]",
         card(&id)
@@ -383,6 +390,11 @@ async fn a_request_that_runs_out_of_time_while_shown_turns_expired() {
         b.count("[data-testid=card-submit]").await.expect("no form"),
         0
     );
+    let unsent = b
+        .find(&format!("{} [data-testid=unsent-value]", card(&id)))
+        .await
+        .expect("what was typed");
+    assert_eq!(unsent.text().await.expect("text"), "9130346988354456");
     b.quit().await;
 }
 
