@@ -287,6 +287,12 @@ impl TestTools {
             )
             .annotate(read_only()),
             tool(
+                "ask_as_it_returns",
+                "Asks a question and returns without waiting for its answer",
+                json!({}),
+            )
+            .annotate(read_only()),
+            tool(
                 "ask_at_once",
                 "Asks the user `count` questions at the same time; says each answer's action",
                 json!({"count": {"type": "integer"}}),
@@ -960,6 +966,15 @@ impl ServerHandler for TestTools {
                     *KEPT.lock().unwrap_or_else(|p| p.into_inner()) = format!("later: {said}");
                 });
                 Ok(text("will ask"))
+            }
+            "ask_as_it_returns" => {
+                let peer = context.peer.clone();
+                let params = form(
+                    "A question its call does not wait for",
+                    json!({"type": "object", "properties": {"word": {"type": "string"}}}),
+                )?;
+                tokio::spawn(async move { peer.create_elicitation(params).await });
+                Ok(text("returned"))
             }
             "ask_at_once" => {
                 let context = &context;

@@ -2262,6 +2262,12 @@ async fn questions_no_user_could_see_are_cancelled() {
         )
         .await;
     assert_eq!(outcome["result"]["text"], "will ask", "{outcome}");
+    // Asked while no call is made (a call made at that moment would take the question).
+    wait_for_log(
+        server,
+        "cancelled an elicitation that came outside any call",
+    )
+    .await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     for n in 0.. {
         let (_, recalled) = server
@@ -2285,6 +2291,37 @@ async fn questions_no_user_could_see_are_cancelled() {
             .await
             .is_empty()
     );
+}
+
+/// A question asked as its call returns, stored too late for the call's end to end it,
+/// is ended all the same: no card is left open for a call that is over.
+#[tokio::test]
+async fn a_question_asked_as_its_call_returns_leaves_no_card_open() {
+    let (setup, token, conversation) = ready(&stdio_server("t", ""), "mcp-as-it-returns").await;
+    let server = &setup.server;
+    // The question and the result cross in flight: some rounds store the question before
+    // the call's end, some after.
+    for round in 0..8 {
+        let (status, outcome) = server
+            .execute_tool(
+                &token,
+                &conversation,
+                "t__ask_as_it_returns",
+                &format!("call_returns_{round}"),
+                json!({}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{outcome}");
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let open = server.pending_requests(&token, &conversation).await;
+        if open.is_empty() {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{open:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// One call may ask 20 questions; one past them is cancelled at once, never declined

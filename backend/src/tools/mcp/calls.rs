@@ -92,9 +92,23 @@ pub struct CallSlot {
     /// Those secrets the user gave in answer, for questions the call leaves for a
     /// later round.
     answered: Mutex<Vec<String>>,
+    /// The call's session work is over ([`CallSlot::mark_over`]): a question stored
+    /// after that, too late for the call's end to see it, is ended by whoever stored it.
+    over: AtomicBool,
 }
 
 impl CallSlot {
+    /// Marks the call's session work over, under the lock its questions are published
+    /// under: a question is either published before (and ended with the call's other
+    /// open questions) or sees the mark and ends itself.
+    fn mark_over(&self) {
+        let _open = self
+            .open_questions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        self.over.store(true, Ordering::SeqCst);
+    }
+
     /// The secrets masked in what the server says next: the call's own so far and the
     /// session's earlier calls'.
     pub fn redactions(&self) -> Arc<Redactions> {
@@ -221,6 +235,7 @@ pub async fn start(
         ))),
         earlier: taken.session.shared.carried(),
         answered: Mutex::default(),
+        over: AtomicBool::new(false),
     });
     hub.calls.lock().unwrap_or_else(|p| p.into_inner()).insert(
         key(&context),
@@ -241,6 +256,9 @@ pub async fn start(
             let session = &taken.session;
             session.shared.set_current(Some(slot.clone()));
             let ended = run(session, &config, &slot, remote.clone(), arguments.clone()).await;
+            // Before the session forgets the call: a question that still finds it (on
+            // either branch below, parked questions aside) ends itself.
+            slot.mark_over();
             session.shared.set_current(None);
             session.touch();
             drop(taken);
@@ -465,11 +483,9 @@ pub(super) fn outcome_of(
 /// The call is over: its open questions end with it, and its outcome goes to whoever
 /// waits (the executor, a `submit_response`, the run).
 async fn finish(hub: &Arc<McpHub>, slot: &CallSlot, outcome: ToolOutcome) {
-    let ended = format!(
-        "the tool of the MCP server `{}` ended before this was answered",
-        slot.server
-    );
-    if let Err(err) = end_open_questions(hub, &slot.context, &ended).await {
+    slot.mark_over();
+    let message = ended_before_answered(&slot.server);
+    if let Err(err) = end_open_questions(hub, &slot.context, &message).await {
         tracing::warn!(error = %err, "could not end an MCP call's open questions");
     }
     let asked = slot.asked.load(Ordering::SeqCst);
@@ -494,6 +510,11 @@ async fn finish(hub: &Arc<McpHub>, slot: &CallSlot, outcome: ToolOutcome) {
             outcome,
         });
     }
+}
+
+/// Why a question of a call that has ended is over.
+fn ended_before_answered(server: &str) -> String {
+    format!("the tool of the MCP server `{server}` ended before this was answered")
 }
 
 /// Ends, with `message`, the call's questions still open.
@@ -550,15 +571,30 @@ pub async fn on_elicitation(
             return cancel;
         }
     };
-    let _ = slot.first_question.set(row.to_api());
-    slot.asked.store(true, Ordering::SeqCst);
-    {
+    // Published under the lock the call's end marks it over under (`mark_over`).
+    let published = {
         let mut open = slot
             .open_questions
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        open.push(row.to_api());
-        let _ = slot.state.send(CallState::Asked(Box::new(row.to_api())));
+        let over = slot.over.load(Ordering::SeqCst);
+        if !over {
+            let _ = slot.first_question.set(row.to_api());
+            slot.asked.store(true, Ordering::SeqCst);
+            open.push(row.to_api());
+            let _ = slot.state.send(CallState::Asked(Box::new(row.to_api())));
+        }
+        !over
+    };
+    // Stored as the call ended, after its end ended its open questions: no call waits
+    // for the answer, and the card would be left open until its time ran out.
+    if !published {
+        tracing::warn!(%server, "cancelled a question that came as its call ended");
+        let message = ended_before_answered(server);
+        if let Err(err) = end_open_questions(&hub, &slot.context, &message).await {
+            tracing::warn!(error = %err, "could not end a question that came as its call ended");
+        }
+        return cancel;
     }
     let answer = wait_for_answer(&hub, shared, &slot, &row, withdrawn).await;
     {
