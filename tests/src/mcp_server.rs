@@ -281,6 +281,12 @@ impl TestTools {
             )
             .annotate(read_only()),
             tool(
+                "ask_unknown",
+                "Sends a request no client answers, under a method name that forges a log line",
+                json!({}),
+            )
+            .annotate(read_only()),
+            tool(
                 "ask_later",
                 "Returns at once; after `ms`, asks a question outside any call and keeps its action (see recall)",
                 json!({"ms": {"type": "integer"}}),
@@ -943,6 +949,22 @@ impl ServerHandler for TestTools {
                     "answered: {}",
                     serde_json::to_string(&answer).map_err(failed)?
                 )))
+            }
+            "ask_unknown" => {
+                let method = format!("x/unknown\n{FORGED_LINE}");
+                let answer = context
+                    .peer
+                    .send_request(ServerRequest::CustomRequest(
+                        rmcp::model::CustomRequest::new(method, None),
+                    ))
+                    .await;
+                Ok(text(match answer {
+                    Ok(answer) => format!("answered: {}", json!(answer)),
+                    Err(rmcp::ServiceError::McpError(error)) => {
+                        format!("refused: {}", error.message)
+                    }
+                    Err(other) => format!("failed: {other}"),
+                }))
             }
             "ask_later" => {
                 let peer = context.peer.clone();

@@ -2252,6 +2252,26 @@ async fn questions_no_user_could_see_are_cancelled() {
     assert_eq!(status, StatusCode::OK, "{outcome}");
     let said = outcome["result"]["text"].as_str().unwrap_or_default();
     assert!(said.contains(r#""action":"cancel""#), "{outcome}");
+    // A request toolgate does not answer is refused in toolgate's words: not the name
+    // the server chose, which neither comes back nor reaches the log as a line.
+    let (_, outcome) = server
+        .execute_tool(
+            &token,
+            &conversation,
+            "t__ask_unknown",
+            "call_unknown",
+            json!({}),
+        )
+        .await;
+    assert_eq!(
+        outcome["result"]["text"], "refused: toolgate does not answer this request",
+        "{outcome}"
+    );
+    let logs = server.logs();
+    assert!(
+        !logs.lines().any(|line| line.starts_with(FORGED_LINE)),
+        "{logs}"
+    );
     let (_, outcome) = server
         .execute_tool(
             &token,
