@@ -1051,21 +1051,30 @@ url = "https://api.example.com/pay/{account_id}"
             })
             .collect();
         properties.insert("mode".into(), json!({"enum": modes, "default": "delete"}));
+        let approval =
+            serde_json::from_value(json!({"when": [{"field": "mode", "equals": "delete"}]}))
+                .expect("approval");
+        mcp_tool("clean_up", properties, Some(approval))
+    }
+
+    /// The test server `t`'s tool `remote_name`, taking `properties`.
+    fn mcp_tool(
+        remote_name: &str,
+        properties: Map<String, Value>,
+        approval: Option<protocol::approval::ApprovalSpec>,
+    ) -> Tool {
         Tool::assemble(crate::tools::registry::ToolParts {
-            name: "t__clean_up".into(),
-            description: "Cleans up".into(),
+            name: format!("t__{remote_name}"),
+            description: format!("The test server's {remote_name}"),
             parameters: json!({"type": "object", "properties": properties}),
             input_spec: None,
             enabled: true,
             key_argument: None,
-            approval: Some(
-                serde_json::from_value(json!({"when": [{"field": "mode", "equals": "delete"}]}))
-                    .expect("approval"),
-            ),
+            approval,
             origin: crate::tools::registry::ToolOrigin::Mcp { server: "t".into() },
             runner: Runner::Mcp(McpTarget {
                 server: "t".into(),
-                remote_name: "clean_up".into(),
+                remote_name: remote_name.into(),
             }),
         })
         .expect("tool")
@@ -1121,21 +1130,7 @@ url = "https://api.example.com/pay/{account_id}"
                 )
             })
             .collect();
-        Tool::assemble(crate::tools::registry::ToolParts {
-            name: "t__many".into(),
-            description: "Takes many options".into(),
-            parameters: json!({"type": "object", "properties": properties}),
-            input_spec: None,
-            enabled: true,
-            key_argument: None,
-            approval: None,
-            origin: crate::tools::registry::ToolOrigin::Mcp { server: "t".into() },
-            runner: Runner::Mcp(McpTarget {
-                server: "t".into(),
-                remote_name: "many".into(),
-            }),
-        })
-        .expect("tool")
+        mcp_tool("many", properties, None)
     }
 
     /// A server that declares defaults without end cannot make one call check its

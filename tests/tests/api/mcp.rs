@@ -1877,6 +1877,27 @@ async fn tools_when(server: &TestServer, token: &str, ready: impl Fn(&Value) -> 
     }
 }
 
+/// The conversation's waiting requests once `ready` accepts them (within 20 s).
+async fn pending_when(
+    server: &TestServer,
+    token: &str,
+    conversation: &str,
+    ready: impl Fn(&[Value]) -> bool,
+) -> Vec<Value> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let pending = server.pending_requests(token, conversation).await;
+        if ready(&pending) {
+            return pending;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never as awaited: {pending:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// The number of times the stdio test server with the state folder `state` started.
 fn starts(state: &TempDir) -> usize {
     std::fs::read_to_string(state.0.join(tests::mcp_server::STARTS))
@@ -2333,15 +2354,7 @@ async fn a_question_asked_as_its_call_returns_leaves_no_card_open() {
             .await;
         assert_eq!(status, StatusCode::OK, "{outcome}");
     }
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let open = server.pending_requests(&token, &conversation).await;
-        if open.is_empty() {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{open:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    pending_when(server, &token, &conversation, <[Value]>::is_empty).await;
 }
 
 /// One call may ask 20 questions; one past them is cancelled at once, never declined
@@ -2365,15 +2378,7 @@ async fn a_question_past_the_most_one_call_may_ask_is_cancelled() {
     let (_, token) = server.new_user("mcp-many-questions").await;
     tools_when_settled(server, &token, &["t"]).await;
     let (conversation, run, _) = run_until_card(server, &token).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let cards = loop {
-        let cards = server.pending_requests(&token, &conversation).await;
-        if cards.len() >= 20 {
-            break cards;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{cards:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let cards = pending_when(server, &token, &conversation, |cards| cards.len() >= 20).await;
     assert_eq!(cards.len(), 20, "{cards:?}");
     for card in &cards {
         answered(server, &token, &card["tool_call_id"], json!({"word": "w"})).await;
@@ -2417,15 +2422,7 @@ async fn a_call_with_two_questions_open_does_not_time_out_while_one_still_waits(
         .await;
     assert_eq!(status, StatusCode::OK, "{asked}");
     assert_eq!(asked["requires_user_input"], true, "{asked}");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let cards = loop {
-        let cards = server.pending_requests(&token, &conversation).await;
-        if cards.len() == 2 {
-            break cards;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{cards:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let cards = pending_when(server, &token, &conversation, |cards| cards.len() == 2).await;
     let card_of = |what: &str| {
         cards
             .iter()
