@@ -69,10 +69,14 @@ impl Default for ApprovalSpec {
 
 impl ApprovalSpec {
     /// Whether a call with these values (arguments and filled fields) needs approval.
-    /// Conditions are read leniently ([`VisibleIf::may_hold`]): when in doubt, the user
-    /// is asked.
+    /// Conditions are read leniently ([`VisibleIf::may_hold_for_a_service`]): when in
+    /// doubt, the user is asked.
     pub fn applies_to(&self, values: &Map<String, Value>) -> bool {
-        self.when.is_empty() || self.when.iter().any(|rule| rule.may_hold(values))
+        self.when.is_empty()
+            || self
+                .when
+                .iter()
+                .any(|rule| rule.may_hold_for_a_service(values))
     }
 
     pub fn allows(&self, decision: Decision) -> bool {
@@ -196,6 +200,31 @@ mod tests {
         assert!(needs(json!({"FORCE": "yes"})));
         assert!(!needs(json!({"Force": false})));
         assert!(!needs(json!({"forced": true})));
+    }
+
+    /// A condition on any value holds for whatever a service testing the value itself
+    /// (`if (args.force)`, `if args.get("force")`) takes as true, not only for what a
+    /// person would call given.
+    #[test]
+    fn a_condition_on_any_value_holds_for_what_a_service_takes_as_true() {
+        let spec: ApprovalSpec =
+            serde_json::from_value(json!({"when": [{"field": "force"}]})).expect("valid");
+        let needs =
+            |value: Value| spec.applies_to(json!({"force": value}).as_object().expect("object"));
+        for truthy in [
+            json!(" "),
+            json!([]),
+            json!({}),
+            json!("false"),
+            json!("0"),
+            json!(-1),
+            json!(0.5),
+        ] {
+            assert!(needs(truthy.clone()), "{truthy} slipped past the condition");
+        }
+        for falsy in [json!(null), json!(false), json!("")] {
+            assert!(!needs(falsy.clone()), "{falsy} was taken as set");
+        }
     }
 
     #[test]

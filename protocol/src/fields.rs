@@ -308,16 +308,43 @@ impl VisibleIf {
             (None, Some(choices)) => Some(choices.iter().collect()),
             (None, None) => None,
         };
+        self.values_named(values).any(|actual| match &expected {
+            Some(expected) => any_item(actual, &|item| {
+                expected.iter().any(|e| same_meaning(item, e))
+            }),
+            None => !is_empty(actual) && actual != &Value::Bool(false),
+        })
+    }
+
+    /// [`may_hold`](Self::may_hold), read as a service deciding on the value itself,
+    /// for approval conditions: a rule naming no value (`{field = "force"}`) holds for
+    /// any value JavaScript or Python takes as true, such as `" "`, `[]` or `{}`, not
+    /// only for one a person would call given (and for `0`, as `may_hold` does); for
+    /// `null`, `false` and `""` it does not.
+    pub fn may_hold_for_a_service(&self, values: &Map<String, Value>) -> bool {
+        if self.may_hold(values) {
+            return true;
+        }
+        self.equals.is_none()
+            && self.one_of.is_none()
+            && self.values_named(values).any(|actual| match actual {
+                Value::Null | Value::Bool(false) => false,
+                Value::String(text) => !text.is_empty(),
+                _ => true,
+            })
+    }
+
+    /// The values under the rule's field or any name a service may take for it
+    /// ([`name_key`](crate::unseen::name_key)).
+    fn values_named<'a>(
+        &'a self,
+        values: &'a Map<String, Value>,
+    ) -> impl Iterator<Item = &'a Value> {
         let field = crate::unseen::name_key(&self.field);
         values
             .iter()
-            .filter(|(name, _)| **name == self.field || crate::unseen::name_key(name) == field)
-            .any(|(_, actual)| match &expected {
-                Some(expected) => any_item(actual, &|item| {
-                    expected.iter().any(|e| same_meaning(item, e))
-                }),
-                None => !is_empty(actual) && actual != &Value::Bool(false),
-            })
+            .filter(move |(name, _)| **name == self.field || crate::unseen::name_key(name) == field)
+            .map(|(_, value)| value)
     }
 }
 

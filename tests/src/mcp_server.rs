@@ -892,11 +892,14 @@ impl ServerHandler for TestTools {
                 KEPT.lock().unwrap_or_else(|p| p.into_inner())
             ))),
             // As a server written in JavaScript reads `args.mode ?? "delete"`.
+            // Reads its arguments as many a server does (`args.mode || "delete"`): an
+            // empty value, or one not a text, is left out.
             "tidy_things" => Ok(text(format!(
                 "tidied: {}",
                 arguments
                     .get("mode")
                     .and_then(Value::as_str)
+                    .filter(|mode| !mode.is_empty())
                     .unwrap_or("delete")
             ))),
             "slow" => {

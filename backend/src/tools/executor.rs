@@ -168,19 +168,18 @@ pub async fn execute(executor: &Executor, user_id: &str, call: ToolCall) -> Resu
         tx.commit().await?;
         return Ok(outcome);
     }
-    let Validated { values, waits } =
-        match validate(&tool, &call, filled.values, Defaults::WhenAsking) {
-            Ok(validated) => validated,
-            Err(problem) => {
-                let outcome = ToolOutcome::failed(problem);
-                log.write(&mut tx, &outcome, "failure", &filled.ignored)
-                    .await?;
-                tx.commit().await?;
-                return Ok(outcome);
-            }
-        };
-    if waits {
-        let outcome = ask_approval(&mut tx, executor, &ctx, &tool, &call, &values, None).await?;
+    let validated = match validate(&tool, &call, filled.values, Defaults::WhenAsking) {
+        Ok(validated) => validated,
+        Err(problem) => {
+            let outcome = ToolOutcome::failed(problem);
+            log.write(&mut tx, &outcome, "failure", &filled.ignored)
+                .await?;
+            tx.commit().await?;
+            return Ok(outcome);
+        }
+    };
+    if validated.waits {
+        let outcome = ask_approval(&mut tx, executor, &ctx, &tool, &call, &validated, None).await?;
         log.write(&mut tx, &outcome, "requires_approval", &filled.ignored)
             .await?;
         tx.commit().await?;
@@ -188,7 +187,7 @@ pub async fn execute(executor: &Executor, user_id: &str, call: ToolCall) -> Resu
     }
     // Nothing to ask: no transaction stays open while the tool runs.
     tx.commit().await?;
-    let outcome = run(executor, user_id, &tool, &call, &values).await;
+    let outcome = run(executor, user_id, &tool, &call, &validated.values).await;
     // The tool has run: its outcome is what the caller must get even when the log cannot
     // be written, or a call told it failed would be made again and act twice.
     let logged = async {
@@ -241,12 +240,15 @@ async fn ask_approval(
     ctx: &RequestContext<'_>,
     tool: &Tool,
     call: &ToolCall,
-    values: &Map<String, Value>,
+    validated: &Validated,
     carried: Option<&Map<String, Value>>,
 ) -> Result<ToolOutcome> {
-    let shown = tool.approvable_values(values);
+    let shown = tool.approvable_values(&validated.values);
     let digest = digest::of_arguments(&tool.name, &shown);
-    let reason = tool.approval_reason();
+    let reason = match &validated.note {
+        Some(note) => format!("{} ({note})", tool.approval_reason()),
+        None => tool.approval_reason(),
+    };
     let decisions = tool
         .approval
         .as_ref()
@@ -377,18 +379,18 @@ async fn retry_with_answer(
     } else {
         Defaults::WhenAsking
     };
-    let Validated { values, waits } = match validate(tool, call, filled.values, defaults) {
+    let validated = match validate(tool, call, filled.values, defaults) {
         Ok(validated) => validated,
         Err(problem) => return Ok(ToolOutcome::failed(problem)),
     };
     if approval {
-        let now = digest::of_arguments(&tool.name, &tool.approvable_values(&values));
+        let now = digest::of_arguments(&tool.name, &tool.approvable_values(&validated.values));
         if Some(&now) != row.arguments_digest.as_ref() {
             return Ok(ToolOutcome::failed(
                 "not run: the arguments are not the ones the user approved; ask for approval again",
             ));
         }
-    } else if waits {
+    } else if validated.waits {
         let ctx = RequestContext {
             user_id,
             run_id: row.run_id,
@@ -398,12 +400,13 @@ async fn retry_with_answer(
             original_user_request: row.original_user_request.as_deref(),
         };
         let carried = row.user_inputs.as_ref().map(|inputs| &inputs.0);
-        let outcome = ask_approval(&mut tx, executor, &ctx, tool, call, &values, carried).await?;
+        let outcome =
+            ask_approval(&mut tx, executor, &ctx, tool, call, &validated, carried).await?;
         tx.commit().await?;
         return Ok(outcome);
     }
     tx.commit().await?;
-    Ok(run(executor, user_id, tool, call, &values).await)
+    Ok(run(executor, user_id, tool, call, &validated.values).await)
 }
 
 /// Why a call whose arguments hold a name a service may take for another
@@ -506,6 +509,9 @@ struct Validated {
     values: Map<String, Value>,
     /// Whether the call waits for the user's yes.
     waits: bool,
+    /// Said beside the tool's reason on the card: values its server may read as left
+    /// out, running with its defaults instead ([`stand_ins`]).
+    note: Option<String>,
 }
 
 /// Checks every value against its field and the arguments against the tool's schema;
@@ -560,6 +566,7 @@ fn validate(
         return Ok(Validated {
             values,
             waits: false,
+            note: None,
         });
     }
     // Only a call that waits for the user's yes is sent with them: the card must show
@@ -567,19 +574,113 @@ fn validate(
     // them (a server may read an argument left out as "leave it as it is").
     let left_out = left_out_defaults(tool, &model_arguments, &values);
     let written = with_server_defaults(tool, &left_out, model_arguments, values.clone());
+    // Shown on the card as sent, but perhaps not run so: said beside it.
+    let stand_ins = stand_ins(tool, &written);
     if tool.needs_approval(&written) {
         return Ok(Validated {
             values: written,
             waits: true,
+            note: stand_in_note(&stand_ins),
         });
     }
     if let Some(refusal) = unshown_deciding_defaults(tool, &written, left_out) {
         return Err(refusal);
     }
+    // A value its server may read as a default that needs the user's yes: the call
+    // waits, sent as the model wrote it (a server taking the value as given runs what
+    // the card shows), and the card names the default.
+    let mut probe = written.clone();
+    let deciding: Vec<StandIn> = stand_ins
+        .into_iter()
+        .filter(|stand_in| {
+            let sent = probe.insert(stand_in.name.clone(), stand_in.default.clone());
+            let decides = tool.needs_approval(&probe);
+            if let Some(sent) = sent {
+                probe.insert(stand_in.name.clone(), sent);
+            }
+            decides
+        })
+        .collect();
+    if !deciding.is_empty() {
+        return Ok(Validated {
+            values: written,
+            waits: true,
+            note: stand_in_note(&deciding),
+        });
+    }
     Ok(Validated {
         values,
         waits: false,
+        note: None,
     })
+}
+
+/// An argument sent with a value its server may not take as given, running with its
+/// default instead.
+struct StandIn {
+    name: String,
+    sent: Value,
+    default: Value,
+}
+
+/// The call's arguments its server may read as left out and replace with its default
+/// ([`may_be_read_as_left_out`]), where that default is another value.
+fn stand_ins(tool: &Tool, written: &Map<String, Value>) -> Vec<StandIn> {
+    tool.server_defaults()
+        .into_iter()
+        .filter_map(|(name, default)| {
+            let sent = written.get(&name)?;
+            (*sent != default && may_be_read_as_left_out(sent, &default)).then(|| StandIn {
+                sent: sent.clone(),
+                name,
+                default,
+            })
+        })
+        .collect()
+}
+
+/// Whether a server may read `sent` as left out and use `default` instead: what
+/// JavaScript's `||` and Python's `or` pass over (`null`, `false`, `0`, `""`, and
+/// `[]` or `{}`), blank text (`(args.mode or "").strip() or "delete"`), and a value of
+/// another JSON type than the default (`args["mode"].as_str().unwrap_or("delete")`),
+/// which a schema without a `type` lets through.
+fn may_be_read_as_left_out(sent: &Value, default: &Value) -> bool {
+    let empty = match sent {
+        Value::Null => true,
+        Value::Bool(flag) => !flag,
+        Value::Number(number) => number.as_f64() == Some(0.0),
+        Value::String(text) => text.trim().is_empty(),
+        Value::Array(items) => items.is_empty(),
+        Value::Object(map) => map.is_empty(),
+    };
+    empty || std::mem::discriminant(sent) != std::mem::discriminant(default)
+}
+
+/// What the card says of the stand-ins beside the tool's reason (at most five named).
+fn stand_in_note(stand_ins: &[StandIn]) -> Option<String> {
+    const NAMED: usize = 5;
+    let mut said: Vec<String> = stand_ins
+        .iter()
+        .take(NAMED)
+        .map(|stand_in| {
+            format!(
+                "`{}` is sent as {}, which its server may read as left out and run with the default its schema gives: {}",
+                shown_cut(&stand_in.name),
+                shown_cut(&stand_in.sent.to_string()),
+                shown_cut(&stand_in.default.to_string())
+            )
+        })
+        .collect();
+    if stand_ins.len() > NAMED {
+        said.push(format!("{} more like it", stand_ins.len() - NAMED));
+    }
+    (!said.is_empty()).then(|| said.join("; "))
+}
+
+/// A server's name or value as the card and the model read it: hidden characters
+/// written out, at most 80 characters.
+fn shown_cut(text: &str) -> String {
+    unseen::written_out(text).chars().take(80).collect()
 }
 
 /// Why a call that does not wait as written out cannot run: its server would fill in a
@@ -611,11 +712,8 @@ fn unshown_deciding_defaults(
     let mut named: Vec<String> = deciding
         .iter()
         .take(NAMED)
-        .map(|name| {
-            // A server's name, as long as it likes: the model reads a bounded part.
-            let shown: String = unseen::written_out(name).chars().take(80).collect();
-            format!("`{shown}`")
-        })
+        // A server's name, as long as it likes: the model reads a bounded part.
+        .map(|name| format!("`{}`", shown_cut(name)))
         .collect();
     if deciding.len() > NAMED {
         named.push(format!("{} more", deciding.len() - NAMED));
@@ -1112,6 +1210,78 @@ url = "https://api.example.com/pay/{account_id}"
             outcome(&many, json!({"mode": "archive"})),
             Ok((false, Some(json!("archive"))))
         );
+    }
+
+    /// A value a server may read as left out (`args.mode || "delete"`, blank text, a
+    /// value of another type than the default) waits when the default it may stand for
+    /// would, sent as the model wrote it and with the default named; a call that waits
+    /// anyway names it too. A value taken as given, or whose default decides nothing,
+    /// runs.
+    #[test]
+    fn a_value_standing_for_a_default_that_needs_approval_waits_and_is_named() {
+        let tidy = |approval: Value| {
+            let properties = json!({
+                "mode": {"default": "delete"},
+                "note": {"default": "kept"},
+            });
+            mcp_tool(
+                "tidy",
+                properties.as_object().cloned().unwrap_or_default(),
+                Some(serde_json::from_value(approval).expect("approval")),
+            )
+        };
+        let when_deleting = tidy(json!({"when": [{"field": "mode", "equals": "delete"}]}));
+        let outcome = |tool: &Tool, arguments: Value| {
+            let call = call(Uuid::nil(), &tool.name, "call_1", arguments);
+            validate(tool, &call, call.arguments.clone(), Defaults::WhenAsking)
+                .map(|validated| (validated.waits, validated.values, validated.note))
+        };
+        let named = |note: Option<String>, sent: &Value| {
+            let note = note.unwrap_or_default();
+            assert!(
+                note.contains(&format!(
+                    "`mode` is sent as {sent}, which its server may read"
+                )) && note.ends_with(r#"the default its schema gives: "delete""#),
+                "{note}"
+            );
+        };
+        for sent in [
+            json!(""),
+            json!("  "),
+            json!(0),
+            json!(0.0),
+            json!(false),
+            json!(true),
+            json!(1),
+            json!([]),
+            json!(["archive"]),
+            json!({}),
+        ] {
+            let (waits, values, note) =
+                outcome(&when_deleting, json!({"mode": sent})).expect("valid");
+            assert!(waits, "{sent} ran unasked");
+            assert_eq!(
+                values.get("mode"),
+                Some(&sent),
+                "{sent} was not sent as written"
+            );
+            named(note, &sent);
+        }
+        for runs in [
+            json!({"mode": "archive"}),
+            json!({"mode": "archive", "note": ""}),
+        ] {
+            let (waits, _, note) = outcome(&when_deleting, runs.clone()).expect("valid");
+            assert!(!waits && note.is_none(), "{runs} waited");
+        }
+        // Waiting anyway (every call of it, as an MCP tool's by default), the card
+        // still says what the server may run instead of what it shows.
+        let always = tidy(json!({}));
+        let (waits, _, note) = outcome(&always, json!({"mode": ""})).expect("valid");
+        assert!(waits);
+        named(note, &json!(""));
+        let (_, _, note) = outcome(&always, json!({"mode": "archive"})).expect("valid");
+        assert_eq!(note, None);
     }
 
     /// An MCP tool whose input schema has `count` optional integer arguments, each with

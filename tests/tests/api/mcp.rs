@@ -2973,6 +2973,103 @@ requires_approval = { when = [{ field = "mode", equals = "delete" }] }
     assert_eq!(approved["tool_result"]["result"]["text"], "tidied: delete");
 }
 
+/// A value its server reads as left out (`args.mode || "delete"`: empty, blank, not a
+/// text) for an argument whose default needs approval: the model cannot slip the
+/// default past the gate with it. The call waits, sent as written, the card names the
+/// default the server may use; what runs is what the user approved.
+#[tokio::test]
+async fn a_value_its_server_reads_as_a_default_needing_approval_is_asked_about() {
+    let tools = stdio_server("t", "")
+        + r#"
+[[tool_overlays]]
+name = "t__tidy_things"
+requires_approval = { when = [{ field = "mode", equals = "delete" }] }
+"#;
+    let setup = start(&tools).await;
+    let server = &setup.server;
+    let (_, token) = server.new_user("mcp-empty-default").await;
+    tools_when_settled(server, &token, &["t"]).await;
+    let conversation = server.new_conversation(&token).await;
+    for (index, empty) in [
+        json!(""),
+        json!(" "),
+        json!(false),
+        json!(true),
+        json!(0),
+        json!(1),
+        json!([]),
+        json!(["archive"]),
+        json!({}),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let id = format!("call_empty_{index}");
+        let (status, waiting) = server
+            .execute_tool(
+                &token,
+                &conversation,
+                "t__tidy_things",
+                &id,
+                json!({"mode": empty}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{waiting}");
+        assert_eq!(
+            waiting["requires_approval"], true,
+            "{empty} ran unasked: {waiting}"
+        );
+        let card = &waiting["approval_request"];
+        assert_eq!(card["tool_args"], json!({"mode": empty}), "{card}");
+        let reason = card["reason"].as_str().unwrap_or_default();
+        assert!(
+            reason.contains(&format!("`mode` is sent as {empty}"))
+                && reason.contains(r#"the default its schema gives: "delete""#),
+            "{card}"
+        );
+    }
+    // Approved, it runs as the server reads it: the user said yes to that.
+    let (_, waiting) = server
+        .execute_tool(
+            &token,
+            &conversation,
+            "t__tidy_things",
+            "call_empty_approved",
+            json!({"mode": ""}),
+        )
+        .await;
+    let (status, approved) = server
+        .action(
+            &token,
+            json!({"action": "submit_decision", "tool_call_id": "call_empty_approved",
+                "decision": "approve",
+                "arguments_digest": waiting["approval_request"]["arguments_digest"]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{approved}");
+    assert_eq!(approved["tool_result"]["result"]["text"], "tidied: delete");
+
+    // A call that waits anyway (every call of a destructive tool) says so too: the
+    // card shows `false`, which its server may run as `true`.
+    let waiting = archive(
+        server,
+        &token,
+        "call_archive_unshared",
+        json!({"include_shared": false}),
+    )
+    .await;
+    let reason = waiting["approval_request"]["reason"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        reason.contains(
+            "`include_shared` is sent as false, which its server may read as left out and \
+             run with the default its schema gives: true"
+        ),
+        "{waiting}"
+    );
+}
+
 /// A call that runs without waiting keeps the arguments as the model sent them: only
 /// a call the user is to approve gets the server's defaults written out.
 #[tokio::test]
