@@ -111,6 +111,10 @@ pub struct LlmConfig {
     pub answer_limit: Duration,
 }
 
+/// How long one answer may take when `TOOLGATE_LLM_ANSWER_TIMEOUT` is not set (or the
+/// quiet limit, when that is longer).
+const DEFAULT_ANSWER_LIMIT: Duration = Duration::from_secs(60 * 60);
+
 impl fmt::Debug for LlmConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LlmConfig")
@@ -385,7 +389,7 @@ impl Config {
                 None => Ok(default),
             }
         };
-        let llm = LlmConfig {
+        let mut llm = LlmConfig {
             base_url: get("TOOLGATE_LLM_BASE_URL"),
             api_key: get("TOOLGATE_LLM_API_KEY"),
             model: get("TOOLGATE_LLM_MODEL"),
@@ -396,16 +400,31 @@ impl Config {
                 &get("TOOLGATE_LLM_TIMEOUT").unwrap_or_else(|| "300s".into()),
             )
             .context("TOOLGATE_LLM_TIMEOUT must be a duration like 90s, 30m, 24h or 7d")?,
-            answer_limit: parse_duration(
-                &get("TOOLGATE_LLM_ANSWER_TIMEOUT").unwrap_or_else(|| "60m".into()),
-            )
-            .context("TOOLGATE_LLM_ANSWER_TIMEOUT must be a duration like 90s, 30m, 24h or 7d")?,
+            answer_limit: match get("TOOLGATE_LLM_ANSWER_TIMEOUT") {
+                Some(limit) => parse_duration(&limit).context(
+                    "TOOLGATE_LLM_ANSWER_TIMEOUT must be a duration like 90s, 30m, 24h or 7d",
+                )?,
+                None => Duration::ZERO,
+            },
         };
         if llm.quiet_limit.is_zero() {
             bail!("TOOLGATE_LLM_TIMEOUT must be above zero");
         }
         if llm.answer_limit.is_zero() {
-            bail!("TOOLGATE_LLM_ANSWER_TIMEOUT must be above zero");
+            if get("TOOLGATE_LLM_ANSWER_TIMEOUT").is_some() {
+                bail!("TOOLGATE_LLM_ANSWER_TIMEOUT must be above zero");
+            }
+            // Never below the quiet limit a deployment raised: a step would fail as
+            // "took too long" where the endpoint merely kept still within its limit.
+            llm.answer_limit = DEFAULT_ANSWER_LIMIT.max(llm.quiet_limit);
+        }
+        if llm.answer_limit < llm.quiet_limit {
+            bail!(
+                "TOOLGATE_LLM_ANSWER_TIMEOUT ({:?}) must not be shorter than TOOLGATE_LLM_TIMEOUT \
+                 ({:?}): a whole answer cannot take less than one quiet spell within it",
+                llm.answer_limit,
+                llm.quiet_limit
+            );
         }
         let summary = SummaryConfig {
             threshold_tokens: number("TOOLGATE_SUMMARY_TOKENS", 6_000)?,
@@ -866,6 +885,43 @@ mod tests {
                 assert!(err.contains(name), "{name}={bad}: {err}");
             }
         }
+    }
+
+    /// A whole answer may not be shorter than one quiet spell within it: a step would
+    /// fail as taking too long where the endpoint kept still within its limit. Left
+    /// unset, the answer limit grows with a raised quiet limit.
+    #[test]
+    fn an_answer_limit_is_never_shorter_than_the_quiet_limit() {
+        let limits = |settings: &[(&'static str, &'static str)]| {
+            let mut all = REQUIRED.to_vec();
+            all.extend_from_slice(settings);
+            config(&all).map(|loaded| (loaded.llm.quiet_limit, loaded.llm.answer_limit))
+        };
+        let minutes = |m: u64| Duration::from_secs(m * 60);
+        assert_eq!(limits(&[]).expect("defaults"), (minutes(5), minutes(60)));
+        assert_eq!(
+            limits(&[("TOOLGATE_LLM_TIMEOUT", "2h")]).expect("raised"),
+            (minutes(120), minutes(120))
+        );
+        assert_eq!(
+            limits(&[
+                ("TOOLGATE_LLM_TIMEOUT", "10m"),
+                ("TOOLGATE_LLM_ANSWER_TIMEOUT", "10m")
+            ])
+            .expect("equal"),
+            (minutes(10), minutes(10))
+        );
+        let err = limits(&[
+            ("TOOLGATE_LLM_TIMEOUT", "10m"),
+            ("TOOLGATE_LLM_ANSWER_TIMEOUT", "5m"),
+        ])
+        .expect_err("shorter");
+        let err = format!("{err:#}");
+        assert!(
+            err.contains("TOOLGATE_LLM_ANSWER_TIMEOUT (300s)")
+                && err.contains("TOOLGATE_LLM_TIMEOUT (600s)"),
+            "{err}"
+        );
     }
 
     #[test]
