@@ -1,6 +1,7 @@
 //! JSON values as a person reads them.
 
 use leptos::prelude::*;
+use protocol::fields::{FieldSpec, FieldType};
 use protocol::unseen;
 use serde_json::Value;
 
@@ -13,6 +14,34 @@ pub fn plain(value: &Value) -> String {
         Value::Bool(false) => "no".to_owned(),
         other => compact(other),
     }
+}
+
+/// A field's value as the user chose it, written out ([`unseen::written_out`]): a
+/// select's choices by the labels its options showed (by the value where no option, or
+/// more than one, has it, or two options share the label), the rest as [`plain`].
+pub fn chosen(field: &FieldSpec, value: &Value) -> String {
+    let label = |choice: &Value| -> Option<String> {
+        let choice = choice.as_str()?;
+        let mut holding = field.options.iter().filter(|o| o.value == choice);
+        let option = holding.next().filter(|_| holding.next().is_none())?;
+        let shared = field
+            .options
+            .iter()
+            .filter(|o| o.label == option.label)
+            .count()
+            > 1;
+        (!shared).then(|| option.label.clone())
+    };
+    let text = match (field.kind, value) {
+        (FieldType::Select, choice) => label(choice).unwrap_or_else(|| plain(choice)),
+        (FieldType::Multiselect, Value::Array(choices)) => choices
+            .iter()
+            .map(|choice| label(choice).unwrap_or_else(|| plain(choice)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        (_, other) => plain(other),
+    };
+    unseen::written_out(&text)
 }
 
 /// A JSON value as JSON text on one line. (Through `serde_json::to_string`, as request
@@ -54,7 +83,37 @@ pub fn RevealedNote(text: String, id: String, testid: &'static str) -> impl Into
 
 #[cfg(test)]
 mod tests {
-    use super::revealed;
+    use super::{chosen, revealed};
+    use serde_json::json;
+
+    #[test]
+    fn a_choice_is_shown_by_the_label_the_user_chose_it_by() {
+        let field = |kind: &str, options: serde_json::Value| -> protocol::fields::FieldSpec {
+            serde_json::from_value(json!({"name": "f", "type": kind, "options": options}))
+                .expect("field")
+        };
+        let region = field(
+            "select",
+            json!([{"value": "eu", "label": "Europe"}, {"value": "us", "label": "United\u{202E}States"}]),
+        );
+        assert_eq!(chosen(&region, &json!("eu")), "Europe");
+        assert_eq!(chosen(&region, &json!("us")), "United⟨U+202E⟩States");
+        // Not among the options (an older card's value): as it is.
+        assert_eq!(chosen(&region, &json!("apac")), "apac");
+        let checks = field(
+            "multiselect",
+            json!([{"value": "s", "label": "Smoke"}, {"value": "l", "label": "Load"}]),
+        );
+        assert_eq!(chosen(&checks, &json!(["l", "s"])), "Load, Smoke");
+        // Two options one label: the label cannot tell which was sent.
+        let twins = field(
+            "select",
+            json!([{"value": "prod", "label": "Main"}, {"value": "staging", "label": "Main"}]),
+        );
+        assert_eq!(chosen(&twins, &json!("staging")), "staging");
+        let text = field("text", json!([]));
+        assert_eq!(chosen(&text, &json!("a\u{200B}b")), "a⟨U+200B⟩b");
+    }
 
     #[test]
     fn a_text_is_revealed_only_where_its_input_would_not_show_it_as_it_is() {

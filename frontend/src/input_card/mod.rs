@@ -526,10 +526,8 @@ fn Unsent(form: CardForm) -> impl IntoView {
             .filter(|field| !field.is_secret() && form.visible(field))
             .filter_map(|field| {
                 let value = values.get(&field.name).filter(|value| !is_empty(value))?;
-                (offered.get(&field.name) != Some(value)).then(|| {
-                    let shown = unseen::written_out(&value_text::plain(value));
-                    (field.label().to_owned(), shown)
-                })
+                (offered.get(&field.name) != Some(value))
+                    .then(|| (field.label().to_owned(), value_text::chosen(field, value)))
             })
             .collect()
     });
@@ -572,7 +570,7 @@ fn Completed(request: Memo<Option<InputRequest>>) -> impl IntoView {
             let shown = if field.is_secret() {
                 "hidden".to_owned()
             } else {
-                unseen::written_out(&value_text::plain(value))
+                value_text::chosen(field, value)
             };
             Some((field.label().to_owned(), shown, field.is_secret()))
         })

@@ -241,6 +241,20 @@ async fn every_field_type_renders_labelled_with_defaults_and_cards_work_independ
     let summary = done.text().await.expect("summary");
     assert!(summary.contains("billing-api"), "{summary}");
     assert!(summary.contains("smoke"), "{summary}");
+    // A choice as the user chose it: the region by its label, not its value (`eu`).
+    let region = b
+        .execute(
+            "return [...document.querySelectorAll(arguments[0])].map(e => e.innerText)",
+            vec![json!(format!("{big_card} [data-testid=sent-value]"))],
+        )
+        .await
+        .expect("sent values");
+    assert!(
+        region
+            .as_array()
+            .is_some_and(|shown| shown.contains(&json!("Europe"))),
+        "{region}"
+    );
     let page = b
         .execute("return document.body.innerText", vec![])
         .await
