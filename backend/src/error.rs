@@ -185,6 +185,8 @@ impl IntoResponse for Error {
             Error::Busy(_) => Some("1".to_owned()),
             _ => None,
         };
+        // A 401 says how to authenticate (RFC 9110, 11.6.1).
+        let challenge = matches!(self, Error::Unauthorized(_));
         let (message, fields) = match self {
             Error::BadRequest { message, fields } => (message, fields),
             Error::Unauthorized(reason) | Error::Forbidden(reason) => (reason, None),
@@ -245,6 +247,12 @@ impl IntoResponse for Error {
             response
                 .headers_mut()
                 .insert(axum::http::header::RETRY_AFTER, value);
+        }
+        if challenge {
+            response.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Bearer realm=\"toolgate\""),
+            );
         }
         response
     }

@@ -50,11 +50,13 @@ pub fn bearer(state: &AppState, headers: &HeaderMap) -> Result<Verified, Error> 
         let header = headers
             .get(AUTHORIZATION)
             .ok_or_else(|| Error::Unauthorized("missing Authorization header".into()))?;
+        // The scheme's name is read without regard to case (RFC 9110, 11.1).
         let token = header
             .to_str()
             .ok()
-            .and_then(|value| value.strip_prefix("Bearer "))
-            .map(str::trim)
+            .and_then(|value| value.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim())
             .filter(|token| !token.is_empty())
             .ok_or_else(|| {
                 Error::Unauthorized("Authorization header must be `Bearer <token>`".into())

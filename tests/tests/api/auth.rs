@@ -111,6 +111,47 @@ async fn every_bad_token_is_refused_with_a_json_401() {
     assert_unauthorized(status_with(&server, Some("not.a.jwt")).await, "garbage");
 }
 
+/// The scheme's name is read without regard to case, as HTTP has it; a 401 names the
+/// scheme it takes.
+#[tokio::test]
+async fn the_bearer_scheme_is_read_in_any_case_and_a_401_names_it() {
+    let server = TestServer::start().await;
+    let token = sign_token(
+        &json!({"sub": "alice", "exp": now() + 600}),
+        JWT_SECRET,
+        Algorithm::HS256,
+    );
+    let with_header = |value: String| {
+        server
+            .client
+            .get(server.url("/api/conversations"))
+            .header("authorization", value)
+            .send()
+    };
+    for scheme in ["Bearer", "bearer", "BEARER"] {
+        let response = with_header(format!("{scheme} {token}"))
+            .await
+            .expect("sent");
+        assert_eq!(response.status(), StatusCode::OK, "{scheme}");
+    }
+    for refused in [
+        format!("Basic {token}"),
+        format!("Bearer{token}"),
+        token.clone(),
+    ] {
+        let response = with_header(refused.clone()).await.expect("sent");
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{refused}");
+        assert_eq!(
+            response
+                .headers()
+                .get("www-authenticate")
+                .and_then(|value| value.to_str().ok()),
+            Some("Bearer realm=\"toolgate\""),
+            "{refused}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn audience_and_issuer_are_checked_when_configured() {
     let server = TestServer::start_with(
