@@ -18,6 +18,7 @@ use protocol::chat::{
     STREAM_DELETED_DATA, STREAM_DELETED_EVENT, STREAM_EXPIRED_DATA, STREAM_EXPIRED_EVENT,
     StreamEvent, StreamToken,
 };
+use protocol::fields::FieldErrors;
 use serde::Deserialize;
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
@@ -94,10 +95,12 @@ pub struct StreamQuery {
 /// `{"reason":"conversation_deleted"}`) as the deletion commits (within a few seconds
 /// where its notice is missed), and ends.
 #[utoipa::path(get, path = "/api/conversations/{id}/events", tag = "chat",
-    params(("id" = Uuid, Path, description = "Conversation id"), StreamQuery),
+    params(("id" = Uuid, Path, description = "Conversation id"), StreamQuery,
+        ("Last-Event-ID" = Option<i64>, Header, description = "Replay events after this id, as a reconnecting EventSource sends it; with `after` too, the later of the two")),
     security(("bearer" = []), ("stream_token" = [])),
     responses(
         (status = 200, description = "Server-sent events; each event's `data` is one StreamEvent, except a last one without an id: `expired` (data `{\"reason\":\"token_expired\"}`), sent when the token that opened the stream expires, or `deleted` (data `{\"reason\":\"conversation_deleted\"}`), sent when the conversation is deleted (within a few seconds even where the notice of it is missed)", content_type = "text/event-stream", body = StreamEvent),
+        (status = 400, description = "`after` or `Last-Event-ID` is not an event id", body = protocol::api::ErrorBody),
         (status = 401, description = "No bearer token or stream token, or one that is invalid, expired or for another conversation", body = protocol::api::ErrorBody),
         (status = 404, body = protocol::api::ErrorBody),
         (status = 429, description = "Too many event streams open, or over the request allowance", body = protocol::api::ErrorBody)))]
@@ -128,11 +131,9 @@ pub async fn stream_events(
             ));
         }
     };
-    let last_event_id = headers
-        .get("last-event-id")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<i64>().ok());
-    let after = query.after.or(last_event_id).unwrap_or(0);
+    // A reconnecting EventSource sends `Last-Event-ID` to the URL it first opened, whose
+    // `after` is older: the later of the two is where the client is.
+    let after = query.after.max(last_event_id(&headers)?).unwrap_or(0);
     let user_id = verified.user_id;
     // The stream ends when the token that opened it does: a client keeps reading only
     // as long as it could open the stream again, and reconnects with a fresh token.
@@ -342,6 +343,28 @@ async fn catch_up(
             return Ok(CaughtUp::Yes);
         }
     }
+}
+
+/// The `Last-Event-ID` a request sends, if any (an empty one is none, as an EventSource
+/// that has seen no id sends none); one that is not an event id is refused, not read
+/// as "from the start", which would replay the whole conversation.
+fn last_event_id(headers: &HeaderMap) -> Result<Option<i64>> {
+    let Some(value) = headers.get("last-event-id") else {
+        return Ok(None);
+    };
+    let text = value.to_str().map(str::trim).unwrap_or("?");
+    if text.is_empty() {
+        return Ok(None);
+    }
+    text.parse::<i64>()
+        .map(Some)
+        .map_err(|_| Error::BadRequest {
+            message: "invalid header: `Last-Event-ID` must be an event id (a whole number)".into(),
+            fields: Some(FieldErrors::from([(
+                "Last-Event-ID".to_owned(),
+                "must be an event id (a whole number)".to_owned(),
+            )])),
+        })
 }
 
 #[cfg(test)]

@@ -1234,6 +1234,39 @@ async fn the_event_stream_replays_and_checks_its_token() {
         .expect("bytes");
     assert!(String::from_utf8_lossy(&first).contains(&format!("id: {}", middle + 1)));
 
+    // A reconnecting EventSource sends `Last-Event-ID` to the URL it first opened: the
+    // later of that and `after` is where it is. One that is no event id is refused, not
+    // read as "from the start".
+    let reopen = |after: i64, last: String| {
+        let url = server.url(&format!(
+            "/api/conversations/{conversation}/events?token={stream_token}&after={after}"
+        ));
+        server.client.get(url).header("last-event-id", last).send()
+    };
+    let response = reopen(all[0]["id"].as_i64().expect("id"), middle.to_string())
+        .await
+        .expect("stream");
+    assert_eq!(response.status(), StatusCode::OK);
+    let first = tokio::time::timeout(Duration::from_secs(5), response.bytes_stream().next())
+        .await
+        .expect("data")
+        .expect("chunk")
+        .expect("bytes");
+    assert!(
+        String::from_utf8_lossy(&first).contains(&format!("id: {}", middle + 1)),
+        "{}",
+        String::from_utf8_lossy(&first)
+    );
+    for bad in ["abc", "1.5", "99999999999999999999"] {
+        let response = reopen(0, bad.to_owned()).await.expect("sent");
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{bad}");
+        let body: Value = response.json().await.expect("json");
+        assert!(
+            body["error"]["fields"]["Last-Event-ID"].is_string(),
+            "{bad}: {body}"
+        );
+    }
+
     // A stream token is for that conversation's stream only.
     let other = server.new_conversation(&token).await;
     let (status, _) = server
