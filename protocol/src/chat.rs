@@ -216,11 +216,46 @@ pub struct MessageList {
 }
 
 /// What the user posts: plain text, or content parts (text and images).
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize)]
 #[serde(untagged)]
 pub enum PostContent {
     Text(String),
     Parts(Vec<PostPart>),
+}
+
+// Written by hand rather than `untagged`, which drops what was wrong with a part
+// ("did not match any variant"): a part's own error reaches the caller, at its index.
+impl<'de> Deserialize<'de> for PostContent {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Content;
+        impl<'de> serde::de::Visitor<'de> for Content {
+            type Value = PostContent;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a text or a list of content parts")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<PostContent, E> {
+                Ok(PostContent::Text(text.to_owned()))
+            }
+
+            fn visit_string<E: serde::de::Error>(self, text: String) -> Result<PostContent, E> {
+                Ok(PostContent::Text(text))
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<PostContent, A::Error> {
+                let mut parts = Vec::new();
+                while let Some(part) = seq.next_element()? {
+                    parts.push(part);
+                }
+                Ok(PostContent::Parts(parts))
+            }
+        }
+        deserializer.deserialize_any(Content)
+    }
 }
 
 /// Longest text of a message, or of one text part of it, in characters.

@@ -1328,8 +1328,40 @@ async fn bad_messages_are_refused_with_reasons() {
         );
         assert!(body["error"]["fields"]["content"].is_string());
     }
-    let (status, _) = server.post_message(&token, &conversation, json!(5)).await;
+    let (status, body) = server.post_message(&token, &conversation, json!(5)).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
+    let says = |body: &Value, place: &str, why: &str| {
+        body["error"]["fields"][place]
+            .as_str()
+            .is_some_and(|said| said.starts_with(why))
+    };
+    assert!(
+        says(
+            &body,
+            "content",
+            "invalid type: integer `5`, expected a text or a list of content parts"
+        ),
+        "{body}"
+    );
+    // A malformed part is named by its place, with what is wrong with it.
+    for (content, place, why) in [
+        (
+            json!([{"type": "text", "text": "hi"}, {"type": "video", "url": "x"}]),
+            "content[1]",
+            "unknown variant `video`, expected `text` or `image`",
+        ),
+        (
+            json!([{"type": "text", "text": "hi", "url": "u"}]),
+            "content[0]",
+            "a text part has `text` and nothing else",
+        ),
+    ] {
+        let (status, body) = server
+            .post_message(&token, &conversation, content.clone())
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{content}: {body}");
+        assert!(says(&body, place, why), "{content}: {body}");
+    }
     let (status, body) = server.post_message(&token, "not-a-uuid", json!("hi")).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert!(body["error"]["fields"]["id"].is_string(), "{body}");
