@@ -75,7 +75,8 @@ pub async fn create_request(
         errors.insert("tool_args".to_owned(), why);
     }
     let raw_fields = params.fields;
-    let parsed = super::off_the_workers(move || fields::parse_field_specs(&raw_fields)).await?;
+    let parsed =
+        super::off_the_workers(ctx.user_id, move || fields::parse_field_specs(&raw_fields)).await?;
     let specs = match parsed {
         Ok(specs) if specs.is_empty() => {
             errors.insert("fields".into(), "at least one field is required".into());

@@ -151,7 +151,7 @@ pub async fn check_answer(
 
 async fn check_values(row: &InputRequestRow, inputs: &Map<String, Value>) -> Result<CheckedValues> {
     let (definition, inputs) = (row.fields().to_vec(), inputs.clone());
-    let (accepted, cleared) = super::off_the_workers(move || {
+    let (accepted, cleared) = super::off_the_workers(&row.user_id, move || {
         fields::validate_inputs(&definition, &inputs).map(|accepted| {
             let sent = fields::with_cleared(&definition, &inputs, &accepted);
             (accepted, sent)
@@ -300,9 +300,12 @@ pub async fn decide(
                 &arguments,
                 crate::agent::model::MAX_ARGUMENT_BYTES,
             )?;
-            let edited = super::off_the_workers(move || check_edit(&tool, &arguments))
-                .await?
-                .map_err(|errors| Error::unprocessable("some arguments are not valid", errors))?;
+            let edited =
+                super::off_the_workers(&row.user_id, move || check_edit(&tool, &arguments))
+                    .await?
+                    .map_err(|errors| {
+                        Error::unprocessable("some arguments are not valid", errors)
+                    })?;
             (RequestStatus::Approved, Some(edited))
         }
     };

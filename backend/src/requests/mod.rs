@@ -17,6 +17,9 @@ pub mod words;
 
 pub use follow_up::{RunInbox, follow_up, outcome_of_settled};
 
+use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex};
+
 use protocol::api::{InputRequest, RequestKind};
 use protocol::unseen;
 use serde_json::Value;
@@ -25,13 +28,69 @@ use crate::db::input_requests::InputRequestRow;
 use crate::tools::registry::ToolRegistry;
 
 /// Runs CPU work on values a caller sent (field rules, patterns) on the blocking pool,
-/// so one heavy request never stalls other users' requests on the async workers.
+/// so one heavy request never stalls other users' requests on the async workers; at
+/// most [`MOST_CHECKS_PER_USER`] of one user's at once (429 past them), so a user who
+/// sends many at once cannot take every core from the others.
 pub(crate) async fn off_the_workers<T: Send + 'static>(
+    user_id: &str,
     work: impl FnOnce() -> T + Send + 'static,
 ) -> crate::error::Result<T> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|err| anyhow::anyhow!("checking values on the blocking pool: {err}").into())
+    let place = CheckPlace::take(user_id).ok_or_else(|| crate::error::Error::TooManyRequests {
+        message: format!(
+            "{MOST_CHECKS_PER_USER} answers of yours are still being checked; try again shortly"
+        ),
+        retry_after_seconds: 1,
+    })?;
+    tokio::task::spawn_blocking(move || {
+        // Held by the work, not the request: a caller who hangs up does not free the
+        // place while the work goes on.
+        let _place = place;
+        work()
+    })
+    .await
+    .map_err(|err| anyhow::anyhow!("checking values on the blocking pool: {err}").into())
+}
+
+/// Most checks of one user's values ([`off_the_workers`]) running at once: a check may
+/// take seconds (a caller's patterns against long values), and a machine has few cores.
+pub const MOST_CHECKS_PER_USER: usize = 2;
+
+/// How many checks each user has running.
+static CHECKS_RUNNING: LazyLock<Mutex<HashMap<String, usize>>> = LazyLock::new(Default::default);
+
+/// One of a user's [`MOST_CHECKS_PER_USER`] places, free again when dropped.
+struct CheckPlace {
+    user_id: String,
+}
+
+impl CheckPlace {
+    fn take(user_id: &str) -> Option<CheckPlace> {
+        let mut running = CHECKS_RUNNING
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let count = running.entry(user_id.to_owned()).or_default();
+        if *count >= MOST_CHECKS_PER_USER {
+            return None;
+        }
+        *count += 1;
+        Some(CheckPlace {
+            user_id: user_id.to_owned(),
+        })
+    }
+}
+
+impl Drop for CheckPlace {
+    fn drop(&mut self) {
+        let mut running = CHECKS_RUNNING
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(count) = running.get_mut(&self.user_id) {
+            *count -= 1;
+            if *count == 0 {
+                running.remove(&self.user_id);
+            }
+        }
+    }
 }
 
 /// Largest arguments a caller may hand in, as JSON: with a request to create
@@ -95,4 +154,54 @@ fn shown_parameters(parameters: &Value) -> Value {
         }
     }
     shown
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+
+    use super::{MOST_CHECKS_PER_USER, off_the_workers};
+    use crate::error::Error;
+
+    /// A user with as many checks running as they may have gets a 429 for one more,
+    /// while another user's check runs; once one of theirs ends, theirs runs again.
+    #[tokio::test]
+    async fn a_user_has_at_most_so_many_checks_running_and_no_one_else_waits_for_them() {
+        let user = "checks-busy-user";
+        let (started, mut started_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+        let mut releases = Vec::new();
+        let mut running = Vec::new();
+        for _ in 0..MOST_CHECKS_PER_USER {
+            let (release, wait) = mpsc::channel::<()>();
+            let started = started.clone();
+            releases.push(release);
+            running.push(tokio::spawn(off_the_workers(user, move || {
+                let _ = started.send(());
+                let _ = wait.recv();
+            })));
+        }
+        for _ in 0..MOST_CHECKS_PER_USER {
+            started_rx.recv().await.expect("started");
+        }
+        let refused = off_the_workers(user, || ()).await;
+        assert!(
+            matches!(
+                refused,
+                Err(Error::TooManyRequests {
+                    retry_after_seconds: 1,
+                    ..
+                })
+            ),
+            "one more check ran"
+        );
+        assert_eq!(
+            off_the_workers("checks-other-user", || 7).await.ok(),
+            Some(7)
+        );
+        drop(releases);
+        for check in running {
+            check.await.expect("joined").expect("ran");
+        }
+        assert_eq!(off_the_workers(user, || 8).await.ok(), Some(8));
+    }
 }

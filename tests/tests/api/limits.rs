@@ -70,27 +70,54 @@ async fn costly_definitions_are_refused_quickly_and_the_server_stays_responsive(
         );
     }
 
-    // The largest pattern and value allowed, submitted many times at once, while
-    // /healthz is asked: it keeps answering promptly.
-    let pattern = format!("(?:[a-z]{{1,3}}){{1,{}}}", 40);
+    // Costly patterns against the longest values, submitted many times at once: at
+    // most two of one user's checks run at a time, the others are refused at once
+    // (429), and neither another user's answer nor /healthz waits for them.
+    let costly =
+        |name: String| json!({"name": name, "type": "textarea", "validation": "(?:.*){100}x"});
     let (status, created) = server
         .action(
             &token,
             request_with(
                 &conversation,
-                json!([{"name": "a", "type": "textarea", "validation": pattern}]),
+                json!((0..20).map(|i| costly(format!("f{i}"))).collect::<Vec<_>>()),
             ),
         )
         .await;
     assert_eq!(status, StatusCode::CREATED, "{created}");
     let id = created["tool_call_id"].as_str().expect("id").to_owned();
     let value = "ab".repeat(10_000);
+    let inputs: serde_json::Map<String, Value> =
+        (0..20).map(|i| (format!("f{i}"), json!(value))).collect();
+    let (_, other) = server.new_user("costly-other").await;
+    let other_conversation = server.new_conversation(&other).await;
+    let (status, created) = server
+        .action(
+            &other,
+            request_with(&other_conversation, json!([costly("f0".to_owned())])),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let other_id = created["tool_call_id"].as_str().expect("id").to_owned();
     let submits = (0..8).map(|_| {
         server.action(
             &token,
-            json!({"action": "submit_response", "tool_call_id": id, "user_inputs": {"a": value}}),
+            json!({"action": "submit_response", "tool_call_id": id, "user_inputs": inputs}),
         )
     });
+    let others_answer = async {
+        // Once the flood's checks are running.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let started = Instant::now();
+        let answer = server
+            .action(
+                &other,
+                json!({"action": "submit_response", "tool_call_id": other_id,
+                    "user_inputs": {"f0": value}}),
+            )
+            .await;
+        (answer, started.elapsed())
+    };
     let health = async {
         let mut slowest = Duration::ZERO;
         for _ in 0..10 {
@@ -102,18 +129,37 @@ async fn costly_definitions_are_refused_quickly_and_the_server_stays_responsive(
         }
         slowest
     };
-    let (answers, slowest) = tokio::join!(futures::future::join_all(submits), health);
-    for (status, body) in answers {
+    let started = Instant::now();
+    let (answers, ((other_status, other_body), other_took), slowest) =
+        tokio::join!(futures::future::join_all(submits), others_answer, health);
+    let flood_took = started.elapsed();
+    let refused = answers
+        .iter()
+        .filter(|(status, body)| {
+            *status == StatusCode::TOO_MANY_REQUESTS && body["error"]["code"] == "rate_limited"
+        })
+        .count();
+    for (status, body) in &answers {
         assert!(
             [
                 StatusCode::UNPROCESSABLE_ENTITY,
-                StatusCode::OK,
-                StatusCode::CONFLICT
+                StatusCode::TOO_MANY_REQUESTS
             ]
-            .contains(&status),
+            .contains(status),
             "{status} {body}"
         );
     }
+    // Two at a time: only a check ending before the last of the eight arrived could
+    // let more than two of them run.
+    assert!(
+        refused >= 8 - 2 * 2,
+        "{refused} of 8 refused in {flood_took:?}: {answers:?}"
+    );
+    assert_eq!(
+        other_status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{other_body} after {other_took:?}"
+    );
     assert!(slowest < Duration::from_secs(2), "healthz took {slowest:?}");
 }
 
