@@ -577,10 +577,14 @@ fn validate(
     // Shown on the card as sent, but perhaps not run so: said beside it.
     let stand_ins = stand_ins(tool, &written);
     if tool.needs_approval(&written) {
+        let note = [stand_in_note(&stand_ins), unshown_note(&left_out, &written)]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>();
         return Ok(Validated {
             values: written,
             waits: true,
-            note: stand_in_note(&stand_ins),
+            note: (!note.is_empty()).then(|| note.join("; ")),
         });
     }
     if let Some(refusal) = unshown_deciding_defaults(tool, &written, left_out) {
@@ -675,6 +679,31 @@ fn stand_in_note(stand_ins: &[StandIn]) -> Option<String> {
         said.push(format!("{} more like it", stand_ins.len() - NAMED));
     }
     (!said.is_empty()).then(|| said.join("; "))
+}
+
+/// What the card says of the arguments left out whose server defaults it cannot show
+/// (past the most written out, or breaking the schema): the server fills them in
+/// unseen, so the user is at least told which (at most five named).
+fn unshown_note(left_out: &Map<String, Value>, written: &Map<String, Value>) -> Option<String> {
+    const NAMED: usize = 5;
+    let unshown: Vec<&String> = left_out
+        .keys()
+        .filter(|name| !written.contains_key(*name))
+        .collect();
+    let mut named: Vec<String> = unshown
+        .iter()
+        .take(NAMED)
+        .map(|name| format!("`{}`", shown_cut(name)))
+        .collect();
+    if unshown.len() > NAMED {
+        named.push(format!("{} more", unshown.len() - NAMED));
+    }
+    (!named.is_empty()).then(|| {
+        format!(
+            "its server fills {} with defaults of its own, not shown here",
+            named.join(", ")
+        )
+    })
 }
 
 /// A server's name or value as the card and the model read it: hidden characters
@@ -1205,6 +1234,21 @@ url = "https://api.example.com/pay/{account_id}"
         assert_eq!(
             outcome(&many, json!({"mode": "delete"})),
             Ok((true, Some(json!("delete"))))
+        );
+        // Waiting anyway, the card names the defaults it cannot show.
+        let deleting = call(Uuid::nil(), &many.name, "call_1", json!({"mode": "delete"}));
+        let note = validate(
+            &many,
+            &deleting,
+            deleting.arguments.clone(),
+            Defaults::WhenAsking,
+        )
+        .map(|validated| validated.note);
+        assert_eq!(
+            note,
+            Ok(Some(
+                "its server fills `a_064` with defaults of its own, not shown here".to_owned()
+            ))
         );
         assert_eq!(
             outcome(&many, json!({"mode": "archive"})),
