@@ -1,8 +1,8 @@
-//! What the user has typed into a message box and not sent, kept as it is typed (in
-//! this tab's `sessionStorage`, per user and conversation), so a reload, a visit to
-//! another conversation or a session that runs out loses none of it: the message box
-//! shows it again. Sending it, signing out on purpose, or another user signing in,
-//! forgets it; closing the tab does too.
+//! What the user has typed into a message box or a card and not sent, kept as it is
+//! typed (in this tab's `sessionStorage`, per user and conversation or card), so a
+//! reload, a visit to another conversation or a session that runs out loses none of it:
+//! the message box or card shows it again. Sending it, signing out on purpose, or
+//! another user signing in, forgets it; closing the tab does too.
 
 const PREFIX: &str = "toolgate.draft.";
 /// Beside each draft, how it was sent ([`crate::resend`]).
@@ -19,6 +19,12 @@ pub fn key(user: &str, conversation: Option<uuid::Uuid>) -> String {
         Some(id) => format!("{PREFIX}{user}.{id}"),
         None => format!("{PREFIX}{user}.new"),
     }
+}
+
+/// Where what `user` typed into the card of request `request` is kept (the values of
+/// its fields that are not secrets, as JSON).
+pub fn card_key(user: &str, request: uuid::Uuid) -> String {
+    format!("{PREFIX}{user}.card-{}", request.simple())
 }
 
 /// The draft kept under `key` (empty when none is).
@@ -92,6 +98,10 @@ mod tests {
         assert_eq!(owner_of(&beside(&draft)), Some("alice.example"));
         let id = uuid::Uuid::from_u128(7);
         assert_eq!(owner_of(&beside(&key("bob", Some(id)))), Some("bob"));
+        assert_eq!(
+            owner_of(&card_key("carol.example", id)),
+            Some("carol.example")
+        );
         assert_eq!(owner_of("toolgate.session"), None);
     }
 }

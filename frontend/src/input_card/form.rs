@@ -52,6 +52,39 @@ pub(super) fn initial_values(fields: &[FieldSpec]) -> Map<String, Value> {
     values
 }
 
+/// What the user changed in a card: the values of fields that are not secrets and not
+/// what the card offered (`offered`, [`initial_values`]), a cleared one included.
+pub(super) fn typed(
+    fields: &[FieldSpec],
+    values: &Map<String, Value>,
+    offered: &Map<String, Value>,
+) -> Map<String, Value> {
+    fields
+        .iter()
+        .filter(|field| !field.is_secret())
+        .filter_map(|field| {
+            let value = values.get(&field.name)?;
+            (offered.get(&field.name) != Some(value)).then(|| (field.name.clone(), value.clone()))
+        })
+        .collect()
+}
+
+/// What [`typed`] kept under `key` ([`crate::drafts::card_key`]) for these fields: a
+/// field no longer there, or now a secret, is left out.
+pub(super) fn kept_typed(key: &str, fields: &[FieldSpec]) -> Map<String, Value> {
+    let kept = crate::drafts::kept(key);
+    let Ok(Value::Object(kept)) = serde_json::from_str::<Value>(&kept) else {
+        return Map::new();
+    };
+    kept.into_iter()
+        .filter(|(name, _)| {
+            fields
+                .iter()
+                .any(|field| &field.name == name && !field.is_secret())
+        })
+        .collect()
+}
+
 /// Everything a field row needs, shared by the rows of one card.
 #[derive(Clone, Copy)]
 pub(super) struct CardForm {

@@ -16,13 +16,13 @@ use uuid::Uuid;
 use crate::api::{self, ApiError};
 use crate::state::AppState;
 use crate::stream::ChatStore;
-use crate::{focus, ordered, value_text};
+use crate::{drafts, focus, ordered, value_text};
 
 mod controls;
 mod form;
 mod link;
 
-use form::{CardForm, FieldRow, initial_values, remember_note};
+use form::{CardForm, FieldRow, initial_values, kept_typed, remember_note, typed};
 use link::LinkStep;
 
 #[component]
@@ -34,22 +34,52 @@ pub fn InputCard(request_id: Uuid) -> impl IntoView {
         return ().into_any();
     };
     let fields = Arc::new(first.fields.clone());
-    let values = RwSignal::new(initial_values(&fields));
+    let offered = initial_values(&fields);
+    // What the user typed and did not send is kept across a reload (never a secret).
+    let typing_key = app
+        .session
+        .with_untracked(|s| s.as_ref().map(|s| drafts::card_key(&s.user_id, request_id)));
+    let kept = typing_key
+        .as_deref()
+        .map(|key| kept_typed(key, &fields))
+        .unwrap_or_default();
+    let mut start = offered.clone();
+    start.extend(kept.clone());
+    let values = RwSignal::new(start);
     let check_fields = fields.clone();
     let check = Memo::new(move |_| values.with(|values| validate_inputs(&check_fields, values)));
     let sending = RwSignal::new(false);
     let card_error = RwSignal::new(None::<String>);
     let form = CardForm {
         request_id,
-        fields: StoredValue::new(fields),
+        fields: StoredValue::new(fields.clone()),
         values,
-        touched: RwSignal::new(BTreeSet::new()),
+        touched: RwSignal::new(kept.keys().cloned().collect::<BTreeSet<_>>()),
         server_errors: RwSignal::new(BTreeMap::new()),
         card_error,
         check,
         save_for: first.save_for,
         locked: Signal::derive(move || sending.get() || status.get() != RequestStatus::Pending),
     };
+    if let Some(key) = typing_key {
+        let fields = fields.clone();
+        Effect::new(move |_| {
+            // Sent, declined or cancelled, nothing typed is wanted again; expired or
+            // no longer needed, it is listed on the card ([`Unsent`]).
+            match status.get() {
+                RequestStatus::Pending | RequestStatus::Expired | RequestStatus::Abandoned => {
+                    let typed = values.with(|values| typed(&fields, values, &offered));
+                    let text = if typed.is_empty() {
+                        String::new()
+                    } else {
+                        value_text::compact(&serde_json::Value::Object(typed))
+                    };
+                    drafts::save(&key, &text);
+                }
+                _ => drafts::forget(&key),
+            }
+        });
+    }
     let tool_call_id = first.tool_call_id.clone();
     let heading_id = format!("card-{}", request_id.simple());
 
@@ -519,18 +549,17 @@ fn submit_failed(
 #[component]
 fn Unsent(form: CardForm) -> impl IntoView {
     let fields = form.fields.get_value();
-    let offered = initial_values(&fields);
-    let rows: Vec<(String, String)> = form.values.with_untracked(|values| {
-        fields
-            .iter()
-            .filter(|field| !field.is_secret() && form.visible(field))
-            .filter_map(|field| {
-                let value = values.get(&field.name).filter(|value| !is_empty(value))?;
-                (offered.get(&field.name) != Some(value))
-                    .then(|| (field.label().to_owned(), value_text::chosen(field, value)))
-            })
-            .collect()
-    });
+    let changed = form
+        .values
+        .with_untracked(|values| typed(&fields, values, &initial_values(&fields)));
+    let rows: Vec<(String, String)> = fields
+        .iter()
+        .filter(|field| form.visible(field))
+        .filter_map(|field| {
+            let value = changed.get(&field.name).filter(|value| !is_empty(value))?;
+            Some((field.label().to_owned(), value_text::chosen(field, value)))
+        })
+        .collect();
     (!rows.is_empty()).then(|| {
         view! {
             <div class="card-unsent" data-testid="card-unsent">

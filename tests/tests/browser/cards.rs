@@ -383,17 +383,18 @@ async fn a_request_that_runs_out_of_time_while_shown_turns_expired_keeping_what_
     .execute(&mut db)
     .await
     .expect("shorten");
-    crate::reload(&b).await;
-    b.wait_for(&pending)
-        .await
-        .expect("still pending after the reload");
-    // What the user typed and could not send is shown once the card has ended.
+    // What the user typed and could not send is shown once the card has ended, a
+    // reload between.
     b.find(&format!("{pending} input"))
         .await
         .expect("input")
         .send_keys("9130346988354456")
         .await
         .expect("type");
+    crate::reload(&b).await;
+    b.wait_for(&pending)
+        .await
+        .expect("still pending after the reload");
     b.wait_for(&format!(
         "{}[data-status=expired] [data-testid=card-expired]",
         card(&id)
@@ -409,6 +410,89 @@ async fn a_request_that_runs_out_of_time_while_shown_turns_expired_keeping_what_
         .await
         .expect("what was typed");
     assert_eq!(unsent.text().await.expect("text"), "9130346988354456");
+    b.quit().await;
+}
+
+/// What the user typed into a card and has not sent survives a reload (never a
+/// secret, which is neither shown again nor kept in the tab); once sent, nothing of it
+/// is kept.
+#[tokio::test]
+async fn what_was_typed_into_a_card_survives_a_reload_but_never_a_secret() {
+    let Some(fx) = Fixture::start("typed_kept").await else {
+        return;
+    };
+    let b = fx.browser().await;
+    let (big, small) = (call_id(), call_id());
+    open_with_requests(&fx, &b, |c| vec![every_type(c, &big), simple(c, &small)]).await;
+    let (big_card, small_card) = (
+        format!("{}[data-status=pending]", card(&big)),
+        format!("{}[data-status=pending]", card(&small)),
+    );
+    b.wait_for(&big_card).await.expect("big card");
+    let field =
+        |card: &str, name: &str, control: &str| format!("{card} [data-field={name}] {control}");
+    let secret = "s3cret-kept-nowhere";
+    for (selector, keys) in [
+        (field(&big_card, "service", "input"), "billing-api"),
+        (field(&big_card, "api_key", "input"), secret),
+        (format!("{small_card} input"), "9130346988354456"),
+    ] {
+        b.find(&selector)
+            .await
+            .expect("input")
+            .send_keys(keys)
+            .await
+            .expect("type");
+    }
+    b.find(&field(&big_card, "region", "select option[value=us]"))
+        .await
+        .expect("option")
+        .click()
+        .await
+        .expect("choose");
+    crate::reload(&b).await;
+    b.wait_for(&big_card).await.expect("big card again");
+    let value_of = |selector: String| {
+        let b = &b;
+        async move {
+            b.find(&selector)
+                .await
+                .expect("control")
+                .prop("value")
+                .await
+                .expect("value")
+        }
+    };
+    assert_eq!(
+        value_of(field(&big_card, "service", "input")).await,
+        "billing-api"
+    );
+    assert_eq!(value_of(field(&big_card, "region", "select")).await, "us");
+    assert_eq!(value_of(field(&big_card, "api_key", "input")).await, "");
+    assert_eq!(
+        value_of(format!("{small_card} input")).await,
+        "9130346988354456"
+    );
+    let kept = || b.execute("return JSON.stringify(sessionStorage)", vec![]);
+    let stored = kept().await.expect("storage");
+    let stored = stored.as_str().unwrap_or_default();
+    assert!(stored.contains("billing-api"), "{stored}");
+    assert!(!stored.contains(secret), "a secret was kept: {stored}");
+
+    // Sent, the small card's values are no longer kept.
+    b.find(&format!("{small_card} input"))
+        .await
+        .expect("input")
+        .send_keys(ENTER)
+        .await
+        .expect("submit");
+    b.wait_for(&format!("{}[data-status=completed]", card(&small)))
+        .await
+        .expect("completed");
+    let stored = kept().await.expect("storage");
+    let stored = stored.as_str().unwrap_or_default();
+    assert!(!stored.contains("9130346988354456"), "{stored}");
+    assert!(stored.contains("billing-api"), "{stored}");
     b.quit().await;
 }
 
