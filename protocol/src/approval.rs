@@ -225,6 +225,37 @@ mod tests {
         for falsy in [json!(null), json!(false), json!("")] {
             assert!(!needs(falsy.clone()), "{falsy} was taken as set");
         }
+        // Named as `true` or `false`: whatever a service may take for that.
+        let forced: ApprovalSpec =
+            serde_json::from_value(json!({"when": [{"field": "force", "equals": true}]}))
+                .expect("valid");
+        let wet: ApprovalSpec =
+            serde_json::from_value(json!({"when": [{"field": "dry_run", "equals": false}]}))
+                .expect("valid");
+        let needs = |spec: &ApprovalSpec, name: &str, value: &Value| {
+            spec.applies_to(json!({ name: value }).as_object().expect("object"))
+        };
+        for truthy in [
+            json!(1),
+            json!("yes"),
+            json!("on"),
+            json!([]),
+            json!({}),
+            json!(" "),
+        ] {
+            assert!(
+                needs(&forced, "force", &truthy),
+                "force = {truthy} slipped past"
+            );
+        }
+        for falsy in [json!(0), json!(""), json!([]), json!({}), json!(null)] {
+            assert!(
+                needs(&wet, "dry_run", &falsy),
+                "dry_run = {falsy} slipped past"
+            );
+        }
+        assert!(!needs(&forced, "force", &json!(0)));
+        assert!(!needs(&wet, "dry_run", &json!(1)));
     }
 
     #[test]

@@ -316,22 +316,27 @@ impl VisibleIf {
         })
     }
 
-    /// [`may_hold`](Self::may_hold), read as a service deciding on the value itself,
-    /// for approval conditions: a rule naming no value (`{field = "force"}`) holds for
-    /// any value JavaScript or Python takes as true, such as `" "`, `[]` or `{}`, not
-    /// only for one a person would call given (and for `0`, as `may_hold` does); for
-    /// `null`, `false` and `""` it does not.
+    /// [`may_hold`](Self::may_hold), read as a service deciding on the value itself
+    /// (`if (args.force)`, `if not args.get("dry_run")`), for approval conditions: a
+    /// rule naming no value (`{field = "force"}`), or `true`, holds for any value
+    /// JavaScript or Python takes as true (`" "`, `"no"`, `1`, `[]`, `{}`); a rule naming
+    /// `false` for any value either takes as false (`0`, `""`, `[]`, `{}`, `null`).
     pub fn may_hold_for_a_service(&self, values: &Map<String, Value>) -> bool {
         if self.may_hold(values) {
             return true;
         }
-        self.equals.is_none()
-            && self.one_of.is_none()
-            && self.values_named(values).any(|actual| match actual {
-                Value::Null | Value::Bool(false) => false,
-                Value::String(text) => !text.is_empty(),
-                _ => true,
+        let expected: Vec<&Value> = match (&self.equals, &self.one_of) {
+            (Some(expected), _) => vec![expected],
+            (None, Some(choices)) => choices.iter().collect(),
+            (None, None) => vec![&Value::Bool(true)],
+        };
+        self.values_named(values).any(|actual| {
+            expected.iter().any(|expected| match expected {
+                Value::Bool(true) => true_to_a_service(actual),
+                Value::Bool(false) => false_to_a_service(actual),
+                _ => false,
             })
+        })
     }
 
     /// The values under the rule's field or any name a service may take for it
@@ -345,6 +350,31 @@ impl VisibleIf {
             .iter()
             .filter(move |(name, _)| **name == self.field || crate::unseen::name_key(name) == field)
             .map(|(_, value)| value)
+    }
+}
+
+/// Whether JavaScript or Python takes `value` as true (`[]` and `{}` are, to the
+/// first).
+fn true_to_a_service(value: &Value) -> bool {
+    match value {
+        Value::Null => false,
+        Value::Bool(flag) => *flag,
+        Value::Number(number) => number.as_f64() != Some(0.0),
+        Value::String(text) => !text.is_empty(),
+        Value::Array(_) | Value::Object(_) => true,
+    }
+}
+
+/// Whether JavaScript or Python takes `value` as false (`[]` and `{}` are, to the
+/// second).
+fn false_to_a_service(value: &Value) -> bool {
+    match value {
+        Value::Null => true,
+        Value::Bool(flag) => !flag,
+        Value::Number(number) => number.as_f64() == Some(0.0),
+        Value::String(text) => text.is_empty(),
+        Value::Array(items) => items.is_empty(),
+        Value::Object(map) => map.is_empty(),
     }
 }
 

@@ -891,9 +891,8 @@ impl ServerHandler for TestTools {
                 "you kept {}",
                 KEPT.lock().unwrap_or_else(|p| p.into_inner())
             ))),
-            // As a server written in JavaScript reads `args.mode ?? "delete"`.
-            // Reads its arguments as many a server does (`args.mode || "delete"`): an
-            // empty value, or one not a text, is left out.
+            // Reads its argument as many a server does (`args.mode || "delete"`): left
+            // out, `null`, empty, or not a text, it is taken as left out.
             "tidy_things" => Ok(text(format!(
                 "tidied: {}",
                 arguments

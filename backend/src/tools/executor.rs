@@ -593,6 +593,15 @@ fn validate(
     // A value its server may read as a default that needs the user's yes: the call
     // waits, sent as the model wrote it (a server taking the value as given runs what
     // the card shows), and the card names the default.
+    // A hostile server may declare thousands of untyped defaults for the model to send
+    // empty: past the most weighed one by one, the call waits.
+    if stand_ins.len() > MOST_DEFAULTS {
+        return Ok(Validated {
+            values: written,
+            waits: true,
+            note: stand_in_note(&stand_ins),
+        });
+    }
     let mut probe = written.clone();
     let deciding: Vec<StandIn> = stand_ins
         .into_iter()
@@ -645,19 +654,29 @@ fn stand_ins(tool: &Tool, written: &Map<String, Value>) -> Vec<StandIn> {
 
 /// Whether a server may read `sent` as left out and use `default` instead: what
 /// JavaScript's `||` and Python's `or` pass over (`null`, `false`, `0`, `""`, and
-/// `[]` or `{}`), blank text (`(args.mode or "").strip() or "delete"`), and a value of
-/// another JSON type than the default (`args["mode"].as_str().unwrap_or("delete")`),
-/// which a schema without a `type` lets through.
+/// `[]` or `{}`), text that is blank once trimmed by any of them (JavaScript's `trim`
+/// also takes the byte order mark, Python's `strip` control characters; invisible
+/// ones are taken as blank too), and a value of another JSON type than the default
+/// (`args["mode"].as_str().unwrap_or("delete")`), or a number of another kind (`-1` or
+/// `0.5` for a default of `0`: `as_u64().unwrap_or(0)`), which a schema may let
+/// through.
 fn may_be_read_as_left_out(sent: &Value, default: &Value) -> bool {
     let empty = match sent {
         Value::Null => true,
         Value::Bool(flag) => !flag,
         Value::Number(number) => number.as_f64() == Some(0.0),
-        Value::String(text) => text.trim().is_empty(),
+        Value::String(text) => text
+            .chars()
+            .all(|c| c.is_whitespace() || unseen::is_unseen(c)),
         Value::Array(items) => items.is_empty(),
         Value::Object(map) => map.is_empty(),
     };
-    empty || std::mem::discriminant(sent) != std::mem::discriminant(default)
+    let kind = |number: &serde_json::Number| (number.is_u64(), number.is_i64());
+    let another_kind = match (sent, default) {
+        (Value::Number(sent), Value::Number(default)) => kind(sent) != kind(default),
+        _ => std::mem::discriminant(sent) != std::mem::discriminant(default),
+    };
+    empty || another_kind
 }
 
 /// What the card says of the stand-ins beside the tool's reason (at most five named).
@@ -1284,7 +1303,8 @@ url = "https://api.example.com/pay/{account_id}"
             let note = note.unwrap_or_default();
             assert!(
                 note.contains(&format!(
-                    "`mode` is sent as {sent}, which its server may read"
+                    "`mode` is sent as {}, which its server may read",
+                    unseen::written_out(&sent.to_string())
                 )) && note.ends_with(r#"the default its schema gives: "delete""#),
                 "{note}"
             );
@@ -1292,6 +1312,8 @@ url = "https://api.example.com/pay/{account_id}"
         for sent in [
             json!(""),
             json!("  "),
+            json!("\u{FEFF}"),
+            json!("\u{1F}\u{200B}"),
             json!(0),
             json!(0.0),
             json!(false),
@@ -1318,6 +1340,40 @@ url = "https://api.example.com/pay/{account_id}"
             let (waits, _, note) = outcome(&when_deleting, runs.clone()).expect("valid");
             assert!(!waits && note.is_none(), "{runs} waited");
         }
+        // A number of another kind than the default (`as_u64().unwrap_or(0)`).
+        let keeping = mcp_tool(
+            "purge",
+            json!({"keep_days": {"default": 0}})
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
+            Some(
+                serde_json::from_value(json!({"when": [{"field": "keep_days", "equals": 0}]}))
+                    .expect("approval"),
+            ),
+        );
+        for (sent, waits) in [(json!(-1), true), (json!(0.5), true), (json!(7), false)] {
+            let (waited, _, _) = outcome(&keeping, json!({"keep_days": sent})).expect("valid");
+            assert_eq!(waited, waits, "keep_days = {sent}");
+        }
+        // Past the most weighed one by one (a hostile server's thousands), the call
+        // waits.
+        let names = (0..=MOST_DEFAULTS).map(|i| format!("o_{i:03}"));
+        let many = mcp_tool(
+            "many",
+            names
+                .clone()
+                .map(|name| (name, json!({"default": "x"})))
+                .collect(),
+            Some(
+                serde_json::from_value(json!({"when": [{"field": "never", "equals": "y"}]}))
+                    .expect("approval"),
+            ),
+        );
+        let empties: Map<String, Value> = names.map(|name| (name, json!(""))).collect();
+        let (waits, _, note) = outcome(&many, Value::Object(empties)).expect("valid");
+        assert!(waits);
+        assert!(note.is_some_and(|note| note.ends_with("60 more like it")));
         // Waiting anyway (every call of it, as an MCP tool's by default), the card
         // still says what the server may run instead of what it shows.
         let always = tidy(json!({}));
