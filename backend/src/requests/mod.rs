@@ -18,29 +18,34 @@ pub mod words;
 pub use follow_up::{RunInbox, follow_up, outcome_of_settled};
 
 use std::collections::HashMap;
-use std::sync::{LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Duration;
 
 use protocol::api::{InputRequest, RequestKind};
 use protocol::unseen;
 use serde_json::Value;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::db::input_requests::InputRequestRow;
 use crate::tools::registry::ToolRegistry;
 
 /// Runs CPU work on values a caller sent (field rules, patterns) on the blocking pool,
 /// so one heavy request never stalls other users' requests on the async workers; at
-/// most [`MOST_CHECKS_PER_USER`] of one user's at once (429 past them), so a user who
-/// sends many at once cannot take every core from the others.
+/// most [`MOST_CHECKS_PER_USER`] of one user's at once in this process, so a user who
+/// sends many at once cannot take every core from the others. One more waits up to
+/// [`CHECK_PLACE_WAIT`] for a place, then is refused (429).
 pub(crate) async fn off_the_workers<T: Send + 'static>(
     user_id: &str,
     work: impl FnOnce() -> T + Send + 'static,
 ) -> crate::error::Result<T> {
-    let place = CheckPlace::take(user_id).ok_or_else(|| crate::error::Error::TooManyRequests {
-        message: format!(
-            "{MOST_CHECKS_PER_USER} answers of yours are still being checked; try again shortly"
-        ),
-        retry_after_seconds: 1,
-    })?;
+    let place = CheckPlace::take(user_id)
+        .await
+        .ok_or_else(|| crate::error::Error::TooManyRequests {
+            message: format!(
+                "{MOST_CHECKS_PER_USER} of your requests' values are still being checked; try again shortly"
+            ),
+            retry_after_seconds: 1,
+        })?;
     tokio::task::spawn_blocking(move || {
         // Held by the work, not the request: a caller who hangs up does not free the
         // place while the work goes on.
@@ -55,42 +60,57 @@ pub(crate) async fn off_the_workers<T: Send + 'static>(
 /// take seconds (a caller's patterns against long values), and a machine has few cores.
 pub const MOST_CHECKS_PER_USER: usize = 2;
 
-/// How many checks each user has running.
-static CHECKS_RUNNING: LazyLock<Mutex<HashMap<String, usize>>> = LazyLock::new(Default::default);
+/// How long a check waits for one of its user's places before it is refused: most
+/// checks take a moment, so a few sent together all run.
+pub const CHECK_PLACE_WAIT: Duration = Duration::from_secs(1);
+
+/// Each user's places for checks, while any is taken or waited for.
+static CHECK_PLACES: LazyLock<Mutex<HashMap<String, Arc<Semaphore>>>> =
+    LazyLock::new(Default::default);
 
 /// One of a user's [`MOST_CHECKS_PER_USER`] places, free again when dropped.
 struct CheckPlace {
     user_id: String,
+    permit: Option<OwnedSemaphorePermit>,
 }
 
 impl CheckPlace {
-    fn take(user_id: &str) -> Option<CheckPlace> {
-        let mut running = CHECKS_RUNNING
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let count = running.entry(user_id.to_owned()).or_default();
-        if *count >= MOST_CHECKS_PER_USER {
-            return None;
-        }
-        *count += 1;
-        Some(CheckPlace {
+    async fn take(user_id: &str) -> Option<CheckPlace> {
+        let places = Arc::clone(
+            check_places()
+                .entry(user_id.to_owned())
+                .or_insert_with(|| Arc::new(Semaphore::new(MOST_CHECKS_PER_USER))),
+        );
+        let mut place = CheckPlace {
             user_id: user_id.to_owned(),
-        })
+            permit: None,
+        };
+        // Its own statement: the wait (and its hold on `places`) ends before the place
+        // is kept or let go.
+        let acquired = tokio::time::timeout(CHECK_PLACE_WAIT, places.acquire_owned()).await;
+        place.permit = Some(acquired.ok()?.ok()?);
+        Some(place)
     }
 }
 
 impl Drop for CheckPlace {
     fn drop(&mut self) {
-        let mut running = CHECKS_RUNNING
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(count) = running.get_mut(&self.user_id) {
-            *count -= 1;
-            if *count == 0 {
-                running.remove(&self.user_id);
-            }
+        let mut places = check_places();
+        drop(self.permit.take());
+        // Nobody holds or waits for one of the user's places: forget them.
+        if places
+            .get(&self.user_id)
+            .is_some_and(|user_places| Arc::strong_count(user_places) == 1)
+        {
+            places.remove(&self.user_id);
         }
     }
+}
+
+fn check_places() -> std::sync::MutexGuard<'static, HashMap<String, Arc<Semaphore>>> {
+    CHECK_PLACES
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Largest arguments a caller may hand in, as JSON: with a request to create
@@ -160,11 +180,13 @@ fn shown_parameters(parameters: &Value) -> Value {
 mod tests {
     use std::sync::mpsc;
 
-    use super::{MOST_CHECKS_PER_USER, off_the_workers};
+    use super::{CHECK_PLACE_WAIT, MOST_CHECKS_PER_USER, off_the_workers};
     use crate::error::Error;
 
-    /// A user with as many checks running as they may have gets a 429 for one more,
-    /// while another user's check runs; once one of theirs ends, theirs runs again.
+    /// A user with as many checks running as they may have: one more waits for a
+    /// place and, none coming free in time, is refused (429), while another user's check
+    /// runs; one that waits while a place comes free runs. Nothing is kept once all
+    /// are done.
     #[tokio::test]
     async fn a_user_has_at_most_so_many_checks_running_and_no_one_else_waits_for_them() {
         let user = "checks-busy-user";
@@ -198,10 +220,14 @@ mod tests {
             off_the_workers("checks-other-user", || 7).await.ok(),
             Some(7)
         );
+        let waiting = tokio::spawn(off_the_workers(user, || 8));
+        tokio::time::sleep(CHECK_PLACE_WAIT / 4).await;
+        drop(releases.pop());
+        assert_eq!(waiting.await.expect("joined").ok(), Some(8));
         drop(releases);
         for check in running {
             check.await.expect("joined").expect("ran");
         }
-        assert_eq!(off_the_workers(user, || 8).await.ok(), Some(8));
+        assert!(!super::check_places().contains_key(user), "places kept");
     }
 }
