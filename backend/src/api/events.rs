@@ -82,7 +82,8 @@ pub struct StreamQuery {
     /// security scheme).
     #[param(ignore)]
     token: Option<String>,
-    /// Replay events after this id; `Last-Event-ID` does the same.
+    /// Replay events after this id; with `Last-Event-ID` too, after the later of the
+    /// two.
     #[param(minimum = -9223372036854775808_i64, maximum = 9223372036854775807_i64)]
     after: Option<i64>,
 }
