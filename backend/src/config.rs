@@ -389,35 +389,33 @@ impl Config {
                 None => Ok(default),
             }
         };
-        let mut llm = LlmConfig {
+        let quiet_limit =
+            parse_duration(&get("TOOLGATE_LLM_TIMEOUT").unwrap_or_else(|| "300s".into()))
+                .context("TOOLGATE_LLM_TIMEOUT must be a duration like 90s, 30m, 24h or 7d")?;
+        if quiet_limit.is_zero() {
+            bail!("TOOLGATE_LLM_TIMEOUT must be above zero");
+        }
+        let answer_limit = match get("TOOLGATE_LLM_ANSWER_TIMEOUT") {
+            Some(limit) => parse_duration(&limit).context(
+                "TOOLGATE_LLM_ANSWER_TIMEOUT must be a duration like 90s, 30m, 24h or 7d",
+            )?,
+            // Never below the quiet limit a deployment raised: a step would fail as
+            // "took too long" where the endpoint merely kept still within its limit.
+            None => DEFAULT_ANSWER_LIMIT.max(quiet_limit),
+        };
+        if answer_limit.is_zero() {
+            bail!("TOOLGATE_LLM_ANSWER_TIMEOUT must be above zero");
+        }
+        let llm = LlmConfig {
             base_url: get("TOOLGATE_LLM_BASE_URL"),
             api_key: get("TOOLGATE_LLM_API_KEY"),
             model: get("TOOLGATE_LLM_MODEL"),
             vision_model: get("TOOLGATE_LLM_VISION_MODEL"),
             long_context_model: get("TOOLGATE_LLM_LONG_CONTEXT_MODEL"),
             long_context_threshold: number("TOOLGATE_LONG_CONTEXT_TOKENS", 12_000)?,
-            quiet_limit: parse_duration(
-                &get("TOOLGATE_LLM_TIMEOUT").unwrap_or_else(|| "300s".into()),
-            )
-            .context("TOOLGATE_LLM_TIMEOUT must be a duration like 90s, 30m, 24h or 7d")?,
-            answer_limit: match get("TOOLGATE_LLM_ANSWER_TIMEOUT") {
-                Some(limit) => parse_duration(&limit).context(
-                    "TOOLGATE_LLM_ANSWER_TIMEOUT must be a duration like 90s, 30m, 24h or 7d",
-                )?,
-                None => Duration::ZERO,
-            },
+            quiet_limit,
+            answer_limit,
         };
-        if llm.quiet_limit.is_zero() {
-            bail!("TOOLGATE_LLM_TIMEOUT must be above zero");
-        }
-        if llm.answer_limit.is_zero() {
-            if get("TOOLGATE_LLM_ANSWER_TIMEOUT").is_some() {
-                bail!("TOOLGATE_LLM_ANSWER_TIMEOUT must be above zero");
-            }
-            // Never below the quiet limit a deployment raised: a step would fail as
-            // "took too long" where the endpoint merely kept still within its limit.
-            llm.answer_limit = DEFAULT_ANSWER_LIMIT.max(llm.quiet_limit);
-        }
         if llm.answer_limit < llm.quiet_limit {
             bail!(
                 "TOOLGATE_LLM_ANSWER_TIMEOUT ({:?}) must not be shorter than TOOLGATE_LLM_TIMEOUT \
