@@ -18,16 +18,18 @@ pub fn plain(value: &Value) -> String {
 
 /// A field's value as the user chose it, written out ([`unseen::written_out`]): a
 /// select's choices by the labels its options showed (by the value where no option, or
-/// more than one, has it, or two options share the label), the rest as [`plain`].
+/// more than one, has it, or two options' labels may be taken for one another: `Main`
+/// and `Main ` look alike in a list), the rest as [`plain`].
 pub fn chosen(field: &FieldSpec, value: &Value) -> String {
     let label = |choice: &Value| -> Option<String> {
         let choice = choice.as_str()?;
         let mut holding = field.options.iter().filter(|o| o.value == choice);
         let option = holding.next().filter(|_| holding.next().is_none())?;
+        let looks = unseen::name_key(&option.label);
         let shared = field
             .options
             .iter()
-            .filter(|o| o.label == option.label)
+            .filter(|o| unseen::name_key(&o.label) == looks)
             .count()
             > 1;
         (!shared).then(|| option.label.clone())
@@ -108,7 +110,7 @@ mod tests {
         // Two options one label: the label cannot tell which was sent.
         let twins = field(
             "select",
-            json!([{"value": "prod", "label": "Main"}, {"value": "staging", "label": "Main"}]),
+            json!([{"value": "prod", "label": "Main"}, {"value": "staging", "label": "Main "}]),
         );
         assert_eq!(chosen(&twins, &json!("staging")), "staging");
         let text = field("text", json!([]));
