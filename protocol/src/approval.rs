@@ -256,6 +256,10 @@ mod tests {
         }
         assert!(!needs(&forced, "force", &json!(0)));
         assert!(!needs(&wet, "dry_run", &json!(1)));
+        // Left out, `dry_run` is false to `if (!args.dry_run)`; `force` is not true.
+        let left_out = json!({"path": "/"});
+        assert!(wet.applies_to(left_out.as_object().expect("object")));
+        assert!(!forced.applies_to(left_out.as_object().expect("object")));
     }
 
     #[test]

@@ -320,7 +320,8 @@ impl VisibleIf {
     /// (`if (args.force)`, `if not args.get("dry_run")`), for approval conditions: a
     /// rule naming no value (`{field = "force"}`), or `true`, holds for any value
     /// JavaScript or Python takes as true (`" "`, `"no"`, `1`, `[]`, `{}`); a rule naming
-    /// `false` for any value either takes as false (`0`, `""`, `[]`, `{}`, `null`).
+    /// `false` for any value either takes as false (`0`, `""`, `[]`, `{}`, `null`), and
+    /// for the value left out (`if (!args.dry_run)` reads it as false).
     pub fn may_hold_for_a_service(&self, values: &Map<String, Value>) -> bool {
         if self.may_hold(values) {
             return true;
@@ -330,6 +331,11 @@ impl VisibleIf {
             (None, Some(choices)) => choices.iter().collect(),
             (None, None) => vec![&Value::Bool(true)],
         };
+        if self.values_named(values).next().is_none() {
+            return expected
+                .iter()
+                .any(|expected| matches!(expected, Value::Bool(false) | Value::Null));
+        }
         self.values_named(values).any(|actual| {
             expected.iter().any(|expected| match expected {
                 Value::Bool(true) => true_to_a_service(actual),

@@ -576,50 +576,47 @@ fn validate(
     let written = with_server_defaults(tool, &left_out, model_arguments, values.clone());
     // Shown on the card as sent, but perhaps not run so: said beside it.
     let stand_ins = stand_ins(tool, &written);
-    if tool.needs_approval(&written) {
+    let waiting = |written: Map<String, Value>| {
         let note = [stand_in_note(&stand_ins), unshown_note(&left_out, &written)]
             .into_iter()
             .flatten()
             .collect::<Vec<_>>();
-        return Ok(Validated {
+        Ok(Validated {
             values: written,
             waits: true,
             note: (!note.is_empty()).then(|| note.join("; ")),
-        });
+        })
+    };
+    if tool.needs_approval(&written) {
+        return waiting(written);
     }
-    if let Some(refusal) = unshown_deciding_defaults(tool, &written, left_out) {
+    // A hostile server may declare thousands of defaults (untyped, for the model to send
+    // empty, or left out past those written out): past the most weighed one by one, the
+    // call waits rather than weigh them all.
+    let unshown = left_out
+        .keys()
+        .filter(|name| !given(&written, name))
+        .count();
+    if stand_ins.len() > MOST_DEFAULTS || unshown > MOST_DEFAULTS {
+        return waiting(written);
+    }
+    if let Some(refusal) = unshown_deciding_defaults(tool, &written, &left_out) {
         return Err(refusal);
     }
     // A value its server may read as a default that needs the user's yes: the call
     // waits, sent as the model wrote it (a server taking the value as given runs what
     // the card shows), and the card names the default.
-    // A hostile server may declare thousands of untyped defaults for the model to send
-    // empty: past the most weighed one by one, the call waits.
-    if stand_ins.len() > MOST_DEFAULTS {
-        return Ok(Validated {
-            values: written,
-            waits: true,
-            note: stand_in_note(&stand_ins),
-        });
-    }
     let mut probe = written.clone();
-    let deciding: Vec<StandIn> = stand_ins
-        .into_iter()
-        .filter(|stand_in| {
-            let sent = probe.insert(stand_in.name.clone(), stand_in.default.clone());
-            let decides = tool.needs_approval(&probe);
-            if let Some(sent) = sent {
-                probe.insert(stand_in.name.clone(), sent);
-            }
-            decides
-        })
-        .collect();
-    if !deciding.is_empty() {
-        return Ok(Validated {
-            values: written,
-            waits: true,
-            note: stand_in_note(&deciding),
-        });
+    let mut decides = |stand_in: &StandIn| {
+        let sent = probe.insert(stand_in.name.clone(), stand_in.default.clone());
+        let decides = tool.needs_approval(&probe);
+        if let Some(sent) = sent {
+            probe.insert(stand_in.name.clone(), sent);
+        }
+        decides
+    };
+    if stand_ins.iter().any(&mut decides) {
+        return waiting(written);
     }
     Ok(Validated {
         values,
@@ -738,20 +735,23 @@ fn shown_cut(text: &str) -> String {
 fn unshown_deciding_defaults(
     tool: &Tool,
     written: &Map<String, Value>,
-    left_out: Map<String, Value>,
+    left_out: &Map<String, Value>,
 ) -> Option<String> {
     let mut probe = written.clone();
     let mut deciding = Vec::new();
     for (name, default) in left_out {
         // Written out already; one sent as `null` is not.
-        if given(written, &name) {
+        if given(written, name) {
             continue;
         }
-        probe.insert(name.clone(), default);
+        let sent = probe.insert(name.clone(), default.clone());
         if tool.needs_approval(&probe) {
             deciding.push(name.clone());
         }
-        probe.remove(&name);
+        match sent {
+            Some(sent) => probe.insert(name.clone(), sent),
+            None => probe.remove(name),
+        };
     }
     if deciding.is_empty() {
         return None;
@@ -1253,6 +1253,28 @@ url = "https://api.example.com/pay/{account_id}"
         assert_eq!(
             outcome(&many, json!({"mode": "delete"})),
             Ok((true, Some(json!("delete"))))
+        );
+        // Past the most weighed one by one (a hostile server's thousands), the call
+        // waits, and its card names some of what it cannot show.
+        let hundreds = deleting_tool(2 * MOST_DEFAULTS + 1, modes.clone());
+        let everything = call(Uuid::nil(), &hundreds.name, "call_1", json!({}));
+        let waited = validate(
+            &hundreds,
+            &everything,
+            everything.arguments.clone(),
+            Defaults::WhenAsking,
+        )
+        .map(|validated| (validated.waits, validated.note));
+        assert_eq!(
+            waited,
+            Ok((
+                true,
+                Some(
+                    "its server fills `a_064`, `a_065`, `a_066`, `a_067`, `a_068`, 61 more \
+                     with defaults of its own, not shown here"
+                        .to_owned()
+                )
+            ))
         );
         // Waiting anyway, the card names the defaults it cannot show.
         let deleting = call(Uuid::nil(), &many.name, "call_1", json!({"mode": "delete"}));
