@@ -181,9 +181,7 @@ pub async fn dispatch_action(
                 origin: "api",
                 original_user_request: None,
             };
-            let mut tx = begin().await?;
-            let row = create::create_request(&mut tx, &ctx, params).await?;
-            tx.commit().await?;
+            let row = create::create_request(&state.db, &ctx, params).await?;
             return Ok((StatusCode::CREATED, Json(describe(&row, &state.tools))).into_response());
         }
         Action::ClearSessionValues(params) => {

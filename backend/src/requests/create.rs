@@ -15,7 +15,7 @@ use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use crate::db::input_requests::{self, InputRequestRow, NewInputRequest};
-use crate::db::{conversations, events};
+use crate::db::{self, conversations, events};
 use crate::error::{Error, FieldErrors, Result, ResultExt};
 use crate::tools::mcp::stateless::RetryState;
 
@@ -52,9 +52,11 @@ fn check_text(errors: &mut FieldErrors, name: &str, value: &str, max: usize) {
     }
 }
 
-/// Stores a new pending request after checking its field definitions.
+/// Stores a new pending request after checking its field definitions, which happens
+/// before its transaction begins: a check may wait its turn ([`super::off_the_workers`])
+/// and take a while, and no pooled connection is held meanwhile.
 pub async fn create_request(
-    conn: &mut PgConnection,
+    pool: &PgPool,
     ctx: &RequestContext<'_>,
     params: CreateRequestParams,
 ) -> Result<InputRequestRow> {
@@ -75,8 +77,10 @@ pub async fn create_request(
         errors.insert("tool_args".to_owned(), why);
     }
     let raw_fields = params.fields;
-    let parsed =
-        super::off_the_workers(ctx.user_id, move || fields::parse_field_specs(&raw_fields)).await?;
+    let parsed = super::off_the_workers(ctx.user_id, super::Holding::Nothing, move || {
+        fields::parse_field_specs(&raw_fields)
+    })
+    .await?;
     let specs = match parsed {
         Ok(specs) if specs.is_empty() => {
             errors.insert("fields".into(), "at least one field is required".into());
@@ -131,8 +135,9 @@ pub async fn create_request(
     let save_for = fields::effective_save_for(params.save_for, params.save_for_session);
     // What a caller declares secret is never stored in the clear, wherever it is put.
     let tool_args = fields::mask_secrets(&specs, &params.tool_args.unwrap_or_default());
-    insert_request(
-        conn,
+    let mut tx = db::begin_as_user(pool, ctx.user_id).await?;
+    let row = insert_request(
+        &mut tx,
         ctx,
         params.conversation_id,
         &params.tool_name,
@@ -144,7 +149,9 @@ pub async fn create_request(
             save_for,
         },
     )
-    .await
+    .await?;
+    tx.commit().await?;
+    Ok(row)
 }
 
 /// What is asked: values for fields, approval of exact arguments, or an MCP server's

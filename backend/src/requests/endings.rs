@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 use sqlx::PgConnection;
 use uuid::Uuid;
 
+use super::Holding;
 use crate::db::events;
 use crate::db::input_requests::{self, InputRequestRow, Settlement};
 use crate::error::{Error, FieldErrors, Result};
@@ -142,16 +143,20 @@ pub async fn check_answer(
             checked: None,
         });
     };
-    let checked = check_values(&row, &params.user_inputs).await?;
+    let checked = check_values(&row, &params.user_inputs, Holding::Nothing).await?;
     Ok(Answer {
         params,
         checked: Some(checked),
     })
 }
 
-async fn check_values(row: &InputRequestRow, inputs: &Map<String, Value>) -> Result<CheckedValues> {
+async fn check_values(
+    row: &InputRequestRow,
+    inputs: &Map<String, Value>,
+    holding: Holding,
+) -> Result<CheckedValues> {
     let (definition, inputs) = (row.fields().to_vec(), inputs.clone());
-    let (accepted, cleared) = super::off_the_workers(&row.user_id, move || {
+    let (accepted, cleared) = super::off_the_workers(&row.user_id, holding, move || {
         fields::validate_inputs(&definition, &inputs).map(|accepted| {
             let sent = fields::with_cleared(&definition, &inputs, &accepted);
             (accepted, sent)
@@ -182,7 +187,7 @@ pub async fn submit(
         accepted, cleared, ..
     } = match answer.checked {
         Some(checked) if checked.request_id == row.id => checked,
-        _ => check_values(&row, &answer.params.user_inputs).await?,
+        _ => check_values(&row, &answer.params.user_inputs, Holding::Lock).await?,
     };
     let request_scope = SaveFor::parse(&row.save_for).unwrap_or_default();
     let mut stored = Map::new();
@@ -300,12 +305,11 @@ pub async fn decide(
                 &arguments,
                 crate::agent::model::MAX_ARGUMENT_BYTES,
             )?;
-            let edited =
-                super::off_the_workers(&row.user_id, move || check_edit(&tool, &arguments))
-                    .await?
-                    .map_err(|errors| {
-                        Error::unprocessable("some arguments are not valid", errors)
-                    })?;
+            let edited = super::off_the_workers(&row.user_id, Holding::Lock, move || {
+                check_edit(&tool, &arguments)
+            })
+            .await?
+            .map_err(|errors| Error::unprocessable("some arguments are not valid", errors))?;
             (RequestStatus::Approved, Some(edited))
         }
     };

@@ -33,12 +33,18 @@ use crate::tools::registry::ToolRegistry;
 /// so one heavy request never stalls other users' requests on the async workers; at
 /// most [`MOST_CHECKS_PER_USER`] of one user's at once in this process, so a user who
 /// sends many at once cannot take every core from the others. One more waits up to
-/// [`CHECK_PLACE_WAIT`] for a place, then is refused (429).
+/// [`CHECK_PLACE_WAIT`] for a place, then is refused (429); with `Holding::Lock` it
+/// is refused at once, as a wait would hold a connection and a row lock others need.
 pub(crate) async fn off_the_workers<T: Send + 'static>(
     user_id: &str,
+    holding: Holding,
     work: impl FnOnce() -> T + Send + 'static,
 ) -> crate::error::Result<T> {
-    let place = CheckPlace::take(user_id)
+    let wait = match holding {
+        Holding::Nothing => CHECK_PLACE_WAIT,
+        Holding::Lock => Duration::ZERO,
+    };
+    let place = CheckPlace::take(user_id, wait)
         .await
         .ok_or_else(|| crate::error::Error::TooManyRequests {
             message: format!(
@@ -54,6 +60,15 @@ pub(crate) async fn off_the_workers<T: Send + 'static>(
     })
     .await
     .map_err(|err| anyhow::anyhow!("checking values on the blocking pool: {err}").into())
+}
+
+/// What a caller of [`off_the_workers`] holds while it waits for a place.
+#[derive(Clone, Copy)]
+pub(crate) enum Holding {
+    /// No connection or lock: it may wait its turn.
+    Nothing,
+    /// A pooled connection with a row locked.
+    Lock,
 }
 
 /// Most checks of one user's values ([`off_the_workers`]) running at once: a check may
@@ -75,7 +90,7 @@ struct CheckPlace {
 }
 
 impl CheckPlace {
-    async fn take(user_id: &str) -> Option<CheckPlace> {
+    async fn take(user_id: &str, wait: Duration) -> Option<CheckPlace> {
         let places = Arc::clone(
             check_places()
                 .entry(user_id.to_owned())
@@ -87,8 +102,15 @@ impl CheckPlace {
         };
         // Its own statement: the wait (and its hold on `places`) ends before the place
         // is kept or let go.
-        let acquired = tokio::time::timeout(CHECK_PLACE_WAIT, places.acquire_owned()).await;
-        place.permit = Some(acquired.ok()?.ok()?);
+        let permit = if wait.is_zero() {
+            places.try_acquire_owned().ok()
+        } else {
+            tokio::time::timeout(wait, places.acquire_owned())
+                .await
+                .ok()
+                .and_then(Result::ok)
+        };
+        place.permit = Some(permit?);
         Some(place)
     }
 }
@@ -180,7 +202,7 @@ fn shown_parameters(parameters: &Value) -> Value {
 mod tests {
     use std::sync::mpsc;
 
-    use super::{CHECK_PLACE_WAIT, MOST_CHECKS_PER_USER, off_the_workers};
+    use super::{CHECK_PLACE_WAIT, Holding, MOST_CHECKS_PER_USER, off_the_workers};
     use crate::error::Error;
 
     /// A user with as many checks running as they may have: one more waits for a
@@ -197,15 +219,19 @@ mod tests {
             let (release, wait) = mpsc::channel::<()>();
             let started = started.clone();
             releases.push(release);
-            running.push(tokio::spawn(off_the_workers(user, move || {
-                let _ = started.send(());
-                let _ = wait.recv();
-            })));
+            running.push(tokio::spawn(off_the_workers(
+                user,
+                Holding::Nothing,
+                move || {
+                    let _ = started.send(());
+                    let _ = wait.recv();
+                },
+            )));
         }
         for _ in 0..MOST_CHECKS_PER_USER {
             started_rx.recv().await.expect("started");
         }
-        let refused = off_the_workers(user, || ()).await;
+        let refused = off_the_workers(user, Holding::Nothing, || ()).await;
         assert!(
             matches!(
                 refused,
@@ -217,10 +243,22 @@ mod tests {
             "one more check ran"
         );
         assert_eq!(
-            off_the_workers("checks-other-user", || 7).await.ok(),
+            off_the_workers("checks-other-user", Holding::Nothing, || 7)
+                .await
+                .ok(),
             Some(7)
         );
-        let waiting = tokio::spawn(off_the_workers(user, || 8));
+        // Holding a lock, refused at once rather than after the wait.
+        let at_once = tokio::time::timeout(
+            CHECK_PLACE_WAIT / 2,
+            off_the_workers(user, Holding::Lock, || ()),
+        )
+        .await;
+        assert!(
+            matches!(at_once, Ok(Err(Error::TooManyRequests { .. }))),
+            "a check holding a lock waited"
+        );
+        let waiting = tokio::spawn(off_the_workers(user, Holding::Nothing, || 8));
         tokio::time::sleep(CHECK_PLACE_WAIT / 4).await;
         drop(releases.pop());
         assert_eq!(waiting.await.expect("joined").ok(), Some(8));

@@ -71,8 +71,9 @@ async fn costly_definitions_are_refused_quickly_and_the_server_stays_responsive(
     }
 
     // Costly patterns against the longest values, submitted many times at once: at
-    // most two of one user's checks run at a time, the others are refused at once
-    // (429), and neither another user's answer nor /healthz waits for them.
+    // most two of one user's checks run at a time, the others are refused once their
+    // wait for a place runs out (429), and neither another user's answer nor /healthz
+    // waits for them.
     let costly =
         |name: String| json!({"name": name, "type": "textarea", "validation": "(?:.*){100}x"});
     let (status, created) = server
@@ -99,11 +100,15 @@ async fn costly_definitions_are_refused_quickly_and_the_server_stays_responsive(
         .await;
     assert_eq!(status, StatusCode::CREATED, "{created}");
     let other_id = created["tool_call_id"].as_str().expect("id").to_owned();
-    let submits = (0..8).map(|_| {
-        server.action(
-            &token,
-            json!({"action": "submit_response", "tool_call_id": id, "user_inputs": inputs}),
-        )
+    let submits = (0..8).map(|_| async {
+        let started = Instant::now();
+        let (status, body) = server
+            .action(
+                &token,
+                json!({"action": "submit_response", "tool_call_id": id, "user_inputs": inputs}),
+            )
+            .await;
+        (status, body, started.elapsed())
     });
     let others_answer = async {
         // Once the flood's checks are running.
@@ -135,11 +140,11 @@ async fn costly_definitions_are_refused_quickly_and_the_server_stays_responsive(
     let flood_took = started.elapsed();
     let refused = answers
         .iter()
-        .filter(|(status, body)| {
+        .filter(|(status, body, _)| {
             *status == StatusCode::TOO_MANY_REQUESTS && body["error"]["code"] == "rate_limited"
         })
         .count();
-    for (status, body) in &answers {
+    for (status, body, _) in &answers {
         assert!(
             [
                 StatusCode::UNPROCESSABLE_ENTITY,
@@ -149,13 +154,19 @@ async fn costly_definitions_are_refused_quickly_and_the_server_stays_responsive(
             "{status} {body}"
         );
     }
-    // Two at a time (a unit test holds them to it); here each takes seconds, so the
-    // others' wait for a place runs out. Only a check ending within that wait could let
-    // a third run.
-    assert!(
-        refused >= 8 - 2 * 2,
-        "{refused} of 8 refused in {flood_took:?}: {answers:?}"
-    );
+    // Two at a time (a unit test holds them to it exactly). Where every check took
+    // longer than twice the second a check waits for its turn, no place came free
+    // within any wait: all but two were refused. (A machine fast enough to check sooner
+    // lets some of the others run in turn.)
+    let quickest_check = answers
+        .iter()
+        .filter(|(status, _, _)| *status == StatusCode::UNPROCESSABLE_ENTITY)
+        .map(|(_, _, took)| *took)
+        .min()
+        .unwrap_or_default();
+    if quickest_check > Duration::from_secs(2) {
+        assert_eq!(refused, 8 - 2, "refused in {flood_took:?}: {answers:?}");
+    }
     assert_eq!(
         other_status,
         StatusCode::UNPROCESSABLE_ENTITY,
