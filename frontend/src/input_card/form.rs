@@ -52,8 +52,9 @@ pub(super) fn initial_values(fields: &[FieldSpec]) -> Map<String, Value> {
     values
 }
 
-/// What the user changed in a card: the values of fields that are not secrets and not
-/// what the card offered (`offered`, [`initial_values`]), a cleared one included.
+/// What the user changed in a card: the values of fields that may be kept (see
+/// [`keepable`]) and are not what the card offered (`offered`, [`initial_values`]), a
+/// cleared one included.
 pub(super) fn typed(
     fields: &[FieldSpec],
     values: &Map<String, Value>,
@@ -61,7 +62,7 @@ pub(super) fn typed(
 ) -> Map<String, Value> {
     fields
         .iter()
-        .filter(|field| !field.is_secret())
+        .filter(|field| keepable(field))
         .filter_map(|field| {
             let value = values.get(&field.name)?;
             (offered.get(&field.name) != Some(value)).then(|| (field.name.clone(), value.clone()))
@@ -70,7 +71,7 @@ pub(super) fn typed(
 }
 
 /// What [`typed`] kept under `key` ([`crate::drafts::card_key`]) for these fields: a
-/// field no longer there, or now a secret, is left out.
+/// field no longer there, or no longer [`keepable`], is left out.
 pub(super) fn kept_typed(key: &str, fields: &[FieldSpec]) -> Map<String, Value> {
     let kept = crate::drafts::kept(key);
     let Ok(Value::Object(kept)) = serde_json::from_str::<Value>(&kept) else {
@@ -80,9 +81,16 @@ pub(super) fn kept_typed(key: &str, fields: &[FieldSpec]) -> Map<String, Value> 
         .filter(|(name, _)| {
             fields
                 .iter()
-                .any(|field| &field.name == name && !field.is_secret())
+                .any(|field| &field.name == name && keepable(field))
         })
         .collect()
+}
+
+/// Whether what is typed into a field may be kept in the tab: not a secret, nor a field
+/// toolgate warns about (on a form that asks for a password, what is typed anywhere may
+/// be one).
+fn keepable(field: &FieldSpec) -> bool {
+    !field.is_secret() && field.warning.is_none()
 }
 
 /// Everything a field row needs, shared by the rows of one card.
@@ -315,6 +323,29 @@ mod tests {
         assert_eq!(values.get("n"), Some(&json!(3)));
         assert_eq!(values.get("b"), Some(&json!(false)));
         assert_eq!(values.get("t"), None);
+    }
+
+    /// What survives a reload is what the user changed, never a secret nor what is
+    /// typed into a field toolgate warns about.
+    #[test]
+    fn what_is_kept_of_a_card_is_what_was_changed_and_may_be_kept() {
+        let mut fields: Vec<FieldSpec> = serde_json::from_value(json!([
+            {"name": "region", "default": "eu"},
+            {"name": "note"},
+            {"name": "key", "type": "secret"},
+            {"name": "user"}
+        ]))
+        .expect("fields");
+        fields[3].warning = Some("This form asks for a password".into());
+        let offered = initial_values(&fields);
+        let values = json!({"region": "us", "note": "hello", "key": "s3cret", "user": "pw?"});
+        let kept = typed(&fields, values.as_object().expect("object"), &offered);
+        assert_eq!(
+            Value::Object(kept),
+            json!({"region": "us", "note": "hello"})
+        );
+        let unchanged = json!({"region": "eu"});
+        assert!(typed(&fields, unchanged.as_object().expect("object"), &offered).is_empty());
     }
 
     #[test]
