@@ -260,6 +260,8 @@ mod tests {
         let left_out = json!({"path": "/"});
         assert!(wet.applies_to(left_out.as_object().expect("object")));
         assert!(!forced.applies_to(left_out.as_object().expect("object")));
+        let look_alike = json!({"DryRun": true});
+        assert!(wet.applies_to(look_alike.as_object().expect("object")));
     }
 
     #[test]

@@ -321,7 +321,8 @@ impl VisibleIf {
     /// rule naming no value (`{field = "force"}`), or `true`, holds for any value
     /// JavaScript or Python takes as true (`" "`, `"no"`, `1`, `[]`, `{}`); a rule naming
     /// `false` for any value either takes as false (`0`, `""`, `[]`, `{}`, `null`), and
-    /// for the value left out (`if (!args.dry_run)` reads it as false).
+    /// for the value left out under the rule's own name (`if (!args.dry_run)` reads it
+    /// as false, whatever `DryRun` says).
     pub fn may_hold_for_a_service(&self, values: &Map<String, Value>) -> bool {
         if self.may_hold(values) {
             return true;
@@ -331,10 +332,14 @@ impl VisibleIf {
             (None, Some(choices)) => choices.iter().collect(),
             (None, None) => vec![&Value::Bool(true)],
         };
-        if self.values_named(values).next().is_none() {
-            return expected
+        // Left out under the rule's own name (a look-alike name beside it is not it, to a
+        // service reading names strictly), the value is false and null to a service.
+        if !values.contains_key(&self.field)
+            && expected
                 .iter()
-                .any(|expected| matches!(expected, Value::Bool(false) | Value::Null));
+                .any(|expected| matches!(expected, Value::Bool(false) | Value::Null))
+        {
+            return true;
         }
         self.values_named(values).any(|actual| {
             expected.iter().any(|expected| match expected {

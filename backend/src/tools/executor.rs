@@ -587,7 +587,9 @@ fn validate(
             note: (!note.is_empty()).then(|| note.join("; ")),
         })
     };
-    if tool.needs_approval(&written) {
+    // Asked of the call as the card would show it and of the call as it would run (with
+    // a `null` the card shows as its default, which a server may read as false).
+    if tool.needs_approval(&written) || tool.needs_approval(&values) {
         return waiting(written);
     }
     // A hostile server may declare thousands of defaults (untyped, for the model to send
@@ -678,42 +680,44 @@ fn may_be_read_as_left_out(sent: &Value, default: &Value) -> bool {
 
 /// What the card says of the stand-ins beside the tool's reason (at most five named).
 fn stand_in_note(stand_ins: &[StandIn]) -> Option<String> {
-    const NAMED: usize = 5;
-    let mut said: Vec<String> = stand_ins
-        .iter()
-        .take(NAMED)
-        .map(|stand_in| {
+    let said = first_few(
+        stand_ins.iter().map(|stand_in| {
             format!(
                 "`{}` is sent as {}, which its server may read as left out and run with the default its schema gives: {}",
                 shown_cut(&stand_in.name),
                 shown_cut(&stand_in.sent.to_string()),
                 shown_cut(&stand_in.default.to_string())
             )
-        })
-        .collect();
-    if stand_ins.len() > NAMED {
-        said.push(format!("{} more like it", stand_ins.len() - NAMED));
-    }
+        }),
+        "more like it",
+    );
     (!said.is_empty()).then(|| said.join("; "))
+}
+
+/// The first five of `items`, then how many `more` there are (`"3 more"`): what a card
+/// or the model reads of a list a hostile server may make as long as it likes.
+fn first_few(items: impl ExactSizeIterator<Item = String>, more: &str) -> Vec<String> {
+    const NAMED: usize = 5;
+    let count = items.len();
+    let mut named: Vec<String> = items.take(NAMED).collect();
+    if count > NAMED {
+        named.push(format!("{} {more}", count - NAMED));
+    }
+    named
 }
 
 /// What the card says of the arguments left out whose server defaults it cannot show
 /// (past the most written out, or breaking the schema): the server fills them in
 /// unseen, so the user is at least told which (at most five named).
 fn unshown_note(left_out: &Map<String, Value>, written: &Map<String, Value>) -> Option<String> {
-    const NAMED: usize = 5;
     let unshown: Vec<&String> = left_out
         .keys()
         .filter(|name| !written.contains_key(*name))
         .collect();
-    let mut named: Vec<String> = unshown
-        .iter()
-        .take(NAMED)
-        .map(|name| format!("`{}`", shown_cut(name)))
-        .collect();
-    if unshown.len() > NAMED {
-        named.push(format!("{} more", unshown.len() - NAMED));
-    }
+    let named = first_few(
+        unshown.iter().map(|name| format!("`{}`", shown_cut(name))),
+        "more",
+    );
     (!named.is_empty()).then(|| {
         format!(
             "its server fills {} with defaults of its own, not shown here",
@@ -756,16 +760,11 @@ fn unshown_deciding_defaults(
     if deciding.is_empty() {
         return None;
     }
-    const NAMED: usize = 5;
-    let mut named: Vec<String> = deciding
-        .iter()
-        .take(NAMED)
-        // A server's name, as long as it likes: the model reads a bounded part.
-        .map(|name| format!("`{}`", shown_cut(name)))
-        .collect();
-    if deciding.len() > NAMED {
-        named.push(format!("{} more", deciding.len() - NAMED));
-    }
+    // A server's names, as long and as many as it likes: the model reads a bounded part.
+    let named = first_few(
+        deciding.iter().map(|name| format!("`{}`", shown_cut(name))),
+        "more",
+    );
     Some(format!(
         "the tool's server would fill {} with a default that needs the user's approval, \
          and that default cannot be shown to them; send {} explicitly",
@@ -1396,6 +1395,24 @@ url = "https://api.example.com/pay/{account_id}"
         let (waits, _, note) = outcome(&many, Value::Object(empties)).expect("valid");
         assert!(waits);
         assert!(note.is_some_and(|note| note.ends_with("60 more like it")));
+        // `null` for a default of `true` where `false` needs approval: the call as it
+        // would run (`if not dry_run`), not only as the card would show it, is asked of.
+        let dry = mcp_tool(
+            "sweep",
+            json!({"dry_run": {"anyOf": [{"type": "boolean"}, {"type": "null"}], "default": true}})
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
+            Some(
+                serde_json::from_value(json!({"when": [{"field": "dry_run", "equals": false}]}))
+                    .expect("approval"),
+            ),
+        );
+        let (waits, values, _) = outcome(&dry, json!({"dry_run": null})).expect("valid");
+        assert!(waits, "a null read as false ran unasked");
+        assert_eq!(values.get("dry_run"), Some(&json!(true)));
+        let (waits, _, _) = outcome(&dry, json!({"dry_run": true})).expect("valid");
+        assert!(!waits);
         // Waiting anyway (every call of it, as an MCP tool's by default), the card
         // still says what the server may run instead of what it shows.
         let always = tidy(json!({}));

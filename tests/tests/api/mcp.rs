@@ -2923,17 +2923,20 @@ async fn the_approval_card_shows_and_the_call_sends_the_servers_defaults() {
     assert!(refused.get("approval_request").is_none(), "{refused}");
 }
 
+/// `t__tidy_things` waits for the user's yes only when `mode` is `delete`, which its
+/// server's schema gives as the default.
+const TIDY_WAITS_TO_DELETE: &str = r#"
+[[tool_overlays]]
+name = "t__tidy_things"
+requires_approval = { when = [{ field = "mode", equals = "delete" }] }
+"#;
+
 /// A tool that waits for the user's yes only when `mode` is `delete`, its server's
 /// default: a `null` the model sends for it, which the server reads as left out, is
 /// asked about, the card shows the default it stands for, and that is what runs.
 #[tokio::test]
 async fn a_null_that_its_server_reads_as_a_default_needing_approval_is_asked_about() {
-    let tools = stdio_server("t", "")
-        + r#"
-[[tool_overlays]]
-name = "t__tidy_things"
-requires_approval = { when = [{ field = "mode", equals = "delete" }] }
-"#;
+    let tools = stdio_server("t", "") + TIDY_WAITS_TO_DELETE;
     let setup = start(&tools).await;
     let server = &setup.server;
     let (_, token) = server.new_user("mcp-null-default").await;
@@ -2979,12 +2982,7 @@ requires_approval = { when = [{ field = "mode", equals = "delete" }] }
 /// default the server may use; what runs is what the user approved.
 #[tokio::test]
 async fn a_value_its_server_reads_as_a_default_needing_approval_is_asked_about() {
-    let tools = stdio_server("t", "")
-        + r#"
-[[tool_overlays]]
-name = "t__tidy_things"
-requires_approval = { when = [{ field = "mode", equals = "delete" }] }
-"#;
+    let tools = stdio_server("t", "") + TIDY_WAITS_TO_DELETE;
     let setup = start(&tools).await;
     let server = &setup.server;
     let (_, token) = server.new_user("mcp-empty-default").await;
