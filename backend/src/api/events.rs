@@ -96,8 +96,7 @@ pub struct StreamQuery {
 /// `{"reason":"conversation_deleted"}`) as the deletion commits (within a few seconds
 /// where its notice is missed), and ends.
 #[utoipa::path(get, path = "/api/conversations/{id}/events", tag = "chat",
-    params(("id" = Uuid, Path, description = "Conversation id"), StreamQuery,
-        ("Last-Event-ID" = Option<i64>, Header, description = "Replay events after this id, as a reconnecting EventSource sends it; with `after` too, the later of the two")),
+    params(("id" = Uuid, Path, description = "Conversation id"), StreamQuery),
     security(("bearer" = []), ("stream_token" = [])),
     responses(
         (status = 200, description = "Server-sent events; each event's `data` is one StreamEvent, except a last one without an id: `expired` (data `{\"reason\":\"token_expired\"}`), sent when the token that opened the stream expires, or `deleted` (data `{\"reason\":\"conversation_deleted\"}`), sent when the conversation is deleted (within a few seconds even where the notice of it is missed)", content_type = "text/event-stream", body = StreamEvent),
