@@ -154,19 +154,28 @@ async fn costly_definitions_are_refused_quickly_and_the_server_stays_responsive(
             "{status} {body}"
         );
     }
-    // Two at a time (a unit test holds them to it exactly). Where every check took
-    // longer than twice the second a check waits for its turn, no place came free
-    // within any wait: all but two were refused. (A machine fast enough to check sooner
-    // lets some of the others run in turn.)
+    // Two at a time (a unit test holds them to it exactly): one more waits a second for
+    // its turn before its 429. Where even the quickest check took over three seconds
+    // (here each takes several), the first two were still running when the others'
+    // wait ran out (they arrive together), so some were refused.
+    for (status, _, took) in &answers {
+        if *status == StatusCode::TOO_MANY_REQUESTS {
+            assert!(
+                *took >= Duration::from_millis(900),
+                "refused after {took:?} only"
+            );
+        }
+    }
     let quickest_check = answers
         .iter()
         .filter(|(status, _, _)| *status == StatusCode::UNPROCESSABLE_ENTITY)
         .map(|(_, _, took)| *took)
         .min()
         .unwrap_or_default();
-    if quickest_check > Duration::from_secs(2) {
-        assert_eq!(refused, 8 - 2, "refused in {flood_took:?}: {answers:?}");
-    }
+    assert!(
+        refused > 0 || quickest_check < Duration::from_secs(3),
+        "none refused in {flood_took:?}: {answers:?}"
+    );
     assert_eq!(
         other_status,
         StatusCode::UNPROCESSABLE_ENTITY,
