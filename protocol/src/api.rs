@@ -205,6 +205,12 @@ pub struct InputRequest {
     /// decision so a decision only ever covers what was shown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arguments_digest: Option<String>,
+    /// Approval: toolgate's own words beside the reason (which are the operator's or a
+    /// caller's): arguments the tool's server may read as left out and run with its
+    /// defaults instead, and defaults it fills in that the card does not show. Names and
+    /// values in it are the server's, written out and quoted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
     /// Approval: the tool's argument schema, for editing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arguments_schema: Option<Value>,

@@ -35,7 +35,7 @@ macro_rules! request_rows {
                       allowed_decisions as "allowed_decisions!: Json<Vec<Decision>>",
                       arguments_digest, decision, decision_message, decided_by,
                       elicitation as "elicitation: Json<Elicitation>", held_by,
-                      retry_state as "retry_state: Json<RetryState>" "#
+                      retry_state as "retry_state: Json<RetryState>", note "#
                 + $suffix
             $(, $argument)*
         )
@@ -83,6 +83,8 @@ pub struct InputRequestRow {
     pub held_by: Option<Uuid>,
     /// A stateless question: what calling the tool again needs.
     pub retry_state: Option<Json<RetryState>>,
+    /// Approval: toolgate's own words beside the reason (see `InputRequest::note`).
+    pub note: Option<String>,
 }
 
 pub struct NewInputRequest<'a> {
@@ -107,6 +109,7 @@ pub struct NewInputRequest<'a> {
     pub elicitation: Option<&'a Elicitation>,
     pub held_by: Option<Uuid>,
     pub retry_state: Option<&'a RetryState>,
+    pub note: Option<&'a str>,
 }
 
 /// Stores a request if its conversation is visible to the caller; `None` otherwise.
@@ -119,9 +122,9 @@ pub async fn insert(
              (id, user_id, conversation_id, run_id, tool_name, tool_call_id, tool_args,
               reason, required_fields, save_for, expires_at, origin, original_user_request,
               kind, allowed_decisions, arguments_digest, user_inputs, elicitation, held_by,
-              retry_state)
+              retry_state, note)
          select $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, now() + $11::interval, $12, $13,
-                $14, $15, $16, $17, $18, $19, $20
+                $14, $15, $16, $17, $18, $19, $20, $21
          where exists (select 1 from conversations where id = $3)
          returning",
         "",
@@ -149,6 +152,7 @@ pub async fn insert(
         new.elicitation.map(Json) as _,
         new.held_by,
         new.retry_state.map(Json) as _,
+        new.note,
     )
     .fetch_optional(conn)
     .await

@@ -164,6 +164,8 @@ pub enum Ask<'a> {
     },
     Approval {
         reason: &'a str,
+        /// Toolgate's own words beside the reason (see `InputRequest::note`).
+        note: Option<&'a str>,
         /// The tool's fields, so the card can label the arguments that fill them.
         fields: &'a [FieldSpec],
         decisions: &'a [Decision],
@@ -205,6 +207,7 @@ pub async fn insert_request(
     let mut elicitation = None;
     let mut held_by = None;
     let mut retry_state = None;
+    let mut note = None;
     let (kind, reason, fields, save_for, decisions, digest, carried) = match ask {
         Ask::Input {
             reason,
@@ -221,19 +224,23 @@ pub async fn insert_request(
         ),
         Ask::Approval {
             reason,
+            note: said,
             fields,
             decisions,
             digest,
             carried,
-        } => (
-            RequestKind::Approval,
-            reason,
-            fields,
-            SaveFor::Call,
-            decisions,
-            Some(digest),
-            carried,
-        ),
+        } => {
+            note = said;
+            (
+                RequestKind::Approval,
+                reason,
+                fields,
+                SaveFor::Call,
+                decisions,
+                Some(digest),
+                carried,
+            )
+        }
         Ask::Elicitation {
             reason,
             fields,
@@ -322,6 +329,7 @@ pub async fn insert_request(
             elicitation,
             held_by,
             retry_state,
+            note,
         },
     )
     .await

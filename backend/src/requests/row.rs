@@ -92,6 +92,7 @@ impl InputRequestRow {
             kind: self.kind(),
             allowed_decisions: self.allowed_decisions.0.clone(),
             arguments_digest: self.arguments_digest.clone(),
+            note: self.note.clone(),
             arguments_schema: None,
             decision: self.decision.as_deref().and_then(Decision::parse),
             message: self.decision_message.clone(),

@@ -137,6 +137,7 @@ mod tests {
             elicitation: None,
             held_by: None,
             retry_state: None,
+            note: None,
         }
     }
 

@@ -245,10 +245,7 @@ async fn ask_approval(
 ) -> Result<ToolOutcome> {
     let shown = tool.approvable_values(&validated.values);
     let digest = digest::of_arguments(&tool.name, &shown);
-    let reason = match &validated.note {
-        Some(note) => format!("{} ({note})", tool.approval_reason()),
-        None => tool.approval_reason(),
-    };
+    let reason = tool.approval_reason();
     let decisions = tool
         .approval
         .as_ref()
@@ -263,6 +260,7 @@ async fn ask_approval(
         &shown,
         Ask::Approval {
             reason: &reason,
+            note: validated.note.as_deref(),
             fields: tool.fields(),
             decisions: &decisions,
             digest: &digest,
@@ -509,8 +507,9 @@ struct Validated {
     values: Map<String, Value>,
     /// Whether the call waits for the user's yes.
     waits: bool,
-    /// Said beside the tool's reason on the card: values its server may read as left
-    /// out, running with its defaults instead ([`stand_ins`]).
+    /// Said beside the tool's reason on the card, in toolgate's own words: values its
+    /// server may read as left out, running with its defaults instead ([`stand_ins`]),
+    /// and defaults it fills in unseen.
     note: Option<String>,
 }
 

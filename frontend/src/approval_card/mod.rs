@@ -610,6 +610,15 @@ pub fn ApprovalCard(request_id: Uuid) -> impl IntoView {
     };
 
     let reason = first.reason.clone();
+    // Toolgate's words, apart from the reason (the operator's): what the tool's server
+    // may run instead of what the card shows.
+    let note = first.note.clone().map(|note| {
+        view! {
+            <p class="field-warning card-note" data-testid="card-note">
+                "Note from toolgate: "{note}
+            </p>
+        }
+    });
     let tool_name = first.tool_name.clone();
     let tool_attr = tool_name.clone();
     let labelled_by = title_id.clone();
@@ -636,6 +645,7 @@ pub fn ApprovalCard(request_id: Uuid) -> impl IntoView {
                     <code>{unseen::written_out(&tool_name)}</code>
                 </h2>
                 <p class="card-reason" data-testid="card-reason">{reason}</p>
+                {note}
             </header>
             <Show when=move || mode.get() != Mode::Edit || status.get() != RequestStatus::Pending>
                 {args_view}

@@ -3019,10 +3019,18 @@ async fn a_value_its_server_reads_as_a_default_needing_approval_is_asked_about()
         );
         let card = &waiting["approval_request"];
         assert_eq!(card["tool_args"], json!({"mode": empty}), "{card}");
-        let reason = card["reason"].as_str().unwrap_or_default();
+        // Toolgate's words, apart from the operator's reason.
+        let note = card["note"].as_str().unwrap_or_default();
         assert!(
-            reason.contains(&format!("`mode` is sent as {empty}"))
-                && reason.contains(r#"the default its schema gives: "delete""#),
+            note.contains(&format!("`mode` is sent as {empty}"))
+                && note.contains(r#"the default its schema gives: "delete""#),
+            "{card}"
+        );
+        assert!(
+            !card["reason"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("`mode`"),
             "{card}"
         );
     }
@@ -3056,11 +3064,11 @@ async fn a_value_its_server_reads_as_a_default_needing_approval_is_asked_about()
         json!({"include_shared": false}),
     )
     .await;
-    let reason = waiting["approval_request"]["reason"]
+    let note = waiting["approval_request"]["note"]
         .as_str()
         .unwrap_or_default();
     assert!(
-        reason.contains(
+        note.contains(
             "`include_shared` is sent as false, which its server may read as left out and \
              run with the default its schema gives: true"
         ),

@@ -264,6 +264,55 @@ async fn an_mcp_form_names_its_server_offers_every_control_and_survives_a_reload
     b.quit().await;
 }
 
+/// An approval card says, in toolgate's own words and apart from the reason, that a
+/// value the model sent may be read by the tool's server as left out and replaced by
+/// its default: the user approves knowing what may run.
+#[tokio::test]
+async fn an_approval_card_notes_a_value_its_server_may_replace_with_a_default() {
+    let Some((fx, _dir)) = with_test_server("mcp_note").await else {
+        return;
+    };
+    let b = fx.browser().await;
+    let user = unique("mcp-note");
+    let token = fx.server.token(&user).await;
+    let conversation = fx.server.new_conversation(&token).await;
+    let (status, body) = fx
+        .server
+        .execute_tool(
+            &token,
+            &conversation,
+            "t__archive_things",
+            "call_archive_note",
+            json!({"include_shared": false}),
+        )
+        .await;
+    assert_eq!(body["requires_approval"], true, "{status}: {body}");
+    open_conversation(&fx, &b, &user, &conversation).await;
+    let card = "[data-testid=approval-card][data-tool-call-id=call_archive_note]";
+    let note = b
+        .wait_for(&format!("{card} [data-testid=card-note]"))
+        .await
+        .expect("the note")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        note.starts_with("Note from toolgate: ")
+            && note.contains("`include_shared` is sent as false")
+            && note.contains("the default its schema gives: true"),
+        "{note}"
+    );
+    let reason = b
+        .find(&format!("{card} [data-testid=card-reason]"))
+        .await
+        .expect("reason")
+        .text()
+        .await
+        .expect("text");
+    assert!(!reason.contains("include_shared"), "{reason}");
+    b.quit().await;
+}
+
 #[tokio::test]
 async fn a_link_card_shows_its_site_opens_nothing_until_clicked_and_done_answers() {
     let Some((fx, _tools)) = with_test_server("mcp_link").await else {
